@@ -1,0 +1,96 @@
+//! Resource definitions: the static description of a resource type (name, default namespace,
+//! aliases, print columns, sensitivity) that tools use to find and display resources.
+
+use serde::{Deserialize, Serialize};
+
+/// Whether readers need a special role to see resources of a type.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Sensitivity {
+    /// Anyone who can read the namespace can read it.
+    #[default]
+    Public,
+    /// Hidden from readers without the sensitive-read role (keys, tokens, secrets).
+    Sensitive,
+}
+
+/// A column in table output: a header and a dotted path into the spec (`.a.b`, `.list[0].c`).
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct PrintColumn {
+    /// The column header.
+    pub name: String,
+    /// The path into the spec, e.g. `.addresses[0]`.
+    pub path: String,
+}
+
+/// The description of one resource type.
+///
+/// ```
+/// use cosi_core::{ResourceDefinition, Sensitivity};
+/// let def = ResourceDefinition::new("MachineConfigs.config.cosi.dev", "config")
+///     .with_aliases(["mc"])
+///     .with_print_column("Hostname", ".machine.hostname")
+///     .with_sensitivity(Sensitivity::Sensitive);
+/// assert_eq!(def.display_type(), "MachineConfig");
+/// assert_eq!(def.aliases, vec!["mc".to_string()]);
+/// ```
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceDefinition {
+    /// Full type name, `PluralCamel.group.domain`.
+    pub resource_type: String,
+    /// Namespace used when the caller names none.
+    pub default_namespace: String,
+    /// Extra names the type answers to (besides the automatic singular and plural forms).
+    pub aliases: Vec<String>,
+    /// Columns shown by table output.
+    pub print_columns: Vec<PrintColumn>,
+    /// Read restrictions.
+    pub sensitivity: Sensitivity,
+}
+
+impl ResourceDefinition {
+    /// A definition with no aliases, no columns and public sensitivity.
+    pub fn new(resource_type: impl Into<String>, default_namespace: impl Into<String>) -> Self {
+        ResourceDefinition {
+            resource_type: resource_type.into(),
+            default_namespace: default_namespace.into(),
+            aliases: Vec::new(),
+            print_columns: Vec::new(),
+            sensitivity: Sensitivity::Public,
+        }
+    }
+
+    /// Adds aliases.
+    pub fn with_aliases<I, S>(mut self, aliases: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.aliases.extend(aliases.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds a print column.
+    pub fn with_print_column(mut self, name: impl Into<String>, path: impl Into<String>) -> Self {
+        self.print_columns.push(PrintColumn { name: name.into(), path: path.into() });
+        self
+    }
+
+    /// Sets the sensitivity.
+    pub fn with_sensitivity(mut self, sensitivity: Sensitivity) -> Self {
+        self.sensitivity = sensitivity;
+        self
+    }
+
+    /// The plural name: the type up to the first dot (`MachineConfigs`).
+    pub fn plural(&self) -> &str {
+        self.resource_type.split('.').next().unwrap_or(&self.resource_type)
+    }
+
+    /// The singular display name: the plural without its trailing `s` (`MachineConfig`).
+    pub fn display_type(&self) -> &str {
+        let plural = self.plural();
+        plural.strip_suffix('s').unwrap_or(plural)
+    }
+}

@@ -1,0 +1,187 @@
+//! The one error type of the runtime. Every variant names what it is about, and
+//! [`Error::is_retryable`] tells a caller whether trying again can help.
+
+use std::sync::Arc;
+
+use crate::{Finalizers, Kind, Phase, Pointer, Version};
+
+/// Result alias used across the runtime.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A boxed error source shared between clones of an [`Error`].
+pub type Source = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong in a state or runtime call.
+///
+/// ```
+/// use cosi_core::{Error, Pointer, Version};
+/// let err = Error::VersionConflict {
+///     pointer: Pointer::new("ns", "T.test.cosi.dev", "a"),
+///     expected: Version::new(1),
+///     actual: Version::new(2),
+/// };
+/// assert!(err.is_retryable());
+/// assert_eq!(err.to_string(), "ns/T.test.cosi.dev/a: version conflict: expected 1, stored 2");
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The resource does not exist.
+    #[error("{pointer}: not found")]
+    NotFound {
+        /// The missing resource.
+        pointer: Pointer,
+    },
+    /// A create found the resource already there.
+    #[error("{pointer}: already exists")]
+    AlreadyExists {
+        /// The existing resource.
+        pointer: Pointer,
+    },
+    /// An update carried a version other than the stored one.
+    #[error("{pointer}: version conflict: expected {expected}, stored {actual}")]
+    VersionConflict {
+        /// The resource.
+        pointer: Pointer,
+        /// The version the writer read.
+        expected: Version,
+        /// The version stored.
+        actual: Version,
+    },
+    /// The writer is not the resource's owner.
+    #[error("{pointer}: owner conflict: owned by {}, written by {}", display_owner(.owner), display_owner(.writer))]
+    OwnerConflict {
+        /// The resource.
+        pointer: Pointer,
+        /// The stored owner.
+        owner: Option<String>,
+        /// The owner the writer claimed.
+        writer: Option<String>,
+    },
+    /// The resource is not in the phase the writer expected.
+    #[error("{pointer}: phase conflict: expected {expected}, stored {actual}")]
+    PhaseConflict {
+        /// The resource.
+        pointer: Pointer,
+        /// The phase the writer expected.
+        expected: Phase,
+        /// The stored phase.
+        actual: Phase,
+    },
+    /// A destroy found finalizers still present.
+    #[error("{pointer}: finalizers pending: {}", finalizers.iter().cloned().collect::<Vec<_>>().join(", "))]
+    PendingFinalizers {
+        /// The resource.
+        pointer: Pointer,
+        /// The finalizers that block destruction.
+        finalizers: Finalizers,
+    },
+    /// Bad input: `subject` names the resource or input, `field` the offending path inside it.
+    #[error("{subject}: invalid {field}: {message}")]
+    InvalidArgument {
+        /// What was being processed: a pointer, a type name, "selector", a file name.
+        subject: String,
+        /// Path of the offending field, e.g. `spec.network.interfaces[0].cidr` or `column 7`.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The caller may not do this (controller access rules, sensitive resources).
+    #[error("{subject}: access denied: {message}")]
+    AccessDenied {
+        /// What was being accessed.
+        subject: String,
+        /// Why it is denied.
+        message: String,
+    },
+    /// The backend or runtime does not support this operation.
+    #[error("{subject}: unsupported: {message}")]
+    Unsupported {
+        /// What was asked of.
+        subject: String,
+        /// What is unsupported.
+        message: String,
+    },
+    /// A strict watcher fell behind the exact history window and its watch was ended.
+    #[error("{kind}: watch fell behind the history window at bookmark {position}")]
+    WatchOverrun {
+        /// The kind being watched.
+        kind: Kind,
+        /// The last bookmark the watcher received.
+        position: u64,
+    },
+    /// The storage engine failed.
+    #[error("{subject}: backend failure: {message}")]
+    Backend {
+        /// What was being accessed.
+        subject: String,
+        /// What failed.
+        message: String,
+        /// Whether the same call may succeed later (e.g. a server was unreachable).
+        retryable: bool,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<Source>,
+    },
+}
+
+fn display_owner(owner: &Option<String>) -> String {
+    match owner {
+        Some(o) => format!("{o:?}"),
+        None => "no owner".to_string(),
+    }
+}
+
+impl Error {
+    /// Whether repeating the call (after re-reading, for conflicts) can succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::VersionConflict { .. } | Error::WatchOverrun { .. } => true,
+            Error::Backend { retryable, .. } => *retryable,
+            _ => false,
+        }
+    }
+
+    /// Whether this is [`Error::NotFound`].
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::NotFound { .. })
+    }
+
+    /// Whether this is [`Error::AlreadyExists`].
+    pub fn is_already_exists(&self) -> bool {
+        matches!(self, Error::AlreadyExists { .. })
+    }
+
+    /// Whether this is [`Error::VersionConflict`].
+    pub fn is_version_conflict(&self) -> bool {
+        matches!(self, Error::VersionConflict { .. })
+    }
+
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub fn invalid(
+        subject: impl Into<String>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Error::InvalidArgument {
+            subject: subject.into(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Shorthand for a [`Error::Backend`] failure with a source.
+    pub fn backend(
+        subject: impl Into<String>,
+        message: impl Into<String>,
+        retryable: bool,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::Backend {
+            subject: subject.into(),
+            message: message.into(),
+            retryable,
+            source: Some(Arc::new(source)),
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! # cosi-core
+//!
+//! The resource model of a COSI-style runtime: typed, versioned resources identified by
+//! `(namespace, type, id)`, the [`State`] trait that every backend implements, the helpers derived
+//! from it ([`StateExt`]), label and id queries, resource definitions and the error type.
+//!
+//! This crate knows no backend and no runtime: backends live in `cosi-state`, controllers in
+//! `cosi-controllers`.
+//!
+//! A tour:
+//! - [`Pointer`] and [`Kind`] name resources; [`Metadata`] carries version, owner, phase,
+//!   finalizers, labels and annotations.
+//! - [`ResourceSpec`] turns a serde type into a resource type; [`Resource<S>`] pairs it with
+//!   metadata; stores keep [`SharedResource`]s (`Arc<dyn AnyResource>`) and [`downcast`] gets
+//!   the typed value back, checked.
+//! - [`State`] is the store API; [`Event`]s and [`Watch`] carry changes to watchers.
+
+mod definition;
+mod error;
+mod event;
+mod id_query;
+mod label_query;
+mod metadata;
+mod pointer;
+mod resource;
+mod state;
+mod state_ext;
+
+pub use definition::{PrintColumn, ResourceDefinition, Sensitivity};
+pub use error::{Error, Result, Source};
+pub use event::{Bookmark, Event, EventSource, Watch};
+pub use id_query::IdQuery;
+pub use label_query::{parse_quantity, LabelOp, LabelQueries, LabelQuery, LabelTerm};
+pub use metadata::{Annotations, Finalizers, Labels, Metadata, Phase, Version};
+pub use pointer::{Kind, Pointer};
+pub use resource::{
+    downcast, downcast_ref, make_mut, same_content, AnyResource, DynamicResource, Resource,
+    ResourceSpec, SharedResource,
+};
+pub use state::{
+    CreateOptions, DestroyOptions, ListOptions, State, UpdateOptions, WatchKindOptions,
+    WatchOptions,
+};
+pub use state_ext::StateExt;

@@ -1,0 +1,234 @@
+//! Resources: a [`Metadata`] plus a spec. Typed resources are [`Resource<S>`]; the store holds them
+//! type-erased as [`SharedResource`] (`Arc<dyn AnyResource>`), and hands out `Arc` clones.
+//!
+//! Stored values are immutable. A writer that wants to change one clones it, changes the copy and
+//! writes that ([`Resource::clone`] is the copy-on-write step). Downcasting back to a typed
+//! resource is checked and returns an error on a mismatch.
+
+use std::any::Any;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::{Error, Kind, Metadata, Pointer, ResourceDefinition, Result};
+
+/// A spec type with its static definition. Implement it for every resource type.
+///
+/// ```
+/// use cosi_core::{Resource, ResourceSpec};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
+/// struct Hostname { name: String }
+///
+/// impl ResourceSpec for Hostname {
+///     const TYPE: &'static str = "Hostnames.net.cosi.dev";
+///     const DEFAULT_NAMESPACE: &'static str = "network";
+/// }
+///
+/// let r = Resource::new("hostname", Hostname { name: "node-1".into() });
+/// assert_eq!(r.metadata.namespace(), "network");
+/// assert_eq!(r.spec.name, "node-1");
+/// ```
+pub trait ResourceSpec:
+    Clone + PartialEq + Debug + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+    /// Full type name, `PluralCamel.group.domain`.
+    const TYPE: &'static str;
+    /// Namespace used by [`Resource::new`].
+    const DEFAULT_NAMESPACE: &'static str;
+
+    /// The full definition. Override to add aliases, print columns or sensitivity.
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, Self::DEFAULT_NAMESPACE)
+    }
+
+    /// The kind in the default namespace.
+    fn kind() -> Kind {
+        Kind::new(Self::DEFAULT_NAMESPACE, Self::TYPE)
+    }
+
+    /// The kind in `namespace`.
+    fn kind_in(namespace: &str) -> Kind {
+        Kind::new(namespace, Self::TYPE)
+    }
+}
+
+/// A typed resource.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Resource<S> {
+    /// Identity and bookkeeping.
+    pub metadata: Metadata,
+    /// The typed payload.
+    pub spec: S,
+}
+
+impl<S: ResourceSpec> Resource<S> {
+    /// A resource in the spec's default namespace.
+    pub fn new(id: impl Into<Arc<str>>, spec: S) -> Self {
+        Self::with_metadata(Metadata::new(S::kind().pointer(id)), spec)
+    }
+
+    /// A resource in `namespace`.
+    pub fn new_in(namespace: &str, id: impl Into<Arc<str>>, spec: S) -> Self {
+        Self::with_metadata(Metadata::new(S::kind_in(namespace).pointer(id)), spec)
+    }
+
+    /// A resource from existing metadata (e.g. a copy being modified).
+    pub fn with_metadata(metadata: Metadata, spec: S) -> Self {
+        Resource { metadata, spec }
+    }
+
+    /// Moves the resource into shared, type-erased form.
+    pub fn into_shared(self) -> SharedResource {
+        Arc::new(self)
+    }
+}
+
+/// A type-erased resource: what the store keeps, lists and sends in events.
+pub trait AnyResource: Debug + Send + Sync + 'static {
+    /// The metadata.
+    fn metadata(&self) -> &Metadata;
+    /// Mutable metadata (backends stamp versions and timestamps through it).
+    fn metadata_mut(&mut self) -> &mut Metadata;
+    /// The spec as `Any`, for checked downcasts.
+    fn spec_any(&self) -> &dyn Any;
+    /// The spec in dynamic form.
+    fn spec_value(&self) -> Result<serde_json::Value>;
+    /// Whether both specs are equal (same type and equal values, or equal dynamic forms).
+    fn spec_eq(&self, other: &dyn AnyResource) -> bool;
+    /// A deep copy.
+    fn clone_boxed(&self) -> Box<dyn AnyResource>;
+    /// Self as `Any`, for downcasting the whole resource.
+    fn as_any(&self) -> &dyn Any;
+    /// The shared value as `Any`, for downcasting without copying.
+    fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+/// A stored resource, shared between the store, readers and watchers.
+pub type SharedResource = Arc<dyn AnyResource>;
+
+impl<S: ResourceSpec> AnyResource for Resource<S> {
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut Metadata {
+        &mut self.metadata
+    }
+    fn spec_any(&self) -> &dyn Any {
+        &self.spec
+    }
+    fn spec_value(&self) -> Result<serde_json::Value> {
+        serde_json::to_value(&self.spec).map_err(|e| {
+            Error::invalid(self.metadata.pointer().to_string(), "spec", e.to_string())
+        })
+    }
+    fn spec_eq(&self, other: &dyn AnyResource) -> bool {
+        match other.spec_any().downcast_ref::<S>() {
+            Some(spec) => *spec == self.spec,
+            None => matches!((self.spec_value(), other.spec_value()), (Ok(a), Ok(b)) if a == b),
+        }
+    }
+    fn clone_boxed(&self) -> Box<dyn AnyResource> {
+        Box::new(self.clone())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+/// A resource whose spec is held in dynamic form: a type not known to this process (kept by
+/// durable backends and decoded by tools that work without the Rust type).
+#[derive(Clone, PartialEq, Debug)]
+pub struct DynamicResource {
+    /// Identity and bookkeeping.
+    pub metadata: Metadata,
+    /// The spec as a JSON value.
+    pub spec: serde_json::Value,
+}
+
+impl AnyResource for DynamicResource {
+    fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut Metadata {
+        &mut self.metadata
+    }
+    fn spec_any(&self) -> &dyn Any {
+        &self.spec
+    }
+    fn spec_value(&self) -> Result<serde_json::Value> {
+        Ok(self.spec.clone())
+    }
+    fn spec_eq(&self, other: &dyn AnyResource) -> bool {
+        match other.spec_any().downcast_ref::<serde_json::Value>() {
+            Some(spec) => *spec == self.spec,
+            None => matches!(other.spec_value(), Ok(v) if v == self.spec),
+        }
+    }
+    fn clone_boxed(&self) -> Box<dyn AnyResource> {
+        Box::new(self.clone())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+/// Whether two resources are equal for the no-op rule: metadata ignoring timestamps, and spec.
+pub fn same_content(a: &dyn AnyResource, b: &dyn AnyResource) -> bool {
+    a.metadata().eq_ignoring_timestamps(b.metadata()) && a.spec_eq(b)
+}
+
+/// Gives mutable access to a shared resource, copying it only when others hold it too.
+/// Backends use it to stamp versions on values handed to them.
+pub fn make_mut(resource: &mut SharedResource) -> &mut dyn AnyResource {
+    if Arc::get_mut(resource).is_none() {
+        *resource = Arc::from(resource.clone_boxed());
+    }
+    // Invariant: `resource` was just replaced by a fresh Arc if it was shared, so it is unique.
+    Arc::get_mut(resource).expect("a freshly allocated Arc is unique")
+}
+
+fn mismatch<S: ResourceSpec>(pointer: &Pointer) -> Error {
+    Error::invalid(
+        pointer.to_string(),
+        "spec",
+        format!("resource does not hold a {} spec ({})", S::TYPE, std::any::type_name::<S>()),
+    )
+}
+
+/// Checked downcast of a borrowed shared resource.
+///
+/// ```
+/// use cosi_core::{downcast_ref, Resource, ResourceSpec};
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+/// # struct A(u32);
+/// # impl ResourceSpec for A { const TYPE: &'static str = "As.test.cosi.dev"; const DEFAULT_NAMESPACE: &'static str = "t"; }
+/// # #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+/// # struct B(u32);
+/// # impl ResourceSpec for B { const TYPE: &'static str = "Bs.test.cosi.dev"; const DEFAULT_NAMESPACE: &'static str = "t"; }
+/// let shared = Resource::new("x", A(7)).into_shared();
+/// assert_eq!(downcast_ref::<A>(&*shared).unwrap().spec, A(7));
+/// assert!(downcast_ref::<B>(&*shared).is_err());
+/// ```
+pub fn downcast_ref<S: ResourceSpec>(resource: &dyn AnyResource) -> Result<&Resource<S>> {
+    resource
+        .as_any()
+        .downcast_ref::<Resource<S>>()
+        .ok_or_else(|| mismatch::<S>(resource.metadata().pointer()))
+}
+
+/// Checked downcast of a shared resource without copying it.
+pub fn downcast<S: ResourceSpec>(resource: SharedResource) -> Result<Arc<Resource<S>>> {
+    let pointer = resource.metadata().pointer().clone();
+    resource.into_any_arc().downcast::<Resource<S>>().map_err(|_| mismatch::<S>(&pointer))
+}

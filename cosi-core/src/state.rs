@@ -1,0 +1,125 @@
+//! The [`State`] trait every backend implements, and the options of its calls.
+//!
+//! The rules, which the conformance suite in `cosi-state` checks for every backend:
+//! - `create` stores version 1 and fails with `AlreadyExists` if the id is taken; the owner comes
+//!   from [`CreateOptions::owner`].
+//! - `update` must carry the version it read; a different stored version is a `VersionConflict`
+//!   (expected = the carried version, actual = the stored one). The writer must be the stored
+//!   owner and the stored phase must be the expected one (running by default). The stored
+//!   version becomes +1; owner, created timestamp and identity cannot be changed by an update.
+//! - `destroy` checks the owner and fails with `PendingFinalizers` while any are left; it does
+//!   not require tearing down first.
+//! - `list` is sorted by id.
+//! - `watch` starts with the current state (`Created`) or a `Destroyed` tombstone when absent.
+//! - `watch_kind` follows the options in [`WatchKindOptions`].
+
+use async_trait::async_trait;
+
+use crate::{
+    Bookmark, IdQuery, Kind, LabelQueries, Phase, Pointer, Result, SharedResource, Watch,
+};
+
+/// Options of [`State::list`].
+#[derive(Clone, Debug, Default)]
+pub struct ListOptions {
+    /// Label filter (queries ORed, terms ANDed).
+    pub labels: LabelQueries,
+    /// Id filter.
+    pub ids: Option<IdQuery>,
+}
+
+/// Options of [`State::create`].
+#[derive(Clone, Debug, Default)]
+pub struct CreateOptions {
+    /// The owning controller; `None` for user-owned resources.
+    pub owner: Option<String>,
+}
+
+/// Options of [`State::update`].
+#[derive(Clone, Debug)]
+pub struct UpdateOptions {
+    /// Must equal the stored owner.
+    pub owner: Option<String>,
+    /// The phase the stored resource must be in; `None` accepts any phase. Default: running.
+    pub expected_phase: Option<Phase>,
+}
+
+impl Default for UpdateOptions {
+    fn default() -> Self {
+        UpdateOptions { owner: None, expected_phase: Some(Phase::Running) }
+    }
+}
+
+impl UpdateOptions {
+    /// Options for `owner`, expecting the running phase.
+    pub fn owned_by(owner: Option<&str>) -> Self {
+        UpdateOptions { owner: owner.map(str::to_string), ..Self::default() }
+    }
+}
+
+/// Options of [`State::destroy`].
+#[derive(Clone, Debug, Default)]
+pub struct DestroyOptions {
+    /// Must equal the stored owner.
+    pub owner: Option<String>,
+}
+
+/// Options of [`State::watch`].
+#[derive(Clone, Debug, Default)]
+pub struct WatchOptions {
+    /// End the watch with [`crate::Error::WatchOverrun`] instead of catching up if it falls behind.
+    pub strict: bool,
+}
+
+/// Options of [`State::watch_kind`].
+#[derive(Clone, Debug, Default)]
+pub struct WatchKindOptions {
+    /// First deliver a `Created` event per existing (matching) resource in id order, then
+    /// `Bootstrapped`, then live events.
+    pub bootstrap: bool,
+    /// First deliver up to this many of the most recent events from the history window.
+    pub tail: Option<usize>,
+    /// Resume after this bookmark: deliver every later event (or a catch-up if it is too old).
+    pub since: Option<Bookmark>,
+    /// Label filter; a change into or out of the filter arrives as `Created` / `Destroyed`.
+    pub labels: LabelQueries,
+    /// Id filter.
+    pub ids: Option<IdQuery>,
+    /// End the watch with an error instead of catching up if it falls behind.
+    pub strict: bool,
+}
+
+/// A store of resources. Implemented by every backend; the derived helpers live in
+/// [`crate::StateExt`].
+#[async_trait]
+pub trait State: Send + Sync + 'static {
+    /// Reads one resource.
+    async fn get(&self, pointer: &Pointer) -> Result<SharedResource>;
+
+    /// Lists the resources of a kind matching the options, sorted by id.
+    async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>>;
+
+    /// Creates a resource; returns the stored value (version 1, timestamps set).
+    async fn create(
+        &self,
+        resource: SharedResource,
+        options: CreateOptions,
+    ) -> Result<SharedResource>;
+
+    /// Updates a resource from a value carrying the version it was read at; returns the stored
+    /// value.
+    async fn update(
+        &self,
+        resource: SharedResource,
+        options: UpdateOptions,
+    ) -> Result<SharedResource>;
+
+    /// Destroys a resource.
+    async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()>;
+
+    /// Watches one resource: first its current state (or a tombstone), then every change.
+    async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch>;
+
+    /// Watches every resource of a kind.
+    async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch>;
+}
