@@ -73,7 +73,10 @@ impl ResourceDefinition {
 
     /// Adds a print column.
     pub fn with_print_column(mut self, name: impl Into<String>, path: impl Into<String>) -> Self {
-        self.print_columns.push(PrintColumn { name: name.into(), path: path.into() });
+        self.print_columns.push(PrintColumn {
+            name: name.into(),
+            path: path.into(),
+        });
         self
     }
 
@@ -85,7 +88,10 @@ impl ResourceDefinition {
 
     /// The plural name: the type up to the first dot (`MachineConfigs`).
     pub fn plural(&self) -> &str {
-        self.resource_type.split('.').next().unwrap_or(&self.resource_type)
+        self.resource_type
+            .split('.')
+            .next()
+            .unwrap_or(&self.resource_type)
     }
 
     /// The singular display name: the plural without its trailing `s` (`MachineConfig`).

@@ -110,9 +110,16 @@ impl Event {
     pub fn is_compacted(&self) -> bool {
         matches!(
             self,
-            Event::Created { compacted: true, .. }
-                | Event::Updated { compacted: true, .. }
-                | Event::Destroyed { compacted: true, .. }
+            Event::Created {
+                compacted: true,
+                ..
+            } | Event::Updated {
+                compacted: true,
+                ..
+            } | Event::Destroyed {
+                compacted: true,
+                ..
+            }
         )
     }
 
@@ -153,7 +160,9 @@ pub struct Watch {
 impl Watch {
     /// Wraps a backend's event source.
     pub fn new(source: impl EventSource + 'static) -> Self {
-        Watch { source: Box::new(source) }
+        Watch {
+            source: Box::new(source),
+        }
     }
 
     /// The next event; `None` once the watch has ended. Cancellation-safe in `select!` as long as

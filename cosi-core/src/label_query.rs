@@ -41,7 +41,11 @@ pub struct LabelTerm {
 impl LabelTerm {
     /// A term, not inverted.
     pub fn new(key: impl Into<String>, op: LabelOp) -> Self {
-        LabelTerm { key: key.into(), op, invert: false }
+        LabelTerm {
+            key: key.into(),
+            op,
+            invert: false,
+        }
     }
 
     /// The same term, inverted.
@@ -157,7 +161,11 @@ pub fn parse_quantity(text: &str) -> Option<f64> {
         .iter()
         .find_map(|(suffix, factor)| lower.strip_suffix(suffix).map(|n| (n, *factor)))
         .unwrap_or((lower.as_str(), 1.0));
-    if number.is_empty() || !number.chars().all(|c| c.is_ascii_digit() || "+-.".contains(c)) {
+    if number.is_empty()
+        || !number
+            .chars()
+            .all(|c| c.is_ascii_digit() || "+-.".contains(c))
+    {
         return None;
     }
     let value: f64 = number.parse().ok()?;
@@ -169,7 +177,10 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> Labels {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]

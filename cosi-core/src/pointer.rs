@@ -42,7 +42,10 @@ pub struct Kind {
 impl Kind {
     /// Builds a kind from a namespace and a type name.
     pub fn new(namespace: &str, resource_type: &str) -> Self {
-        Kind { namespace: intern(namespace), resource_type: intern(resource_type) }
+        Kind {
+            namespace: intern(namespace),
+            resource_type: intern(resource_type),
+        }
     }
 
     /// The namespace.
@@ -57,7 +60,10 @@ impl Kind {
 
     /// A pointer to the resource `id` of this kind.
     pub fn pointer(&self, id: impl Into<Arc<str>>) -> Pointer {
-        Pointer { kind: self.clone(), id: id.into() }
+        Pointer {
+            kind: self.clone(),
+            id: id.into(),
+        }
     }
 }
 

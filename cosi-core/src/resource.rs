@@ -121,9 +121,8 @@ impl<S: ResourceSpec> AnyResource for Resource<S> {
         &self.spec
     }
     fn spec_value(&self) -> Result<serde_json::Value> {
-        serde_json::to_value(&self.spec).map_err(|e| {
-            Error::invalid(self.metadata.pointer().to_string(), "spec", e.to_string())
-        })
+        serde_json::to_value(&self.spec)
+            .map_err(|e| Error::invalid(self.metadata.pointer().to_string(), "spec", e.to_string()))
     }
     fn spec_eq(&self, other: &dyn AnyResource) -> bool {
         match other.spec_any().downcast_ref::<S>() {
@@ -201,7 +200,11 @@ fn mismatch<S: ResourceSpec>(pointer: &Pointer) -> Error {
     Error::invalid(
         pointer.to_string(),
         "spec",
-        format!("resource does not hold a {} spec ({})", S::TYPE, std::any::type_name::<S>()),
+        format!(
+            "resource does not hold a {} spec ({})",
+            S::TYPE,
+            std::any::type_name::<S>()
+        ),
     )
 }
 
@@ -230,5 +233,8 @@ pub fn downcast_ref<S: ResourceSpec>(resource: &dyn AnyResource) -> Result<&Reso
 /// Checked downcast of a shared resource without copying it.
 pub fn downcast<S: ResourceSpec>(resource: SharedResource) -> Result<Arc<Resource<S>>> {
     let pointer = resource.metadata().pointer().clone();
-    resource.into_any_arc().downcast::<Resource<S>>().map_err(|_| mismatch::<S>(&pointer))
+    resource
+        .into_any_arc()
+        .downcast::<Resource<S>>()
+        .map_err(|_| mismatch::<S>(&pointer))
 }

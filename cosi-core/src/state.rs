@@ -15,9 +15,7 @@
 
 use async_trait::async_trait;
 
-use crate::{
-    Bookmark, IdQuery, Kind, LabelQueries, Phase, Pointer, Result, SharedResource, Watch,
-};
+use crate::{Bookmark, IdQuery, Kind, LabelQueries, Phase, Pointer, Result, SharedResource, Watch};
 
 /// Options of [`State::list`].
 #[derive(Clone, Debug, Default)]
@@ -46,14 +44,20 @@ pub struct UpdateOptions {
 
 impl Default for UpdateOptions {
     fn default() -> Self {
-        UpdateOptions { owner: None, expected_phase: Some(Phase::Running) }
+        UpdateOptions {
+            owner: None,
+            expected_phase: Some(Phase::Running),
+        }
     }
 }
 
 impl UpdateOptions {
     /// Options for `owner`, expecting the running phase.
     pub fn owned_by(owner: Option<&str>) -> Self {
-        UpdateOptions { owner: owner.map(str::to_string), ..Self::default() }
+        UpdateOptions {
+            owner: owner.map(str::to_string),
+            ..Self::default()
+        }
     }
 }
 

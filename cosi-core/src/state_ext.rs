@@ -46,7 +46,11 @@ pub trait StateExt: State {
         kind: &Kind,
         options: &ListOptions,
     ) -> Result<Vec<Arc<Resource<S>>>> {
-        self.list(kind, options).await?.into_iter().map(downcast::<S>).collect()
+        self.list(kind, options)
+            .await?
+            .into_iter()
+            .map(downcast::<S>)
+            .collect()
     }
 
     /// Creates `template` changed by `change` if it does not exist, otherwise applies `change` to
@@ -70,7 +74,9 @@ pub trait StateExt: State {
                 Err(e) if e.is_not_found() => {
                     let mut fresh = template.clone();
                     change(&mut fresh)?;
-                    let create = CreateOptions { owner: options.owner.clone() };
+                    let create = CreateOptions {
+                        owner: options.owner.clone(),
+                    };
                     match self.create(fresh.into_shared(), create).await {
                         Ok(created) => return downcast::<S>(created),
                         Err(e) if e.is_already_exists() => continue,
@@ -127,7 +133,9 @@ pub trait StateExt: State {
                 return Ok(stored.metadata().finalizers().is_empty());
             }
             let mut next = stored.clone();
-            make_mut(&mut next).metadata_mut().set_phase(Phase::TearingDown);
+            make_mut(&mut next)
+                .metadata_mut()
+                .set_phase(Phase::TearingDown);
             match self.update(next, UpdateOptions::owned_by(owner)).await {
                 Ok(updated) => return Ok(updated.metadata().finalizers().is_empty()),
                 Err(e) if e.is_version_conflict() || matches!(e, Error::PhaseConflict { .. }) => {
@@ -139,7 +147,11 @@ pub trait StateExt: State {
     }
 
     /// Adds finalizers (any owner, any phase). Returns the stored value.
-    async fn add_finalizer(&self, pointer: &Pointer, finalizers: &[&str]) -> Result<SharedResource> {
+    async fn add_finalizer(
+        &self,
+        pointer: &Pointer,
+        finalizers: &[&str],
+    ) -> Result<SharedResource> {
         change_finalizers(self, pointer, finalizers, true).await
     }
 
@@ -169,7 +181,9 @@ pub trait StateExt: State {
                     }
                 }
             }
-            let options = DestroyOptions { owner: owner.map(str::to_string) };
+            let options = DestroyOptions {
+                owner: owner.map(str::to_string),
+            };
             match self.destroy(pointer, options).await {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_not_found() => return Ok(()),
@@ -189,16 +203,12 @@ pub trait StateExt: State {
         let mut watch = self.watch(pointer, WatchOptions::default()).await?;
         while let Some(event) = watch.recv().await {
             match event {
-                Event::Created { resource, .. } | Event::Updated { resource, .. } => {
-                    if condition(Some(&*resource)) {
-                        return Ok(Some(resource));
-                    }
+                Event::Created { resource, .. } | Event::Updated { resource, .. }
+                    if condition(Some(&*resource)) =>
+                {
+                    return Ok(Some(resource));
                 }
-                Event::Destroyed { .. } => {
-                    if condition(None) {
-                        return Ok(None);
-                    }
-                }
+                Event::Destroyed { .. } if condition(None) => return Ok(None),
                 Event::Errored { error } => return Err(error),
                 _ => {}
             }

@@ -1,0 +1,4 @@
+//! # cosi-state
+//!
+//! Implementations of [`cosi_core::State`]: in memory, on disk (redb), a namespaced router that
+//! sends each namespace to its own backend, and (behind the `etcd` feature) a distributed backend.
