@@ -2,3 +2,8 @@
 //!
 //! Implementations of [`cosi_core::State`]: in memory, on disk (redb), a namespaced router that
 //! sends each namespace to its own backend, and (behind the `etcd` feature) a distributed backend.
+
+#[cfg(feature = "etcd")]
+pub mod etcd;
+#[cfg(feature = "etcd")]
+pub use etcd::{EtcdOptions, EtcdState};
