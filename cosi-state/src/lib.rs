@@ -3,7 +3,13 @@
 //! Implementations of [`cosi_core::State`]: in memory, on disk (redb), a namespaced router that
 //! sends each namespace to its own backend, and (behind the `etcd` feature) a distributed backend.
 
+mod memory;
+mod router;
+
 #[cfg(feature = "etcd")]
 pub mod etcd;
+
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdOptions, EtcdState};
+pub use memory::{MemoryOptions, MemoryState};
+pub use router::NamespaceRouter;

@@ -125,7 +125,9 @@ impl Connection {
                 if revision != 0 {
                     options = options.with_revision(revision);
                 }
-                let result = self.call(kind, "range", kv.get(from.clone(), Some(options))).await;
+                let result = self
+                    .call(kind, "range", kv.get(from.clone(), Some(options)))
+                    .await;
                 let mut response = match result {
                     Ok(response) => response,
                     // The revision of the first page was compacted while paging: start over.
@@ -150,7 +152,12 @@ impl Connection {
     }
 
     /// Decodes a stored key-value of `kind`. `None` when the key does not belong to the kind.
-    pub fn decode(&self, kind: &Kind, prefix: &[u8], kv: &KeyValue) -> Option<Result<SharedResource>> {
+    pub fn decode(
+        &self,
+        kind: &Kind,
+        prefix: &[u8],
+        kv: &KeyValue,
+    ) -> Option<Result<SharedResource>> {
         let id = keys::id_of(prefix, kv.key())?;
         let pointer = kind.pointer(id);
         Some(self.decoders.decode(&pointer, kv.value()))
@@ -176,7 +183,11 @@ fn is_compacted(e: &Error) -> bool {
 
 /// Turns an etcd client error into a backend error; transport problems and unavailability are
 /// retryable, rejected requests are not.
-pub(super) fn etcd_error(subject: &(dyn Display + Sync), operation: &str, e: etcd_client::Error) -> Error {
+pub(super) fn etcd_error(
+    subject: &(dyn Display + Sync),
+    operation: &str,
+    e: etcd_client::Error,
+) -> Error {
     let retryable = match &e {
         // gRPC codes: 1 cancelled, 2 unknown (broken connections surface so), 4 deadline
         // exceeded, 8 resource exhausted, 10 aborted, 14 unavailable.

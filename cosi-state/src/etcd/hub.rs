@@ -132,9 +132,7 @@ impl KindHub {
             .await
             .map_err(|_| Error::Backend {
                 subject: self.kind.to_string(),
-                message: format!(
-                    "etcd watch did not reach revision {revision} within {timeout:?}"
-                ),
+                message: format!("etcd watch did not reach revision {revision} within {timeout:?}"),
                 retryable: true,
                 source: None,
             })
@@ -221,7 +219,11 @@ async fn run(hub: Arc<KindHub>, connection: Arc<Connection>, start: i64) {
             .with_start_revision(next);
         let mut client = connection.client().watch_client();
         let opened = connection
-            .call(&hub.kind, "watch", client.watch(hub.prefix.clone(), Some(options)))
+            .call(
+                &hub.kind,
+                "watch",
+                client.watch(hub.prefix.clone(), Some(options)),
+            )
             .await;
         let (mut watcher, mut stream) = match opened {
             Ok(opened) => opened,

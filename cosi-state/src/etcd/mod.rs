@@ -37,9 +37,9 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use cosi_core::{
-    make_mut, Bookmark, CreateOptions, DestroyOptions, DynamicResource, Error, Event, Kind,
-    ListOptions, Metadata, Pointer, ResourceSpec, Result, SharedResource, State, UpdateOptions,
-    Version, Watch, WatchKindOptions, WatchOptions,
+    make_mut, Bookmark, CreateOptions, DestroyOptions, Error, Event, Kind, ListOptions, Pointer,
+    ResourceSpec, Result, SharedResource, State, UpdateOptions, Version, Watch, WatchKindOptions,
+    WatchOptions,
 };
 use dashmap::DashMap;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, Txn, TxnOp};
@@ -227,9 +227,7 @@ impl EtcdState {
         };
         for kv in &kvs {
             match self.connection.decode(kind, &prefix, kv) {
-                Some(Ok(resource)) if filter.matches(&*resource) => {
-                    report.resources.push(resource)
-                }
+                Some(Ok(resource)) if filter.matches(&*resource) => report.resources.push(resource),
                 Some(Err(error)) => report.invalid.push(error),
                 _ => {}
             }
@@ -298,11 +296,23 @@ fn filter_of(ids: Option<cosi_core::IdQuery>, labels: cosi_core::LabelQueries) -
     }
 }
 
-fn tombstone(pointer: &Pointer) -> SharedResource {
-    Arc::new(DynamicResource {
-        metadata: Metadata::new(pointer.clone()),
-        spec: serde_json::Value::Null,
-    })
+/// Namespace, type and id must be non-empty (the rule every backend of this crate applies).
+fn check_identity(pointer: &Pointer) -> Result<()> {
+    let parts = [
+        ("metadata.namespace", pointer.namespace()),
+        ("metadata.type", pointer.resource_type()),
+        ("metadata.id", pointer.id()),
+    ];
+    for (field, value) in parts {
+        if value.is_empty() {
+            return Err(Error::invalid(
+                pointer.to_string(),
+                field,
+                "must not be empty",
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -325,6 +335,7 @@ impl State for EtcdState {
         options: CreateOptions,
     ) -> Result<SharedResource> {
         let pointer = resource.metadata().pointer().clone();
+        check_identity(&pointer)?;
         let now = SystemTime::now();
         {
             let md = make_mut(&mut resource).metadata_mut();
@@ -386,7 +397,11 @@ impl State for EtcdState {
             }
             let value = record::encode(&*resource)?;
             let txn = Txn::new()
-                .when([Compare::mod_revision(key.clone(), CompareOp::Equal, revision)])
+                .when([Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    revision,
+                )])
                 .and_then([TxnOp::put(key.clone(), value, None)]);
             if self.connection.txn(&pointer, txn).await?.succeeded() {
                 return Ok(resource);
@@ -414,7 +429,11 @@ impl State for EtcdState {
                 });
             }
             let txn = Txn::new()
-                .when([Compare::mod_revision(key.clone(), CompareOp::Equal, revision)])
+                .when([Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    revision,
+                )])
                 .and_then([TxnOp::delete(key.clone(), None)]);
             if self.connection.txn(pointer, txn).await?.succeeded() {
                 return Ok(());
@@ -440,7 +459,7 @@ impl State for EtcdState {
                 compacted: false,
             },
             None => Event::Destroyed {
-                resource: tombstone(pointer),
+                resource: crate::memory::tombstone(pointer),
                 bookmark,
                 compacted: false,
             },

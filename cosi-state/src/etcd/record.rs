@@ -11,8 +11,8 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cosi_core::{
-    Annotations, AnyResource, DynamicResource, Error, Finalizers, Labels, Metadata, Phase,
-    Pointer, Resource, ResourceSpec, Result, SharedResource, Version,
+    Annotations, AnyResource, DynamicResource, Error, Finalizers, Labels, Metadata, Phase, Pointer,
+    Resource, ResourceSpec, Result, SharedResource, Version,
 };
 use serde::{Deserialize, Serialize};
 
@@ -191,7 +191,9 @@ mod tests {
         r.metadata.set_phase(Phase::TearingDown);
         r.metadata.labels_mut().insert("app".into(), "web".into());
         r.metadata.finalizers_mut().insert("f".into());
-        r.metadata.annotations_mut().insert("note".into(), "x".into());
+        r.metadata
+            .annotations_mut()
+            .insert("note".into(), "x".into());
         r.metadata
             .set_timestamps(time(1_000_000_123), time(2_000_000_456));
         r
@@ -226,8 +228,9 @@ mod tests {
             let err = Decoders::default().decode(&pointer, bytes).unwrap_err();
             assert!(!err.is_retryable());
             assert!(
-                err.to_string()
-                    .starts_with("ns/Specs.test.cosi.dev/a: backend failure: stored record is not valid"),
+                err.to_string().starts_with(
+                    "ns/Specs.test.cosi.dev/a: backend failure: stored record is not valid"
+                ),
                 "{err}"
             );
         }
@@ -240,7 +243,9 @@ mod tests {
         let err = Decoders::default()
             .decode(&other, &encode(&r).unwrap())
             .unwrap_err();
-        assert!(err.to_string().contains("record names ns/Specs.test.cosi.dev/a"));
+        assert!(err
+            .to_string()
+            .contains("record names ns/Specs.test.cosi.dev/a"));
     }
 
     #[test]
@@ -254,6 +259,10 @@ mod tests {
         let err = decoders
             .decode(r.metadata.pointer(), &encode(&r).unwrap())
             .unwrap_err();
-        assert!(err.to_string().contains("does not decode as Specs.test.cosi.dev"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("does not decode as Specs.test.cosi.dev"),
+            "{err}"
+        );
     }
 }

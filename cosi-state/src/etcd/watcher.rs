@@ -218,7 +218,11 @@ impl Watcher {
         let mut client = self.connection.client().watch_client();
         let (_watcher, mut stream) = self
             .connection
-            .call(&kind, "watch", client.watch(self.hub.prefix().to_vec(), Some(options)))
+            .call(
+                &kind,
+                "watch",
+                client.watch(self.hub.prefix().to_vec(), Some(options)),
+            )
             .await
             .map_err(Replay::Failed)?;
         while self.position < upto {
@@ -238,8 +242,7 @@ impl Watcher {
                 return Err(Replay::Compacted);
             }
             for event in response.events() {
-                let Some(change) =
-                    decode_change(&self.connection, &kind, self.hub.prefix(), event)
+                let Some(change) = decode_change(&self.connection, &kind, self.hub.prefix(), event)
                 else {
                     continue;
                 };
