@@ -296,6 +296,30 @@ fn filter_of(ids: Option<cosi_core::IdQuery>, labels: cosi_core::LabelQueries) -
     }
 }
 
+/// The option combinations every backend of this crate rejects.
+fn check_watch_options(kind: &Kind, options: &WatchKindOptions) -> Result<()> {
+    if options.bootstrap && (options.tail.is_some() || options.since.is_some()) {
+        let field = if options.tail.is_some() {
+            "tail"
+        } else {
+            "since"
+        };
+        return Err(Error::invalid(
+            kind.to_string(),
+            field,
+            "cannot be combined with bootstrap (a bootstrap already delivers the contents)",
+        ));
+    }
+    if options.tail.is_some() && options.since.is_some() {
+        return Err(Error::invalid(
+            kind.to_string(),
+            "since",
+            "cannot be combined with tail (both choose where the watch starts)",
+        ));
+    }
+    Ok(())
+}
+
 /// Namespace, type and id must be non-empty (the rule every backend of this crate applies).
 fn check_identity(pointer: &Pointer) -> Result<()> {
     let parts = [
@@ -484,11 +508,20 @@ impl State for EtcdState {
     }
 
     async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
+        check_watch_options(kind, &options)?;
         let hub = self.hub(kind).await?;
         let filter = filter_of(options.ids.clone(), options.labels.clone());
         let (subscription, start) = if let Some(since) = options.since {
             let subscription = hub.subscribe().ok_or_else(|| self.closed(kind))?;
+            let head = self.connection.revision(kind).await?;
             let position = i64::try_from(since.0).unwrap_or(i64::MAX);
+            if position > head {
+                return Err(Error::invalid(
+                    kind.to_string(),
+                    "since",
+                    format!("bookmark {since} is in the future (the latest is {head})"),
+                ));
+            }
             (subscription, Start::Resume { position })
         } else if options.bootstrap {
             let subscription = hub.subscribe().ok_or_else(|| self.closed(kind))?;
@@ -519,9 +552,13 @@ impl State for EtcdState {
                 .window
                 .iter()
                 .partition(|change| change.revision <= revision);
-            let old: Vec<Event> = old.into_iter().filter_map(|c| filter.event(c)).collect();
+            // The last `tail` changes, seen through the filter (as the in-memory backend does).
             let skip = old.len().saturating_sub(tail);
-            let mut events: Vec<Event> = old.into_iter().skip(skip).collect();
+            let mut events: Vec<Event> = old
+                .into_iter()
+                .skip(skip)
+                .filter_map(|c| filter.event(c))
+                .collect();
             // Changes the hub saw between the read and the subscription are in the window only.
             events.extend(new.into_iter().filter_map(|c| filter.event(c)));
             let start = Start::Initial {
