@@ -5,3 +5,8 @@
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod memory;
+mod router;
+
+pub use memory::{MemoryOptions, MemoryState};
+pub use router::NamespaceRouter;
