@@ -20,9 +20,11 @@ mod error;
 mod event;
 mod id_query;
 mod label_query;
+mod label_syntax;
 mod metadata;
 mod pointer;
 mod resource;
+pub mod selector;
 mod state;
 mod state_ext;
 
@@ -31,6 +33,7 @@ pub use error::{Error, Result, Source};
 pub use event::{Bookmark, Event, EventSource, Watch};
 pub use id_query::IdQuery;
 pub use label_query::{parse_quantity, LabelOp, LabelQueries, LabelQuery, LabelTerm};
+pub use label_syntax::{validate_label_key, validate_label_value, LabelSyntaxError};
 pub use metadata::{Annotations, Finalizers, Labels, Metadata, Phase, Version};
 pub use pointer::{Kind, Pointer};
 pub use resource::{
