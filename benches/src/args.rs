@@ -50,9 +50,15 @@ impl RunArgs {
                 Some(value) => value,
                 None => return Err(WorkloadError::new(format!("{flag} needs a value"))),
             };
-            let number = value.parse::<usize>().ok().filter(|&v| v > 0).ok_or_else(|| {
-                WorkloadError::new(format!("{flag}: expected a positive integer, got {value:?}"))
-            })?;
+            let number = value
+                .parse::<usize>()
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| {
+                    WorkloadError::new(format!(
+                        "{flag}: expected a positive integer, got {value:?}"
+                    ))
+                })?;
             match flag.as_str() {
                 "--runs" => parsed.runs = number,
                 "--n" => parsed.n = Some(number),

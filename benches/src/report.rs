@@ -30,12 +30,20 @@ impl Figure {
 
     /// The smallest value; `NaN` when empty.
     pub fn min(&self) -> f64 {
-        self.values.iter().copied().reduce(f64::min).unwrap_or(f64::NAN)
+        self.values
+            .iter()
+            .copied()
+            .reduce(f64::min)
+            .unwrap_or(f64::NAN)
     }
 
     /// The largest value; `NaN` when empty.
     pub fn max(&self) -> f64 {
-        self.values.iter().copied().reduce(f64::max).unwrap_or(f64::NAN)
+        self.values
+            .iter()
+            .copied()
+            .reduce(f64::max)
+            .unwrap_or(f64::NAN)
     }
 }
 

@@ -16,8 +16,8 @@ use benches::item::{item_id, new_item, BenchItem};
 use benches::peak_rss;
 use benches::report::Report;
 use cosi_core::{
-    downcast, downcast_ref, CreateOptions, DestroyOptions, Error, ListOptions, Pointer,
-    Resource, ResourceSpec, State, UpdateOptions, Version,
+    downcast, downcast_ref, CreateOptions, DestroyOptions, Error, ListOptions, Pointer, Resource,
+    ResourceSpec, State, UpdateOptions, Version,
 };
 use dashmap::DashMap;
 
@@ -55,7 +55,11 @@ fn run() -> Result<(), WorkloadError> {
             ms(store.update),
             ms(store.list),
             ms(store.destroy),
-            if rss_reset { "" } else { " (whole process: VmHWM reset refused)" }
+            if rss_reset {
+                ""
+            } else {
+                " (whole process: VmHWM reset refused)"
+            }
         );
         report.record_rate("w1.create", n, store.create, "ops/s");
         report.record_rate("w1.update", n, store.update, "ops/s");
@@ -98,14 +102,16 @@ async fn store_steps(state: &dyn State, n: usize) -> Result<StepTimes, WorkloadE
     let pointers: Vec<Pointer> = (0..n).map(|i| kind.pointer(item_id(i))).collect();
 
     let start = Instant::now();
-    for i in 0..n {
+    for (i, pointer) in pointers.iter().enumerate() {
         let stored = state
-            .create(new_item(i, i as i64).into_shared(), CreateOptions::default())
+            .create(
+                new_item(i, i as i64).into_shared(),
+                CreateOptions::default(),
+            )
             .await?;
         ensure(stored.metadata().version() == Version::FIRST, || {
             format!(
-                "create of {} stored version {}, expected 1",
-                pointers[i],
+                "create of {pointer} stored version {}, expected 1",
                 stored.metadata().version()
             )
         })?;
@@ -128,7 +134,10 @@ async fn store_steps(state: &dyn State, n: usize) -> Result<StepTimes, WorkloadE
             )
         })?;
         ensure(current.spec.value == i as i64, || {
-            format!("get of {pointer} read value {}, expected {i}", current.spec.value)
+            format!(
+                "get of {pointer} read value {}, expected {i}",
+                current.spec.value
+            )
         })?;
     }
     let update = start.elapsed();
@@ -194,12 +203,12 @@ fn map_steps(n: usize) -> Result<StepTimes, WorkloadError> {
     let ids: Vec<Arc<str>> = (0..n).map(|i| Arc::from(item_id(i))).collect();
 
     let start = Instant::now();
-    for i in 0..n {
+    for (i, id) in ids.iter().enumerate() {
         let mut item = new_item(i, i as i64);
         item.metadata.set_version(Version::FIRST);
-        let id = item.metadata.pointer().shared_id().clone();
-        ensure(map.insert(id, Arc::new(item)).is_none(), || {
-            format!("map insert of {} found a value", ids[i])
+        let key = item.metadata.pointer().shared_id().clone();
+        ensure(map.insert(key, Arc::new(item)).is_none(), || {
+            format!("map insert of {id} found a value")
         })?;
     }
     let create = start.elapsed();
@@ -216,9 +225,10 @@ fn map_steps(n: usize) -> Result<StepTimes, WorkloadError> {
         let mut entry = map
             .get_mut(id)
             .ok_or_else(|| WorkloadError::new(format!("map lost {id}")))?;
-        ensure(entry.metadata.version() == current.metadata.version(), || {
-            format!("map version of {id} changed under the update")
-        })?;
+        ensure(
+            entry.metadata.version() == current.metadata.version(),
+            || format!("map version of {id} changed under the update"),
+        )?;
         *entry = Arc::new(next);
     }
     let update = start.elapsed();
@@ -243,7 +253,9 @@ fn map_steps(n: usize) -> Result<StepTimes, WorkloadError> {
         ensure(map.remove(id).is_some(), || format!("map lost {id}"))?;
     }
     let destroy = start.elapsed();
-    ensure(map.is_empty(), || "map not empty after removing all".to_string())?;
+    ensure(map.is_empty(), || {
+        "map not empty after removing all".to_string()
+    })?;
 
     Ok(StepTimes {
         create,

@@ -71,10 +71,22 @@ fn run() -> Result<(), WorkloadError> {
             baseline.as_secs_f64() * 1e3,
         );
         any_catch_up |= store.caught_up_watchers > 0;
-        report.record("w2.events_delivered", delivered / store.wall.as_secs_f64(), "events/s");
+        report.record(
+            "w2.events_delivered",
+            delivered / store.wall.as_secs_f64(),
+            "events/s",
+        );
         report.record("w2.wall", store.wall.as_secs_f64(), "s");
-        report.record("w2.caught_up_watchers", store.caught_up_watchers as f64, "watchers");
-        report.record("w2.compacted_events", store.compacted_events as f64, "events");
+        report.record(
+            "w2.caught_up_watchers",
+            store.caught_up_watchers as f64,
+            "watchers",
+        );
+        report.record(
+            "w2.compacted_events",
+            store.compacted_events as f64,
+            "events",
+        );
         report.record("w2.resyncs", store.resyncs as f64, "resyncs");
         report.record(
             "w2.broadcast.events_delivered",
@@ -121,9 +133,7 @@ async fn store_fan_out(state: Arc<dyn State>, items: usize) -> Result<StoreRun, 
     let kind = BenchItem::kind();
     let mut watchers = Vec::with_capacity(WATCHERS);
     for _ in 0..WATCHERS {
-        let watch = state
-            .watch_kind(&kind, WatchKindOptions::default())
-            .await?;
+        let watch = state.watch_kind(&kind, WatchKindOptions::default()).await?;
         watchers.push(tokio::spawn(follow(watch, items)));
     }
 
@@ -249,14 +259,17 @@ async fn follow(mut watch: Watch, items: usize) -> Result<WatcherOutcome, Worklo
                             WorkloadError::new(format!("unexpected id {}", item.metadata.id()))
                         })?;
                     let previous = seen[index];
-                    ensure(item.metadata.version() == Version::new(value as u64 + 1), || {
-                        format!(
-                            "{} has value {value} at version {}, expected version {}",
-                            item.metadata.pointer(),
-                            item.metadata.version(),
-                            value + 1
-                        )
-                    })?;
+                    ensure(
+                        item.metadata.version() == Version::new(value as u64 + 1),
+                        || {
+                            format!(
+                                "{} has value {value} at version {}, expected version {}",
+                                item.metadata.pointer(),
+                                item.metadata.version(),
+                                value + 1
+                            )
+                        },
+                    )?;
                     let expected = if exact {
                         if is_created {
                             previous == -1 && value == 0
