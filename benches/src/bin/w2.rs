@@ -375,10 +375,17 @@ async fn broadcast_fan_out(items: usize) -> Result<Duration, WorkloadError> {
         }
         Ok::<_, WorkloadError>(())
     });
-    let mut finished = start;
-    for receiver in receivers {
-        finished = finished.max(join(receiver).await?);
-    }
+    let finished = tokio::time::timeout(DEADLINE, async {
+        let mut finished = start;
+        for receiver in receivers {
+            finished = finished.max(join(receiver).await?);
+        }
+        Ok::<_, WorkloadError>(finished)
+    })
+    .await
+    .map_err(|_| {
+        WorkloadError::new(format!("broadcast receivers not done within {DEADLINE:?}"))
+    })??;
     join(writer).await?;
     Ok(finished - start)
 }
