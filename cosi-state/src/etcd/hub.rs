@@ -9,12 +9,13 @@
 //! watcher to resync.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cosi_core::{Error, Kind, Result, SharedResource};
 use etcd_client::{EventType, WatchOptions};
-use tokio::sync::{broadcast, watch, Notify};
+use tokio::sync::{broadcast, watch};
 
 use super::connection::{etcd_error, Connection};
 
@@ -22,6 +23,8 @@ use super::connection::{etcd_error, Connection};
 /// same as an absent one: lists skip such records, and watches agree with lists.
 #[derive(Debug)]
 pub(super) struct Change {
+    /// The id of the changed resource.
+    pub id: Arc<str>,
     /// The etcd revision of the change: the bookmark of its events.
     pub revision: i64,
     /// The state before (from etcd's `prev_kv`).
@@ -60,8 +63,10 @@ pub(super) struct KindHub {
     prefix: Vec<u8>,
     window_size: usize,
     fanout: Mutex<Fanout>,
-    observed: watch::Sender<i64>,
-    progress_wanted: Notify,
+    /// The revision of the last change delivered.
+    delivered: watch::Sender<i64>,
+    /// The latest revision at which this state wrote the kind.
+    own_writes: AtomicI64,
 }
 
 impl KindHub {
@@ -83,8 +88,8 @@ impl KindHub {
                 observed: start,
                 last_change: start,
             }),
-            observed: watch::channel(start).0,
-            progress_wanted: Notify::new(),
+            delivered: watch::channel(start).0,
+            own_writes: AtomicI64::new(0),
         });
         let task = tokio::spawn(run(hub.clone(), connection, start));
         Ok((hub, task.abort_handle()))
@@ -113,26 +118,26 @@ impl KindHub {
         })
     }
 
-    /// Waits until the hub has delivered every change up to `revision`, asking etcd for a
-    /// progress report when no change of this kind would move it there.
-    pub async fn wait_observed(&self, revision: i64, timeout: Duration) -> Result<()> {
-        let mut observed = self.observed.subscribe();
-        let wait = async {
-            loop {
-                if *observed.borrow_and_update() >= revision {
-                    return;
-                }
-                self.progress_wanted.notify_one();
-                // etcd answers a progress request only when the watch is in sync; ask again
-                // until it is.
-                let _ = tokio::time::timeout(Duration::from_millis(100), observed.changed()).await;
-            }
-        };
-        tokio::time::timeout(timeout, wait)
+    /// Records that this state wrote the kind at `revision`.
+    pub fn wrote(&self, revision: i64) {
+        self.own_writes.fetch_max(revision, Ordering::Relaxed);
+    }
+
+    /// Waits until the hub has delivered every change this state wrote to the kind.
+    ///
+    /// Only the hub's own events count: etcd 3.4's progress reports can run ahead of events
+    /// still in flight to a catching-up watch, so they are not used to decide what was seen.
+    pub async fn wait_own_writes(&self, timeout: Duration) -> Result<()> {
+        let revision = self.own_writes.load(Ordering::Relaxed);
+        let mut delivered = self.delivered.subscribe();
+        tokio::time::timeout(timeout, delivered.wait_for(|&r| r >= revision))
             .await
+            .map(|_| ())
             .map_err(|_| Error::Backend {
                 subject: self.kind.to_string(),
-                message: format!("etcd watch did not reach revision {revision} within {timeout:?}"),
+                message: format!(
+                    "etcd watch did not deliver revision {revision} within {timeout:?}"
+                ),
                 retryable: true,
                 source: None,
             })
@@ -153,16 +158,7 @@ impl KindHub {
             let _ = sender.send(HubMessage::Change(change));
         }
         drop(fanout);
-        self.observed.send_replace(revision);
-    }
-
-    fn progress(&self, revision: i64) {
-        let mut fanout = self.fanout();
-        if revision > fanout.observed {
-            fanout.observed = revision;
-            drop(fanout);
-            self.observed.send_replace(revision);
-        }
+        self.delivered.send_replace(revision);
     }
 
     fn resync(&self, revision: i64) {
@@ -174,7 +170,7 @@ impl KindHub {
             let _ = sender.send(HubMessage::Resync);
         }
         drop(fanout);
-        self.observed.send_replace(revision);
+        self.delivered.send_replace(revision);
     }
 
     /// Ends every watcher's subscription (the state is being dropped).
@@ -191,6 +187,7 @@ pub(super) fn decode_change(
     event: &etcd_client::Event,
 ) -> Option<Change> {
     let kv = event.kv()?;
+    let id: Arc<str> = Arc::from(super::keys::id_of(prefix, kv.key())?);
     let decode = |kv: &etcd_client::KeyValue| match connection.decode(kind, prefix, kv)? {
         Ok(resource) => Some(resource),
         Err(error) => {
@@ -203,6 +200,7 @@ pub(super) fn decode_change(
         EventType::Delete => None,
     };
     Some(Change {
+        id,
         revision: kv.mod_revision(),
         previous: event.prev_kv().and_then(decode),
         current,
@@ -225,7 +223,7 @@ async fn run(hub: Arc<KindHub>, connection: Arc<Connection>, start: i64) {
                 client.watch(hub.prefix.clone(), Some(options)),
             )
             .await;
-        let (mut watcher, mut stream) = match opened {
+        let (watcher, mut stream) = match opened {
             Ok(opened) => opened,
             Err(error) => {
                 tracing::warn!(kind = %hub.kind, %error, "etcd watch failed; retrying");
@@ -234,16 +232,10 @@ async fn run(hub: Arc<KindHub>, connection: Arc<Connection>, start: i64) {
                 continue;
             }
         };
+        // The watcher handle must live as long as the stream is read.
+        let _watcher = watcher;
         loop {
-            let message = tokio::select! {
-                () = hub.progress_wanted.notified() => {
-                    // A failed request shows up as a broken stream below.
-                    let _ = watcher.request_progress().await;
-                    continue;
-                }
-                message = stream.message() => message,
-            };
-            let response = match message {
+            let response = match stream.message().await {
                 Ok(Some(response)) => response,
                 Ok(None) => break,
                 Err(e) => {
@@ -268,14 +260,6 @@ async fn run(hub: Arc<KindHub>, connection: Arc<Connection>, start: i64) {
             }
             if response.canceled() {
                 break;
-            }
-            if response.events().is_empty() {
-                if !response.created() {
-                    if let Some(header) = response.header() {
-                        hub.progress(header.revision());
-                    }
-                }
-                continue;
             }
             for event in response.events() {
                 if let Some(change) = decode_change(&connection, &hub.kind, &hub.prefix, event) {

@@ -13,8 +13,8 @@
 //!   Rust values with [`EtcdState::register`]; other types load as [`cosi_core::DynamicResource`].
 //! - **Watches** follow etcd revisions: bookmarks are revisions, valid in every process and after
 //!   restarts for as long as etcd keeps the history. One etcd watch per kind feeds all local
-//!   watchers of that kind. A slow watcher replays what it missed from etcd's history; a bookmark
-//!   etcd has compacted away gets `Resync` and a full bootstrap, never a silent gap.
+//!   watchers of that kind. A bookmark etcd has compacted away gets `Resync` and a full
+//!   bootstrap, never a silent gap.
 //! - **Failures**: every call is bounded by [`EtcdOptions::request_timeout`]; an unreachable etcd
 //!   is an [`Error::Backend`] with `retryable: true`. Watches survive etcd restarts and resume
 //!   from the last delivered revision.
@@ -23,7 +23,12 @@
 //!   (and log it at error level) so the rest of the kind is still served;
 //!   [`EtcdState::list_report`] returns the skipped ones with their errors.
 //! - **Tail**: `WatchKindOptions::tail` is served from the kind's window of changes observed by
-//!   this process since its first watch of the kind (etcd has no per-prefix "last N events").
+//!   this state since it first wrote or watched the kind (etcd has no per-prefix "last N
+//!   events"): every write starts the kind's shared watch first, so a state's own writes are
+//!   always in its window.
+//! - **Slow watchers**: a watcher more than the window (plus its buffer) behind gets a compacted
+//!   catch-up (one event per changed resource, computed from etcd's history), as DESIGN §4
+//!   prescribes; a watch resumed with `since` gets the exact history instead, from etcd.
 
 mod connection;
 mod hub;
@@ -296,6 +301,11 @@ fn filter_of(ids: Option<cosi_core::IdQuery>, labels: cosi_core::LabelQueries) -
     }
 }
 
+/// The revision a successful transaction wrote at.
+fn revision_of(response: &etcd_client::TxnResponse) -> i64 {
+    response.header().map_or(0, |h| h.revision())
+}
+
 /// The option combinations every backend of this crate rejects.
 fn check_watch_options(kind: &Kind, options: &WatchKindOptions) -> Result<()> {
     if options.bootstrap && (options.tail.is_some() || options.since.is_some()) {
@@ -360,6 +370,7 @@ impl State for EtcdState {
     ) -> Result<SharedResource> {
         let pointer = resource.metadata().pointer().clone();
         check_identity(&pointer)?;
+        let hub = self.hub(pointer.kind()).await?;
         let now = SystemTime::now();
         {
             let md = make_mut(&mut resource).metadata_mut();
@@ -372,7 +383,9 @@ impl State for EtcdState {
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key, value, None)]);
-        if self.connection.txn(&pointer, txn).await?.succeeded() {
+        let response = self.connection.txn(&pointer, txn).await?;
+        if response.succeeded() {
+            hub.wrote(revision_of(&response));
             Ok(resource)
         } else {
             Err(Error::AlreadyExists { pointer })
@@ -387,6 +400,7 @@ impl State for EtcdState {
         let pointer = resource.metadata().pointer().clone();
         let expected = resource.metadata().version();
         let key = self.connection.key(&pointer);
+        let hub = self.hub(pointer.kind()).await?;
         loop {
             let (stored, revision) = self.read(&pointer).await?;
             let md = stored.metadata();
@@ -427,7 +441,9 @@ impl State for EtcdState {
                     revision,
                 )])
                 .and_then([TxnOp::put(key.clone(), value, None)]);
-            if self.connection.txn(&pointer, txn).await?.succeeded() {
+            let response = self.connection.txn(&pointer, txn).await?;
+            if response.succeeded() {
+                hub.wrote(revision_of(&response));
                 return Ok(resource);
             }
             // Someone wrote in between: re-read, which reports their version as the conflict.
@@ -436,6 +452,7 @@ impl State for EtcdState {
 
     async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
         let key = self.connection.key(pointer);
+        let hub = self.hub(pointer.kind()).await?;
         loop {
             let (stored, revision) = self.read(pointer).await?;
             let md = stored.metadata();
@@ -459,7 +476,9 @@ impl State for EtcdState {
                     revision,
                 )])
                 .and_then([TxnOp::delete(key.clone(), None)]);
-            if self.connection.txn(pointer, txn).await?.succeeded() {
+            let response = self.connection.txn(pointer, txn).await?;
+            if response.succeeded() {
+                hub.wrote(revision_of(&response));
                 return Ok(());
             }
         }
@@ -543,27 +562,19 @@ impl State for EtcdState {
             };
             (subscription, start)
         } else if let Some(tail) = options.tail {
-            // The tail must end at "now": wait until the hub has seen every change up to now.
-            let revision = self.connection.revision(kind).await?;
-            hub.wait_observed(revision, self.options.request_timeout)
-                .await?;
+            // The tail ends at the latest change this state made: wait until the hub has it.
+            hub.wait_own_writes(self.options.request_timeout).await?;
             let subscription = hub.subscribe().ok_or_else(|| self.closed(kind))?;
-            let (old, new): (Vec<_>, Vec<_>) = subscription
-                .window
+            // The last `tail` changes, seen through the filter (as the in-memory backend does);
+            // every later change comes from the subscription.
+            let window = &subscription.window;
+            let events: Vec<Event> = window[window.len().saturating_sub(tail)..]
                 .iter()
-                .partition(|change| change.revision <= revision);
-            // The last `tail` changes, seen through the filter (as the in-memory backend does).
-            let skip = old.len().saturating_sub(tail);
-            let mut events: Vec<Event> = old
-                .into_iter()
-                .skip(skip)
                 .filter_map(|c| filter.event(c))
                 .collect();
-            // Changes the hub saw between the read and the subscription are in the window only.
-            events.extend(new.into_iter().filter_map(|c| filter.event(c)));
             let start = Start::Initial {
                 events,
-                position: revision.max(subscription.last_change),
+                position: subscription.last_change,
             };
             (subscription, start)
         } else {

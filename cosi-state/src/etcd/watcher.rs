@@ -8,6 +8,7 @@
 //! revisions does the consumer get `Resync` and a fresh bootstrap. A strict watch ends with
 //! [`Error::WatchOverrun`] instead.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -166,7 +167,7 @@ impl Watcher {
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     let last_change = self.resubscribe()?;
-                    self.catch_up(last_change).await?;
+                    self.compacted_catch_up(last_change).await?;
                 }
                 Err(broadcast::error::RecvError::Closed) => return Err(Gone),
             }
@@ -209,38 +210,115 @@ impl Watcher {
         Ok(())
     }
 
-    async fn replay(&mut self, upto: i64) -> Result<(), Replay> {
+    /// Brings a consumer that fell behind the window to `upto` with one event per resource that
+    /// changed, carrying its latest state relative to what the consumer last saw (marked
+    /// compacted), computed from etcd's history; resyncs if etcd compacted that history.
+    async fn compacted_catch_up(&mut self, upto: i64) -> Result<(), Gone> {
+        let mut backoff = Duration::from_millis(20);
+        let folded = loop {
+            if self.position >= upto {
+                return Ok(());
+            }
+            match self.fold_history(upto).await {
+                Ok(folded) => break folded,
+                Err(Replay::Gone) => return Err(Gone),
+                Err(Replay::Compacted) => {
+                    self.resubscribe()?;
+                    return self.resync().await;
+                }
+                Err(Replay::Failed(error)) => {
+                    tracing::warn!(kind = %self.hub.kind(), %error, "reading etcd history failed; retrying");
+                    self.pause(&mut backoff).await?;
+                }
+            }
+        };
+        let bookmark = Bookmark(upto as u64);
+        for (_, fold) in folded {
+            let before = fold.first_previous.filter(|r| self.filter.matches(&**r));
+            let after = fold
+                .last_current
+                .clone()
+                .filter(|r| self.filter.matches(&**r));
+            let event = match (before, after) {
+                (None, None) => continue,
+                (None, Some(resource)) => Event::Created {
+                    resource,
+                    bookmark,
+                    compacted: true,
+                },
+                (Some(_), Some(resource)) => Event::Updated {
+                    old: None,
+                    resource,
+                    bookmark,
+                    compacted: true,
+                },
+                (Some(before), None) => Event::Destroyed {
+                    resource: fold.last_current.or(fold.last_previous).unwrap_or(before),
+                    bookmark,
+                    compacted: true,
+                },
+            };
+            self.send(event).await?;
+        }
+        self.position = upto;
+        Ok(())
+    }
+
+    /// Per id changed in `(position, upto]`: its state at `position` and its latest states.
+    async fn fold_history(&mut self, upto: i64) -> Result<BTreeMap<Arc<str>, Fold>, Replay> {
         let kind = self.hub.kind().clone();
+        let (_watcher, mut stream) = self.open_history().await?;
+        let mut folded: BTreeMap<Arc<str>, Fold> = BTreeMap::new();
+        loop {
+            let response = next_response(&kind, &mut stream).await?;
+            for event in response.events() {
+                let Some(change) = decode_change(&self.connection, &kind, self.hub.prefix(), event)
+                else {
+                    continue;
+                };
+                if change.revision > upto {
+                    return Ok(folded);
+                }
+                let fold = folded.entry(change.id.clone()).or_insert_with(|| Fold {
+                    first_previous: change.previous.clone(),
+                    last_previous: None,
+                    last_current: None,
+                });
+                fold.last_previous = change.previous.clone();
+                fold.last_current = change.current.clone();
+                if change.revision == upto {
+                    return Ok(folded);
+                }
+            }
+        }
+    }
+
+    /// An etcd watch of the kind's history after the consumer's position.
+    async fn open_history(
+        &self,
+    ) -> Result<(etcd_client::Watcher, etcd_client::WatchStream), Replay> {
         let options = WatchOptions::new()
             .with_prefix()
             .with_prev_key()
             .with_start_revision(self.position + 1);
         let mut client = self.connection.client().watch_client();
-        let (_watcher, mut stream) = self
-            .connection
+        let kind = self.hub.kind();
+        // The caller keeps the watcher handle alive as long as it reads the stream.
+        self.connection
             .call(
-                &kind,
+                kind,
                 "watch",
                 client.watch(self.hub.prefix().to_vec(), Some(options)),
             )
             .await
-            .map_err(Replay::Failed)?;
+            .map_err(Replay::Failed)
+    }
+
+    async fn replay(&mut self, upto: i64) -> Result<(), Replay> {
+        let kind = self.hub.kind().clone();
+        let (_watcher, mut stream) = self.open_history().await?;
         while self.position < upto {
-            let response = match stream.message().await {
-                Ok(Some(response)) => response,
-                Ok(None) => {
-                    return Err(Replay::Failed(Error::Backend {
-                        subject: kind.to_string(),
-                        message: "etcd ended the watch".into(),
-                        retryable: true,
-                        source: None,
-                    }))
-                }
-                Err(e) => return Err(Replay::Failed(etcd_error(&kind, "watch", e))),
-            };
-            if response.compact_revision() > 0 {
-                return Err(Replay::Compacted);
-            }
+            let response = next_response(&kind, &mut stream).await?;
             for event in response.events() {
                 let Some(change) = decode_change(&self.connection, &kind, self.hub.prefix(), event)
                 else {
@@ -301,6 +379,42 @@ enum Replay {
     Gone,
     Compacted,
     Failed(Error),
+}
+
+impl From<Gone> for Replay {
+    fn from(_: Gone) -> Self {
+        Replay::Gone
+    }
+}
+
+/// What a compacted catch-up keeps per changed id.
+struct Fold {
+    first_previous: Option<SharedResource>,
+    last_previous: Option<SharedResource>,
+    last_current: Option<SharedResource>,
+}
+
+/// The next response of a history watch; compaction and a broken stream are errors.
+async fn next_response(
+    kind: &Kind,
+    stream: &mut etcd_client::WatchStream,
+) -> Result<etcd_client::WatchResponse, Replay> {
+    let response = match stream.message().await {
+        Ok(Some(response)) => response,
+        Ok(None) => {
+            return Err(Replay::Failed(Error::Backend {
+                subject: kind.to_string(),
+                message: "etcd ended the watch".into(),
+                retryable: true,
+                source: None,
+            }))
+        }
+        Err(e) => return Err(Replay::Failed(etcd_error(kind, "watch", e))),
+    };
+    if response.compact_revision() > 0 {
+        return Err(Replay::Compacted);
+    }
+    Ok(response)
 }
 
 /// Reads the resources of `kind` matching `filter` (id order) and the revision of the read.
