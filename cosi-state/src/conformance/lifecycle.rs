@@ -10,8 +10,7 @@ use cosi_core::{
 use tokio::sync::Barrier;
 
 use super::fixture::{
-    create_ok, expect_err, expect_ok, next_events, seen_all, widget, widget_pointer, widgets,
-    within, Seen,
+    create_ok, expect_err, expect_events, expect_ok, widget, widget_pointer, widgets, within, Seen,
 };
 use super::Subject;
 
@@ -275,16 +274,17 @@ pub async fn modify_creates_updates_and_skips_unchanged(subject: &Subject) {
 
     // The sentinel's event proves nothing was delivered for the no-op in between.
     create_ok(state, RULE, widget("sentinel", 0), None).await;
-    let events = next_events(RULE, &mut watch, 3).await;
-    assert_eq!(
-        seen_all(&events),
-        [
+    expect_events(
+        RULE,
+        &mut watch,
+        &[
             Seen::created("m", 1),
             Seen::updated("m", 2),
-            Seen::created("sentinel", 1)
+            Seen::created("sentinel", 1),
         ],
-        "{RULE}: events (a no-op modify sends none)"
-    );
+        "events (a no-op modify sends none)",
+    )
+    .await;
 }
 
 /// Eight concurrent finalizer adds and then three concurrent removes converge to exactly the
@@ -391,17 +391,18 @@ pub async fn teardown_and_destroy_completes_when_last_finalizer_is_removed(subje
         err.is_not_found(),
         "{RULE}: get after teardown_and_destroy: {err:?}"
     );
-    let events = next_events(RULE, &mut watch, 4).await;
-    assert_eq!(
-        seen_all(&events),
-        [
+    expect_events(
+        RULE,
+        &mut watch,
+        &[
             Seen::created("w", 1),
             Seen::updated("w", 2),
             Seen::updated("w", 3),
-            Seen::destroyed("w", 3)
+            Seen::destroyed("w", 3),
         ],
-        "{RULE}: events of the resource"
-    );
+        "events of the resource",
+    )
+    .await;
 }
 
 /// `teardown_and_destroy` succeeds when another task destroys the resource while it waits:
@@ -491,10 +492,11 @@ pub async fn concurrent_destroys_one_succeeds_rest_not_found(subject: &Subject) 
     );
 
     create_ok(&*state, RULE, widget("sentinel", 0), None).await;
-    let events = next_events(RULE, &mut watch, 2).await;
-    assert_eq!(
-        seen_all(&events),
-        [Seen::destroyed("w", 1), Seen::created("sentinel", 1)],
-        "{RULE}: exactly one destroyed event"
-    );
+    expect_events(
+        RULE,
+        &mut watch,
+        &[Seen::destroyed("w", 1), Seen::created("sentinel", 1)],
+        "exactly one destroyed event",
+    )
+    .await;
 }

@@ -152,9 +152,9 @@ macro_rules! conformance_tests {
             $crate::conformance::model_agrees_with_backend(|| ($factory)());
         }
     };
-    (@rules $factory:expr, [$($attr:tt)*]; $($rule:ident),* $(,)?) => {
+    (@rules $factory:expr, [$attr:meta]; $($rule:ident),* $(,)?) => {
         $(
-            #[$($attr)*]
+            #[$attr]
             async fn $rule() {
                 let subject: $crate::conformance::Subject = ($factory)().await;
                 $crate::conformance::$rule(&subject).await;
