@@ -180,10 +180,7 @@ impl State for MemoryState {
 
     async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
         match self.kinds.get(kind) {
-            Some(collection) => {
-                let filter = WatchFilter::new(options.ids.as_ref(), &options.labels);
-                Ok(collection.read().list(&filter))
-            }
+            Some(collection) => Ok(collection.read().list(options)),
             None => Ok(Vec::new()),
         }
     }
