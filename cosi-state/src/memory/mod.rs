@@ -110,6 +110,8 @@ impl Default for MemoryOptions {
 
 /// The in-memory [`State`] backend.
 ///
+/// Dropping it ends its watches once they have delivered the events already stored.
+///
 /// ```
 /// use cosi_core::{CreateOptions, Resource, ResourceSpec, State};
 /// use cosi_state::{MemoryOptions, MemoryState};
@@ -158,6 +160,16 @@ impl MemoryState {
             .or_insert_with(|| Arc::new(Collection::new(kind.clone(), &self.options)))
             .clone();
         f(&collection)
+    }
+}
+
+impl Drop for MemoryState {
+    fn drop(&mut self) {
+        // Watches hold their collection, not the store: without this they would wait forever
+        // for changes that can no longer come.
+        for collection in self.kinds.iter() {
+            collection.close();
+        }
     }
 }
 

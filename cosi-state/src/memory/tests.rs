@@ -1016,3 +1016,71 @@ mod convergence {
         assert!(!caught_up);
     }
 }
+
+// ---- lifecycle and reuse ----
+
+#[tokio::test]
+async fn dropping_the_state_ends_its_watches_after_what_they_have() {
+    let state = MemoryState::default();
+    let mut watch = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    create(&state, "a", 1).await;
+    drop(state);
+    assert_eq!(describe(&recv(&mut watch).await), "created a 1 - @1");
+    let end = tokio::time::timeout(Duration::from_secs(5), watch.recv())
+        .await
+        .expect("the watch ends instead of waiting");
+    assert!(end.is_none());
+}
+
+#[tokio::test]
+async fn a_collection_resumed_at_a_head_continues_its_sequence() {
+    // Given a collection restored by a durable backend at bookmark 41
+    let collection = Arc::new(super::Collection::resumed_at(
+        kind(),
+        &MemoryOptions::default(),
+        Bookmark(41),
+    ));
+    let mut restored = cosi_core::downcast_ref::<Counter>(&*counter("a", 1))
+        .unwrap()
+        .clone();
+    restored.metadata.set_version(Version::new(7));
+    collection.write().restore(restored.into_shared()).unwrap();
+    // When a watcher resumes at 41 and one before it
+    let mut current = Watch::new(
+        collection
+            .watch_kind(WatchKindOptions {
+                since: Some(Bookmark(41)),
+                ..Default::default()
+            })
+            .unwrap(),
+    );
+    let mut older = Watch::new(
+        collection
+            .watch_kind(WatchKindOptions {
+                since: Some(Bookmark(40)),
+                ..Default::default()
+            })
+            .unwrap(),
+    );
+    collection
+        .create(counter("b", 2), CreateOptions::default())
+        .unwrap();
+    // Then the next change is 42, exact for the current watcher, a resync for the older one
+    assert_eq!(describe(&recv(&mut current).await), "created b 2 - @42");
+    assert_eq!(
+        describe_all(&recv_batch(&mut older, 10).await),
+        [
+            "resync @42",
+            "created a 1 - @42",
+            "created b 2 - @42",
+            "bootstrapped @42"
+        ]
+    );
+    assert_eq!(
+        collection.get(&pointer("a")).unwrap().metadata().version(),
+        Version::new(7)
+    );
+}
