@@ -75,16 +75,8 @@ struct MetadataOut<'r> {
     finalizers: &'r Finalizers,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename = "Document")]
-struct DocumentIn {
-    metadata: MetadataIn,
-    #[serde(default)]
-    spec: SpecValue,
-}
-
 /// A string map in which a repeated key is an error rather than a silent overwrite.
-fn unique_keys<'de, D: serde::Deserializer<'de>>(
+pub(super) fn unique_keys<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<std::collections::BTreeMap<String, String>, D::Error> {
     struct UniqueKeys;
@@ -114,7 +106,7 @@ fn unique_keys<'de, D: serde::Deserializer<'de>>(
 /// A spec in dynamic form, read strictly: a map with a repeated key or a float that JSON cannot
 /// hold (NaN, infinities) is an error instead of a silently dropped or nulled value.
 #[derive(Default)]
-struct SpecValue(serde_json::Value);
+pub(super) struct SpecValue(serde_json::Value);
 
 impl<'de> Deserialize<'de> for SpecValue {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -180,30 +172,46 @@ impl<'de> serde::de::Visitor<'de> for SpecVisitor {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename = "Metadata")]
-struct MetadataIn {
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(rename = "type")]
-    resource_type: String,
-    id: String,
-    #[serde(default)]
-    version: u64,
-    #[serde(default)]
-    owner: Option<String>,
-    #[serde(default)]
-    phase: Phase,
-    #[serde(default)]
-    created: Option<String>,
-    #[serde(default)]
-    updated: Option<String>,
-    #[serde(default, deserialize_with = "unique_keys")]
-    labels: Labels,
-    #[serde(default, deserialize_with = "unique_keys")]
-    annotations: Annotations,
-    #[serde(default)]
-    finalizers: Finalizers,
+/// The input side of the document. Its own module so that serde's messages say
+/// "expected struct Document" and "expected struct Metadata".
+mod input {
+    use super::{unique_keys, SpecValue};
+    use crate::{Annotations, Finalizers, Labels, Phase};
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct Document {
+        pub(super) metadata: Metadata,
+        #[serde(default)]
+        pub(super) spec: SpecValue,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct Metadata {
+        #[serde(default)]
+        pub(super) namespace: Option<String>,
+        #[serde(rename = "type")]
+        pub(super) resource_type: String,
+        pub(super) id: String,
+        #[serde(default)]
+        pub(super) version: u64,
+        #[serde(default)]
+        pub(super) owner: Option<String>,
+        #[serde(default)]
+        pub(super) phase: Phase,
+        #[serde(default)]
+        pub(super) created: Option<String>,
+        #[serde(default)]
+        pub(super) updated: Option<String>,
+        #[serde(default, deserialize_with = "unique_keys")]
+        pub(super) labels: Labels,
+        #[serde(default, deserialize_with = "unique_keys")]
+        pub(super) annotations: Annotations,
+        #[serde(default)]
+        pub(super) finalizers: Finalizers,
+    }
 }
 
 /// Seconds from the epoch to the first instant after year 9999: the end of what RFC 3339 writes.
@@ -336,8 +344,7 @@ pub enum UnknownTypes {
 ///
 /// let err = registry.decode_yaml(yaml).unwrap_err();
 /// assert_eq!(err.to_string(), "YAML document 1: invalid metadata.type: \
-///     \"Notes.test.cosi.dev\": invalid resource type: \
-///     no registered type has this full name, plural, singular or alias");
+///     \"Notes.test.cosi.dev\": no registered type has this full name, plural, singular or alias");
 ///
 /// let decoded = Decoder::new(&registry).unknown_types(UnknownTypes::KeepDynamic).decode_yaml(yaml).unwrap();
 /// let note = decoded[0].as_any().downcast_ref::<DynamicResource>().unwrap();
@@ -371,13 +378,18 @@ impl<'r> Decoder<'r> {
         let mut resources = Vec::new();
         for (i, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
             let subject = format!("YAML document {}", i + 1);
-            let parsed: Option<DocumentIn> =
-                serde_path_to_error::deserialize(document).map_err(|err| {
+            let parsed: Option<input::Document> = serde_path_to_error::deserialize(document)
+                .map_err(|err| {
                     let path = err.path().to_string();
                     let inner = err.into_inner();
-                    let field = match (path.as_str(), inner.location()) {
-                        (".", Some(at)) => format!("line {} column {}", at.line(), at.column()),
-                        (".", None) => "document".to_string(),
+                    // A syntax error has no meaningful path (`.` or one ending in `?`): its
+                    // position says more.
+                    let pathless = path == "." || path.ends_with('?');
+                    let field = match inner.location() {
+                        Some(at) if pathless => {
+                            format!("line {} column {}", at.line(), at.column())
+                        }
+                        None if pathless => "document".to_string(),
                         _ => path,
                     };
                     let message = without_path_prefix(&field, inner.to_string());
@@ -412,8 +424,8 @@ impl<'r> Decoder<'r> {
         let mut resources = Vec::with_capacity(count);
         for i in 1..=count {
             let subject = format!("JSON document {i}");
-            let parsed: DocumentIn =
-                serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+            let parsed: input::Document = serde_path_to_error::deserialize(&mut deserializer)
+                .map_err(|err| {
                     let path = err.path().to_string();
                     let field = if path == "." { "document".into() } else { path };
                     Error::invalid(subject.as_str(), field, err.into_inner().to_string())
@@ -423,8 +435,8 @@ impl<'r> Decoder<'r> {
         Ok(resources)
     }
 
-    fn build(&self, subject: &str, document: DocumentIn) -> Result<SharedResource> {
-        let DocumentIn {
+    fn build(&self, subject: &str, document: input::Document) -> Result<SharedResource> {
+        let input::Document {
             metadata: md,
             spec: SpecValue(spec),
         } = document;
@@ -442,7 +454,13 @@ impl<'r> Decoder<'r> {
             {
                 (md.resource_type.as_str(), None)
             }
-            Err(err) => return Err(invalid("metadata.type", err.to_string())),
+            Err(Error::InvalidArgument { message, .. }) => {
+                return Err(invalid(
+                    "metadata.type",
+                    format!("{:?}: {message}", md.resource_type),
+                ))
+            }
+            Err(other) => return Err(other),
         };
         let namespace = match (md.namespace.as_deref(), default_namespace) {
             (Some(""), _) => return Err(invalid("metadata.namespace", "must not be empty".into())),
