@@ -323,6 +323,15 @@ pub fn to_json(resource: &dyn AnyResource) -> Result<String> {
 }
 
 /// What to do with a document whose type the registry does not know.
+///
+/// ```
+/// use cosi_core::dynamic::{Decoder, UnknownTypes};
+/// let registry = cosi_core::Registry::new();
+/// let yaml = "metadata: {namespace: ns, type: Widgets.test.cosi.dev, id: w}";
+/// assert!(Decoder::new(&registry).decode_yaml(yaml).is_err());
+/// let kept = Decoder::new(&registry).unknown_types(UnknownTypes::KeepDynamic).decode_yaml(yaml).unwrap();
+/// assert_eq!(kept[0].metadata().resource_type(), "Widgets.test.cosi.dev");
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub enum UnknownTypes {
     /// Fail, naming the type (the default).
@@ -358,6 +367,12 @@ pub struct Decoder<'r> {
 
 impl<'r> Decoder<'r> {
     /// A decoder that rejects unknown types.
+    ///
+    /// ```
+    /// let registry = cosi_core::Registry::new();
+    /// let decoder = cosi_core::dynamic::Decoder::new(&registry);
+    /// assert!(decoder.decode_yaml("").unwrap().is_empty());
+    /// ```
     pub fn new(registry: &'r Registry) -> Self {
         Decoder {
             registry,
@@ -365,7 +380,8 @@ impl<'r> Decoder<'r> {
         }
     }
 
-    /// Sets what happens to documents of types the registry does not know.
+    /// Sets what happens to documents of types the registry does not know (see
+    /// [`UnknownTypes`] for an example).
     pub fn unknown_types(mut self, unknown_types: UnknownTypes) -> Self {
         self.unknown_types = unknown_types;
         self
@@ -374,6 +390,18 @@ impl<'r> Decoder<'r> {
     /// Decodes a YAML stream: one or more documents separated by `---`; empty documents are
     /// skipped. Errors name the document (`YAML document 2`, counting from 1) or, once its
     /// identity is known, the resource.
+    ///
+    /// ```
+    /// use cosi_core::dynamic::{Decoder, UnknownTypes};
+    /// let registry = cosi_core::Registry::new();
+    /// let decoder = Decoder::new(&registry).unknown_types(UnknownTypes::KeepDynamic);
+    /// let yaml = "metadata: {namespace: a, type: T.x.dev, id: '1'}\n---\nmetadata: {namespace: a, type: T.x.dev, id: '2'}\n";
+    /// let ids: Vec<_> = decoder.decode_yaml(yaml).unwrap().iter().map(|r| r.metadata().id().to_string()).collect();
+    /// assert_eq!(ids, ["1", "2"]);
+    ///
+    /// let err = decoder.decode_yaml("metadata: {namespace: a, type: T.x.dev, id: '1', version: x}").unwrap_err();
+    /// assert!(err.to_string().starts_with("YAML document 1: invalid metadata.version: "), "{err}");
+    /// ```
     pub fn decode_yaml(&self, text: &str) -> Result<Vec<SharedResource>> {
         let mut resources = Vec::new();
         for (i, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
@@ -405,6 +433,15 @@ impl<'r> Decoder<'r> {
     /// Decodes JSON: one or more document objects one after another (JSON Lines works). Errors
     /// name the document (`JSON document 2`, counting from 1) or, once its identity is known,
     /// the resource.
+    ///
+    /// ```
+    /// use cosi_core::dynamic::{Decoder, UnknownTypes};
+    /// let registry = cosi_core::Registry::new();
+    /// let decoder = Decoder::new(&registry).unknown_types(UnknownTypes::KeepDynamic);
+    /// let json = r#"{"metadata": {"namespace": "a", "type": "T.x.dev", "id": "1"}, "spec": [1, 2]}"#;
+    /// let decoded = decoder.decode_json(json).unwrap();
+    /// assert_eq!(decoded[0].spec_value().unwrap(), serde_json::json!([1, 2]));
+    /// ```
     pub fn decode_json(&self, text: &str) -> Result<Vec<SharedResource>> {
         // First pass: the syntax of the whole stream, and how many values it holds.
         let mut count = 0usize;

@@ -25,7 +25,7 @@
 //! | `key gt s`        | the value sorts after `s`                                 | `Lte(s)`, inverted           |
 //! | `key gte s`       | the value sorts after or equals `s`                       | `Lt(s)`, inverted            |
 //!
-//! Numbers take the unit suffixes of [`parse_quantity`](crate::parse_quantity): `k m g t p`
+//! Numbers take the unit suffixes of [`parse_quantity`]: `k m g t p`
 //! (powers of 1000) and `ki mi gi ti pi` (powers of 1024), so `mem<10ki` is `LtNumeric(10240)`.
 //! `>` and `>=` are the inverted `<=` and `<`; since a comparison with a missing or non-numeric
 //! value is false even when inverted, `a>5` does not match a resource without `a`, nor one whose
