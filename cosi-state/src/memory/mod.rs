@@ -110,6 +110,8 @@ impl Default for MemoryOptions {
 
 /// The in-memory [`State`] backend.
 ///
+/// Dropping it ends its watches once they have delivered the events already stored.
+///
 /// ```
 /// use cosi_core::{CreateOptions, Resource, ResourceSpec, State};
 /// use cosi_state::{MemoryOptions, MemoryState};
@@ -161,6 +163,16 @@ impl MemoryState {
     }
 }
 
+impl Drop for MemoryState {
+    fn drop(&mut self) {
+        // Watches hold their collection, not the store: without this they would wait forever
+        // for changes that can no longer come.
+        for collection in self.kinds.iter() {
+            collection.close();
+        }
+    }
+}
+
 impl Default for MemoryState {
     fn default() -> Self {
         MemoryState::new(MemoryOptions::default())
@@ -180,10 +192,7 @@ impl State for MemoryState {
 
     async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
         match self.kinds.get(kind) {
-            Some(collection) => {
-                let filter = WatchFilter::new(options.ids.as_ref(), &options.labels);
-                Ok(collection.read().list(&filter))
-            }
+            Some(collection) => Ok(collection.read().list(options)),
             None => Ok(Vec::new()),
         }
     }

@@ -808,3 +808,279 @@ async fn filters_apply_to_the_catch_up() {
         ]
     );
 }
+
+// ---- model test: a lagging watcher's view always converges to the store ----
+
+mod convergence {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Create(u8, bool),
+        Update(u8, bool),
+        Destroy(u8),
+        Drain,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0u8..6, any::<bool>()).prop_map(|(id, web)| Op::Create(id, web)),
+            4 => (0u8..6, any::<bool>()).prop_map(|(id, web)| Op::Update(id, web)),
+            2 => (0u8..6).prop_map(Op::Destroy),
+            1 => Just(Op::Drain),
+        ]
+    }
+
+    /// What the watcher believes the (filtered) contents are, built only from its events.
+    #[derive(Default)]
+    struct View {
+        resources: BTreeMap<String, SharedResource>,
+        in_bootstrap: bool,
+        caught_up: bool,
+    }
+
+    impl View {
+        /// Applies one event, checking the rules an exact (non-compacted) event must satisfy.
+        fn apply(&mut self, event: Event, filtered: bool) {
+            if event.is_compacted() {
+                self.caught_up = true;
+            }
+            match event {
+                Event::Resync { .. } => {
+                    self.resources.clear();
+                    self.in_bootstrap = true;
+                }
+                Event::Bootstrapped { .. } => {
+                    assert!(self.in_bootstrap, "bootstrapped without a resync");
+                    self.in_bootstrap = false;
+                }
+                Event::Created { resource, .. } => {
+                    let id = resource.metadata().id().to_string();
+                    let previous = self.resources.insert(id.clone(), resource);
+                    assert!(previous.is_none(), "created {id}, which the view holds");
+                }
+                Event::Updated {
+                    old,
+                    resource,
+                    compacted,
+                    ..
+                } => {
+                    let id = resource.metadata().id().to_string();
+                    let previous = self.resources.insert(id.clone(), resource);
+                    match (compacted, previous) {
+                        (false, Some(previous)) => {
+                            let old = old.expect("an exact update carries the old state");
+                            assert!(
+                                Arc::ptr_eq(&old, &previous),
+                                "old of {id} is not the view's"
+                            );
+                        }
+                        (false, None) => panic!("exact update of {id}, unknown to the view"),
+                        (true, previous) => assert!(
+                            filtered || previous.is_some(),
+                            "compacted update of {id}, unknown to an unfiltered view"
+                        ),
+                    }
+                }
+                Event::Destroyed {
+                    resource,
+                    compacted,
+                    ..
+                } => {
+                    let id = resource.metadata().id();
+                    let removed = self.resources.remove(id);
+                    assert!(
+                        removed.is_some() || (compacted && filtered),
+                        "destroyed {id}, unknown to the view"
+                    );
+                }
+                other => panic!("unexpected event {other:?}"),
+            }
+        }
+    }
+
+    async fn drain(watch: &mut Watch, view: &mut View, filtered: bool) {
+        // On the paused clock the timeout fires only once nothing else can run: the watcher
+        // has taken everything available.
+        while let Ok(batch) =
+            tokio::time::timeout(Duration::from_secs(1), watch.recv_batch(3)).await
+        {
+            for event in batch.expect("the watch stays open") {
+                view.apply(event, filtered);
+            }
+        }
+    }
+
+    async fn run(history: usize, markers: usize, filtered: bool, ops: Vec<Op>) -> bool {
+        let state = small(history, markers);
+        let labels = if filtered {
+            web_only()
+        } else {
+            Default::default()
+        };
+        let mut watch = state
+            .watch_kind(
+                &kind(),
+                WatchKindOptions {
+                    bootstrap: true,
+                    labels: labels.clone(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        let mut view = View {
+            in_bootstrap: true,
+            ..View::default()
+        };
+        for (n, op) in ops.into_iter().enumerate() {
+            let label = |web: bool| if web { Some("web") } else { None };
+            match op {
+                Op::Create(id, web) => {
+                    let _ = state
+                        .create(
+                            labelled(&format!("r{id}"), n as i64, label(web)),
+                            CreateOptions::default(),
+                        )
+                        .await;
+                }
+                Op::Update(id, web) => {
+                    if state.get(&pointer(&format!("r{id}"))).await.is_ok() {
+                        relabel(&state, &format!("r{id}"), n as i64, label(web)).await;
+                    }
+                }
+                Op::Destroy(id) => {
+                    let _ = state
+                        .destroy(&pointer(&format!("r{id}")), DestroyOptions::default())
+                        .await;
+                }
+                Op::Drain => drain(&mut watch, &mut view, filtered).await,
+            }
+        }
+        drain(&mut watch, &mut view, filtered).await;
+        let listed = state
+            .list(&kind(), &ListOptions { labels, ids: None })
+            .await
+            .unwrap();
+        let expected: Vec<&str> = listed.iter().map(|r| r.metadata().id()).collect();
+        let seen: Vec<&str> = view.resources.keys().map(String::as_str).collect();
+        assert_eq!(seen, expected);
+        for (stored, held) in listed.iter().zip(view.resources.values()) {
+            assert!(
+                Arc::ptr_eq(stored, held),
+                "{} is stale",
+                stored.metadata().id()
+            );
+        }
+        view.caught_up
+    }
+
+    proptest! {
+        #[test]
+        fn a_lagging_watchers_view_converges_to_the_store(
+            history in 1usize..6,
+            markers in 0usize..6,
+            filtered in any::<bool>(),
+            ops in proptest::collection::vec(op(), 0..60),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            runtime.block_on(run(history, markers, filtered, ops));
+        }
+    }
+
+    #[test]
+    fn a_large_window_delivers_everything_exactly() {
+        // The same model with a window larger than the run: no event may be compacted.
+        let ops: Vec<Op> = (0..50u8)
+            .map(|i| match i % 4 {
+                0 => Op::Create(i % 6, true),
+                1 => Op::Update(i % 6, i % 3 == 0),
+                2 => Op::Destroy((i + 3) % 6),
+                _ => Op::Drain,
+            })
+            .collect();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let caught_up = runtime.block_on(run(1000, 1000, false, ops));
+        assert!(!caught_up);
+    }
+}
+
+// ---- lifecycle and reuse ----
+
+#[tokio::test]
+async fn dropping_the_state_ends_its_watches_after_what_they_have() {
+    let state = MemoryState::default();
+    let mut watch = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    create(&state, "a", 1).await;
+    drop(state);
+    assert_eq!(describe(&recv(&mut watch).await), "created a 1 - @1");
+    let end = tokio::time::timeout(Duration::from_secs(5), watch.recv())
+        .await
+        .expect("the watch ends instead of waiting");
+    assert!(end.is_none());
+}
+
+#[tokio::test]
+async fn a_collection_resumed_at_a_head_continues_its_sequence() {
+    // Given a collection restored by a durable backend at bookmark 41
+    let collection = Arc::new(super::Collection::resumed_at(
+        kind(),
+        &MemoryOptions::default(),
+        Bookmark(41),
+    ));
+    let mut restored = cosi_core::downcast_ref::<Counter>(&*counter("a", 1))
+        .unwrap()
+        .clone();
+    restored.metadata.set_version(Version::new(7));
+    collection.write().restore(restored.into_shared()).unwrap();
+    // When a watcher resumes at 41 and one before it
+    let mut current = Watch::new(
+        collection
+            .watch_kind(WatchKindOptions {
+                since: Some(Bookmark(41)),
+                ..Default::default()
+            })
+            .unwrap(),
+    );
+    let mut older = Watch::new(
+        collection
+            .watch_kind(WatchKindOptions {
+                since: Some(Bookmark(40)),
+                ..Default::default()
+            })
+            .unwrap(),
+    );
+    collection
+        .create(counter("b", 2), CreateOptions::default())
+        .unwrap();
+    // Then the next change is 42, exact for the current watcher, a resync for the older one
+    assert_eq!(describe(&recv(&mut current).await), "created b 2 - @42");
+    assert_eq!(
+        describe_all(&recv_batch(&mut older, 10).await),
+        [
+            "resync @42",
+            "created a 1 - @42",
+            "created b 2 - @42",
+            "bootstrapped @42"
+        ]
+    );
+    assert_eq!(
+        collection.get(&pointer("a")).unwrap().metadata().version(),
+        Version::new(7)
+    );
+}
