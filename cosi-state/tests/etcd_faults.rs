@@ -198,3 +198,13 @@ async fn watch_sees_a_resource_overwritten_with_garbage_as_destroyed() {
         ev("created", "b", 2)
     );
 }
+
+#[tokio::test]
+async fn malformed_endpoint_is_an_invalid_argument() {
+    let result = EtcdState::connect(EtcdOptions::new(["not a url"])).await;
+    match result {
+        Err(Error::InvalidArgument { field, .. }) => assert_eq!(field, "endpoints"),
+        Err(other) => panic!("expected an invalid argument, got {other}"),
+        Ok(_) => panic!("a malformed endpoint was accepted"),
+    }
+}

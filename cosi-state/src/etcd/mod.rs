@@ -149,20 +149,27 @@ struct HubEntry {
 
 /// A [`State`] stored in etcd. See the [module docs](self) for the mapping.
 ///
-/// ```no_run
-/// # async fn run() -> cosi_core::Result<()> {
+/// ```
+/// # #[tokio::main]
+/// # async fn main() -> cosi_core::Result<()> {
 /// use cosi_core::{Resource, ResourceSpec, StateExt, UpdateOptions};
-/// use cosi_state::etcd::{EtcdOptions, EtcdState};
+/// use cosi_state::etcd::{EtcdOptions, EtcdServer, EtcdState};
 /// # #[derive(Clone, PartialEq, Debug, serde::Serialize, serde::Deserialize)]
 /// # struct Hostname { name: String }
 /// # impl ResourceSpec for Hostname {
 /// #     const TYPE: &'static str = "Hostnames.net.cosi.dev";
 /// #     const DEFAULT_NAMESPACE: &'static str = "network";
 /// # }
-/// let state = EtcdState::connect(EtcdOptions::new(["http://127.0.0.1:2379"])).await?;
+/// // A private etcd for this example; a node would name its cluster's endpoints instead.
+/// let server = EtcdServer::start()?;
+/// let state = EtcdState::connect(EtcdOptions::new([server.endpoint()])).await?;
 /// state.register::<Hostname>();
 /// let name = Hostname { name: "node-1".into() };
-/// state.modify(Resource::new("hostname", name), UpdateOptions::default(), |_| Ok(())).await?;
+/// let stored = state
+///     .modify(Resource::new("hostname", name), UpdateOptions::default(), |_| Ok(()))
+///     .await?;
+/// assert_eq!(stored.spec.name, "node-1");
+/// assert_eq!(stored.metadata.version().get(), 1);
 /// # Ok(()) }
 /// ```
 pub struct EtcdState {
@@ -201,7 +208,7 @@ impl EtcdState {
     }
 
     /// Makes resources of type `S` load as `Resource<S>` (idempotent). Unregistered types load
-    /// as [`DynamicResource`].
+    /// as [`cosi_core::DynamicResource`].
     pub fn register<S: ResourceSpec>(&self) {
         self.connection.decoders().register::<S>();
     }

@@ -40,11 +40,15 @@ rm -rf "$data"
 
 /// A running single-node etcd on loopback, killed (and its data removed) when dropped.
 ///
-/// ```no_run
+/// ```
 /// # fn main() -> cosi_core::Result<()> {
 /// use cosi_state::etcd::EtcdServer;
-/// let server = EtcdServer::start()?;
-/// println!("etcd at {}", server.endpoint());
+/// let mut server = EtcdServer::start()?;
+/// assert!(server.endpoint().starts_with("http://127.0.0.1:"));
+/// server.stop();
+/// assert!(!server.is_running());
+/// server.restart()?;
+/// assert!(server.is_running());
 /// # Ok(()) }
 /// ```
 pub struct EtcdServer {
