@@ -252,7 +252,10 @@ impl EtcdState {
     }
 
     async fn hub(&self, kind: &Kind) -> Result<Arc<KindHub>> {
-        let cell = self.hubs.entry(kind.clone()).or_default().clone();
+        let cell = match self.hubs.get(kind) {
+            Some(cell) => cell.clone(),
+            None => self.hubs.entry(kind.clone()).or_default().clone(),
+        };
         let entry = cell
             .get_or_try_init(|| async {
                 let (hub, task) = KindHub::start(

@@ -89,7 +89,7 @@ impl EtcdServer {
         // one in between, so a failed start is retried on new ports.
         let mut last_error = None;
         for _ in 0..3 {
-            let (client_port, peer_port) = (free_port()?, free_port()?);
+            let (client_port, peer_port) = free_ports()?;
             let mut server = EtcdServer {
                 binary: binary.clone(),
                 data_dir: data_dir.clone(),
@@ -218,11 +218,18 @@ impl Drop for EtcdServer {
     }
 }
 
-fn free_port() -> Result<u16> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| failure(format!("no free loopback port: {e}")))
+/// Two distinct free loopback ports (both held until both are known, so they differ).
+fn free_ports() -> Result<(u16, u16)> {
+    let bind = || {
+        TcpListener::bind("127.0.0.1:0").map_err(|e| failure(format!("no free loopback port: {e}")))
+    };
+    let (a, b) = (bind()?, bind()?);
+    let port = |l: &TcpListener| {
+        l.local_addr()
+            .map(|a| a.port())
+            .map_err(|e| failure(format!("no free loopback port: {e}")))
+    };
+    Ok((port(&a)?, port(&b)?))
 }
 
 fn failure(message: String) -> Error {
