@@ -466,3 +466,75 @@ async fn watchers_of_other_kinds_and_prefixes_see_nothing() {
         ev("created", "mine", 1)
     );
 }
+
+/// A gauge from etcd's `/metrics` page.
+fn etcd_gauge(endpoint: &str, name: &str) -> u64 {
+    use std::io::{Read, Write};
+    let address = endpoint.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).expect("etcd serves metrics");
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n").unwrap();
+    let mut page = String::new();
+    stream.read_to_string(&mut page).unwrap();
+    let prefix = format!("{name} ");
+    page.lines()
+        .find_map(|line| line.strip_prefix(&prefix)?.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("etcd reports {name}")) as u64
+}
+
+#[tokio::test]
+async fn all_local_watchers_of_a_kind_share_one_etcd_watch() {
+    #[derive(Clone, PartialEq, Debug, serde::Serialize, serde::Deserialize)]
+    struct Other {}
+    impl ResourceSpec for Other {
+        const TYPE: &'static str = "Others.test.cosi.dev";
+        const DEFAULT_NAMESPACE: &'static str = "test";
+    }
+    // Watcher counts are server-wide: this test gets a server of its own.
+    let server = start_server();
+    let state = connect(EtcdOptions::new([server.endpoint()]).with_prefix("/shared/")).await;
+    let mut watches = Vec::new();
+    for _ in 0..5 {
+        watches.push(
+            state
+                .watch_kind(&kind(), WatchKindOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    watches.push(
+        state
+            .watch(&kind().pointer("a"), WatchOptions::default())
+            .await
+            .unwrap(),
+    );
+    next_event(watches.last_mut().unwrap()).await; // the pointer watch's tombstone
+    state
+        .create(counter("a", 1), CreateOptions::default())
+        .await
+        .unwrap();
+    for watch in &mut watches {
+        assert_eq!(summary(&next_event(watch).await), ev("created", "a", 1));
+    }
+    assert_eq!(
+        etcd_gauge(&server.endpoint(), "etcd_debugging_mvcc_watcher_total"),
+        1
+    );
+
+    // Another kind gets its own.
+    let mut other = state
+        .watch_kind(&Other::kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    state
+        .create(
+            Resource::new("x", Other {}).into_shared(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    next_event(&mut other).await;
+    assert_eq!(
+        etcd_gauge(&server.endpoint(), "etcd_debugging_mvcc_watcher_total"),
+        2
+    );
+}
