@@ -28,9 +28,13 @@ const READY_MARKER: &str = "serving client traffic";
 
 // The wrapper: runs etcd in the background and waits on its stdin. A `stop` line kills etcd and
 // keeps the data (for restarts); end of input (the owner is gone) kills etcd and removes it.
+// Only etcd keeps the stderr pipe open (the wrapper's own stderr goes to /dev/null), so the log
+// reader sees the pipe close as soon as etcd exits.
 const SUPERVISOR: &str = r#"data="$1"; shift
-"$@" </dev/null &
+exec 3>&2 2>/dev/null
+"$@" </dev/null 2>&3 3>&- &
 pid=$!
+exec 3>&-
 while read -r line; do
   if [ "$line" = stop ]; then kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; exit 0; fi
 done
@@ -238,5 +242,41 @@ fn failure(message: String) -> Error {
         message,
         retryable: false,
         source: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_binary_fails_with_the_install_hint() {
+        let err = EtcdServer::start_binary("/nonexistent/etcd")
+            .err()
+            .expect("no server");
+        let message = err.to_string();
+        assert!(message.contains("/nonexistent/etcd not found"), "{message}");
+        assert!(message.contains("scripts/install-deps.sh"), "{message}");
+    }
+
+    #[test]
+    fn binary_that_exits_at_once_fails_fast_with_its_log_and_the_install_hint() {
+        // `ls` rejects etcd's flags on stderr and exits: the start fails at once, quoting it.
+        let err = EtcdServer::start_binary("/bin/ls")
+            .err()
+            .expect("no server");
+        let message = err.to_string();
+        assert!(
+            message.contains("exited before serving clients"),
+            "{message}"
+        );
+        assert!(message.contains("scripts/install-deps.sh"), "{message}");
+        assert!(message.contains("--name"), "{message}");
+    }
+
+    #[test]
+    fn free_ports_are_distinct() {
+        let (a, b) = free_ports().unwrap();
+        assert_ne!(a, b);
     }
 }
