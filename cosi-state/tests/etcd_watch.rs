@@ -538,3 +538,15 @@ async fn all_local_watchers_of_a_kind_share_one_etcd_watch() {
         2
     );
 }
+
+#[tokio::test]
+async fn dropping_the_state_ends_its_watches() {
+    let state = state("drop").await;
+    let mut watch = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    drop(state);
+    let end = tokio::time::timeout(etcd_common::EVENT_TIMEOUT, watch.recv()).await;
+    assert!(matches!(end, Ok(None)), "{end:?}");
+}
