@@ -36,24 +36,27 @@
 //! # Reuse by other backends
 //!
 //! The machinery is synchronous and backend-neutral, in `pub(crate)` modules:
-//! - `write_rules`: `prepare_create`, `check_update` + `stamp_update`, `check_destroy` — the
+//! - [`write_rules`]: `prepare_create`, `check_update` + `stamp_update`, `check_destroy` — the
 //!   rules of `State` as pure functions of the stored value and the write.
-//! - `Collection` (one kind): `read()`/`write()` give the `KindContents` under the kind lock,
-//!   whose `apply_create`/`apply_update`/`apply_destroy` publish an already checked and
-//!   stamped write (appending it to the window and markers); `wake()` must follow the guard's
-//!   drop. `watch_kind`/`watch_pointer` return the `KindWatcher` event source.
-//!   `Collection::resumed_at` continues a persisted sequence.
+//! - [`Collection`] (one kind): `read()`/`write()` give the [`contents::KindContents`] under
+//!   the kind lock; its `apply_create`/`apply_update`/`apply_destroy` publish an already checked
+//!   and stamped write (window, markers, sequence number) and `restore` puts back a loaded
+//!   value without an event; [`Collection::wake`] must follow the write guard's drop.
+//!   `watch_kind`/`watch_pointer` return the [`kind_watch::KindWatcher`] event source, which
+//!   serves bootstrap, tail, resume, filters, catch-up, resync and strict mode.
+//!   [`Collection::resumed_at`] continues a persisted sequence, so bookmarks survive restarts.
 //!
-//! A durable backend checks a write against `read()`, persists it, then applies it under
-//! `write()` and wakes — holding its own per-kind write serialization across the three steps.
+//! A durable backend serializes its writes per kind, checks each against `read()`, persists
+//! it, then applies it under `write()` and wakes. The in-memory backend does the check and the
+//! apply under one write lock instead ([`Collection::create`] and friends).
 
-mod collection;
-mod contents;
+pub(crate) mod collection;
+pub(crate) mod contents;
 mod destroy_markers;
 mod history;
-mod kind_watch;
-mod watch_filter;
-mod write_rules;
+pub(crate) mod kind_watch;
+pub(crate) mod watch_filter;
+pub(crate) mod write_rules;
 
 #[cfg(test)]
 mod tests;
@@ -67,14 +70,7 @@ use cosi_core::{
 };
 use dashmap::DashMap;
 
-#[allow(unused_imports)] // Reused by the disk backend.
-pub(crate) use collection::{tombstone, Collection};
-#[allow(unused_imports)]
-pub(crate) use contents::KindContents;
-#[allow(unused_imports)]
-pub(crate) use kind_watch::KindWatcher;
-#[allow(unused_imports)]
-pub(crate) use watch_filter::WatchFilter;
+pub(crate) use collection::Collection;
 
 /// Sizing of the in-memory backend's watch machinery.
 ///

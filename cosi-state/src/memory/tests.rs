@@ -1084,3 +1084,139 @@ async fn a_collection_resumed_at_a_head_continues_its_sequence() {
         Version::new(7)
     );
 }
+
+// ---- more watch options ----
+
+#[tokio::test]
+async fn events_carry_the_stored_values_not_copies() {
+    let state = MemoryState::default();
+    let mut first = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    let mut second = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    let stored = create(&state, "a", 1).await;
+    for watch in [&mut first, &mut second] {
+        let event = recv(watch).await;
+        assert!(Arc::ptr_eq(event.resource().unwrap(), &stored));
+    }
+}
+
+#[tokio::test]
+async fn tail_beyond_the_window_delivers_the_whole_window() {
+    let state = small(2, 16);
+    for i in 0..5 {
+        create(&state, &format!("r{i}"), i).await;
+    }
+    let mut watch = state
+        .watch_kind(
+            &kind(),
+            WatchKindOptions {
+                tail: Some(100),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        describe_all(&recv_batch(&mut watch, 10).await),
+        ["created r3 3 - @4", "created r4 4 - @5"]
+    );
+}
+
+#[tokio::test]
+async fn bootstrap_with_tail_or_since_is_an_invalid_argument() {
+    let state = MemoryState::default();
+    for (tail, since, field) in [(Some(1), None, "tail"), (None, Some(Bookmark(0)), "since")] {
+        let err = state
+            .watch_kind(
+                &kind(),
+                WatchKindOptions {
+                    bootstrap: true,
+                    tail,
+                    since,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidArgument { field: f, .. } if f == field),
+            "{err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn bootstrap_with_a_label_filter_delivers_only_matching_resources() {
+    let state = MemoryState::default();
+    for (id, label) in [("a", Some("web")), ("b", None), ("c", Some("web"))] {
+        state
+            .create(labelled(id, 0, label), CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    let mut watch = state
+        .watch_kind(
+            &kind(),
+            WatchKindOptions {
+                bootstrap: true,
+                labels: web_only(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        describe_all(&recv_batch(&mut watch, 10).await),
+        ["created a 0 - @3", "created c 0 - @3", "bootstrapped @3"]
+    );
+}
+
+#[tokio::test]
+async fn a_pointer_watch_behind_the_window_catches_up_on_its_resource_only() {
+    let state = small(1, 16);
+    create(&state, "a", 1).await;
+    let mut watch = state
+        .watch(&pointer("a"), WatchOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(describe(&recv(&mut watch).await), "created a 1 - @1");
+    create(&state, "b", 1).await;
+    set(&state, "a", 2).await;
+    set(&state, "a", 3).await;
+    set(&state, "b", 2).await;
+    assert_eq!(
+        describe_all(&recv_batch(&mut watch, 10).await),
+        ["updated a ?->3 c @5"]
+    );
+}
+
+#[tokio::test]
+async fn a_strict_pointer_watch_that_falls_behind_ends_with_an_overrun() {
+    let state = small(1, 16);
+    let mut watch = state
+        .watch(&pointer("a"), WatchOptions { strict: true })
+        .await
+        .unwrap();
+    recv(&mut watch).await; // the tombstone
+    create(&state, "a", 1).await;
+    set(&state, "a", 2).await;
+    let event = recv(&mut watch).await;
+    assert!(
+        matches!(
+            event,
+            Event::Errored {
+                error: Error::WatchOverrun { position: 0, .. }
+            }
+        ),
+        "{event:?}"
+    );
+    let end = tokio::time::timeout(Duration::from_secs(5), watch.recv())
+        .await
+        .unwrap();
+    assert!(end.is_none());
+}
