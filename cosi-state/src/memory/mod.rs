@@ -38,11 +38,10 @@
 //! The machinery is synchronous and backend-neutral, in `pub(crate)` modules:
 //! - [`write_rules`]: `prepare_create`, `check_update` + `stamp_update`, `check_destroy` — the
 //!   rules of `State` as pure functions of the stored value and the write.
-//! - [`Collection`] (one kind): `read()`/`write()` give the [`contents::KindContents`] under
+//! - [`Collection`] (one kind): `read()`/`write()` give the [`KindContents`] under
 //!   the kind lock; its `apply_create`/`apply_update`/`apply_destroy` publish an already checked
-//!   and stamped write (window, markers, sequence number) and `restore` puts back a loaded
-//!   value without an event; [`Collection::wake`] must follow the write guard's drop.
-//!   `watch_kind`/`watch_pointer` return the [`kind_watch::KindWatcher`] event source, which
+//!   and stamped write (window, markers, sequence number); [`Collection::wake`] must follow the write guard's drop.
+//!   `watch_kind`/`watch_pointer` return the [`KindWatcher`] event source, which
 //!   serves bootstrap, tail, resume, filters, catch-up, resync and strict mode.
 //!   [`Collection::resumed_at`] continues a persisted sequence, so bookmarks survive restarts.
 //!
@@ -50,12 +49,12 @@
 //! it, then applies it under `write()` and wakes. The in-memory backend does the check and the
 //! apply under one write lock instead ([`Collection::create`] and friends).
 
-pub(crate) mod collection;
-pub(crate) mod contents;
+mod collection;
+mod contents;
 mod destroy_markers;
 mod history;
-pub(crate) mod kind_watch;
-pub(crate) mod watch_filter;
+mod kind_watch;
+mod watch_filter;
 pub(crate) mod write_rules;
 
 #[cfg(test)]
@@ -70,7 +69,14 @@ use cosi_core::{
 };
 use dashmap::DashMap;
 
-pub(crate) use collection::Collection;
+#[allow(unused_imports)] // Reused by the disk backend.
+pub(crate) use collection::{tombstone, Collection};
+#[allow(unused_imports)]
+pub(crate) use contents::KindContents;
+#[allow(unused_imports)]
+pub(crate) use kind_watch::KindWatcher;
+#[allow(unused_imports)]
+pub(crate) use watch_filter::WatchFilter;
 
 /// Sizing of the in-memory backend's watch machinery.
 ///
@@ -188,7 +194,10 @@ impl State for MemoryState {
 
     async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
         match self.kinds.get(kind) {
-            Some(collection) => Ok(collection.read().list(options)),
+            Some(collection) => {
+                let filter = WatchFilter::new(options.ids.as_ref(), &options.labels);
+                Ok(collection.read().list(&filter))
+            }
             None => Ok(Vec::new()),
         }
     }
