@@ -49,8 +49,8 @@ async fn watch_kind(rule: &str, state: &dyn State, options: WatchKindOptions) ->
 }
 
 /// A single-resource watch of a missing resource starts with a `Destroyed` tombstone for it,
-/// then reports its creation, updates (with the old state) and destruction, and nothing about
-/// other resources.
+/// then reports its creation, updates (with the old state), destruction and re-creation, and
+/// nothing about other resources.
 pub async fn single_watch_starts_with_tombstone_for_missing_resource(subject: &Subject) {
     const RULE: &str = "single_watch_starts_with_tombstone_for_missing_resource";
     let state = subject.state();
@@ -79,6 +79,7 @@ pub async fn single_watch_starts_with_tombstone_for_missing_resource(subject: &S
     create_ok(state, RULE, widget("w", 1), None).await;
     update_value(RULE, state, "w", 2).await;
     destroy(RULE, state, "w").await;
+    create_ok(state, RULE, widget("w", 7), None).await;
     let events = expect_events(
         RULE,
         &mut watch,
@@ -86,6 +87,7 @@ pub async fn single_watch_starts_with_tombstone_for_missing_resource(subject: &S
             Seen::created("w", 1),
             Seen::updated("w", 2),
             Seen::destroyed("w", 2),
+            Seen::created("w", 1),
         ],
         "events after the tombstone",
     )
@@ -173,6 +175,49 @@ pub async fn kind_watch_bootstraps_contents_in_id_order(subject: &Subject) {
         seen(&first),
         Seen::bootstrapped(),
         "{RULE}: empty kind bootstrap"
+    );
+}
+
+/// The `Bootstrapped` marker's bookmark is a resume position: a watch resumed after it yields
+/// exactly the changes made after the bootstrap.
+pub async fn kind_watch_resumes_after_bootstrap_bookmark(subject: &Subject) {
+    const RULE: &str = "kind_watch_resumes_after_bootstrap_bookmark";
+    let state = subject.state();
+    create_ok(state, RULE, widget("a", 0), None).await;
+    create_ok(state, RULE, widget("b", 0), None).await;
+    let bootstrap = WatchKindOptions {
+        bootstrap: true,
+        ..WatchKindOptions::default()
+    };
+    let mut watch = watch_kind(RULE, state, bootstrap).await;
+    let expected = [
+        Seen::created("a", 1),
+        Seen::created("b", 1),
+        Seen::bootstrapped(),
+    ];
+    let events = expect_events(RULE, &mut watch, &expected, "bootstrap").await;
+    let position = bookmark_of(RULE, &events[2]);
+
+    update_value(RULE, state, "a", 1).await;
+    destroy(RULE, state, "b").await;
+    create_ok(state, RULE, widget("c", 0), None).await;
+    let live = [
+        Seen::updated("a", 2),
+        Seen::destroyed("b", 1),
+        Seen::created("c", 1),
+    ];
+    let from_bootstrap = expect_events(RULE, &mut watch, &live, "live after bootstrap").await;
+    let resumed_options = WatchKindOptions {
+        since: Some(position),
+        ..WatchKindOptions::default()
+    };
+    let mut resumed = watch_kind(RULE, state, resumed_options).await;
+    let from_resume = expect_events(RULE, &mut resumed, &live, "resumed after bootstrap").await;
+    let bookmarks = |events: &[Event]| events.iter().map(Event::bookmark).collect::<Vec<_>>();
+    assert_eq!(
+        bookmarks(&from_resume),
+        bookmarks(&from_bootstrap),
+        "{RULE}: resumed bookmarks"
     );
 }
 
@@ -313,7 +358,7 @@ pub async fn label_filtered_kind_watch_turns_transitions_into_created_and_destro
     destroy(RULE, state, "y").await;
     create_ok(state, RULE, labelled_widget("z", &[("app", "web")]), None).await;
 
-    let events = events_through(RULE, &mut watch, &Seen::created("z", 1)).await;
+    let events = events_through(RULE, &mut watch, &Seen::created("z", 1), 1).await;
     let mut got = seen_all(&events);
     // Leaving the filter may report either the last matching state (3) or the new one (4).
     if got.len() > 2
