@@ -151,6 +151,7 @@ macro_rules! conformance_tests {
             id_regex_selects_on_list,
             id_regex_selects_on_watch,
             watcher_behind_window_receives_compacted_catch_up,
+            watch_resumed_from_compacted_bookmark_catches_up,
             strict_watcher_behind_window_gets_overrun_error
         );
         $crate::conformance_tests!(@rules $factory,
