@@ -152,7 +152,9 @@ macro_rules! conformance_tests {
             id_regex_selects_on_watch,
             watcher_behind_window_receives_compacted_catch_up,
             watch_resumed_from_compacted_bookmark_catches_up,
-            strict_watcher_behind_window_gets_overrun_error
+            strict_watcher_behind_window_gets_overrun_error,
+            single_watch_behind_window_catches_up_to_latest_state,
+            strict_single_watch_behind_window_gets_overrun_error
         );
         $crate::conformance_tests!(@rules $factory,
             [::tokio::test(flavor = "multi_thread", worker_threads = 2)];

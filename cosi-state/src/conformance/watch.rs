@@ -619,3 +619,85 @@ pub async fn strict_watcher_behind_window_gets_overrun_error(subject: &Subject) 
         "{RULE}: the watch must end after the overrun error, got {end:?}"
     );
 }
+
+/// A single-resource watch paused past the history window is not ended: it catches up
+/// (compacted) to the resource's latest state, then continues with exact live events.
+pub async fn single_watch_behind_window_catches_up_to_latest_state(subject: &Subject) {
+    const RULE: &str = "single_watch_behind_window_catches_up_to_latest_state";
+    let state = subject.state();
+    create_ok(state, RULE, widget("w", 0), None).await;
+    let pointer = widget_pointer("w");
+    let mut watch = expect_ok(
+        RULE,
+        "watch",
+        state.watch(&pointer, WatchOptions::default()).await,
+    );
+    let writes = 2 * HISTORY_WINDOW as u64;
+    for value in 1..=writes {
+        update_value(RULE, state, "w", value).await;
+    }
+
+    let latest = writes + 1;
+    let mut compacted = 0;
+    loop {
+        let event = next_event(RULE, &mut watch).await;
+        compacted += usize::from(event.is_compacted());
+        match &event {
+            Event::Created { resource, .. } | Event::Updated { resource, .. } => {
+                let md = resource.metadata();
+                assert_eq!(md.pointer(), &pointer, "{RULE}: event of another resource");
+                if md.version().get() == latest {
+                    assert_eq!(view_entry(resource).1, writes, "{RULE}: latest value");
+                    break;
+                }
+            }
+            other => panic!("{RULE}: unexpected event {other:?}"),
+        }
+    }
+    assert!(
+        compacted > 0,
+        "{RULE}: {writes} writes past a window of {HISTORY_WINDOW} must produce a compacted catch-up"
+    );
+    update_value(RULE, state, "w", 0).await;
+    let live = next_event(RULE, &mut watch).await;
+    assert_eq!(
+        seen(&live),
+        Seen::updated("w", latest + 1),
+        "{RULE}: live event after the catch-up"
+    );
+}
+
+/// A strict single-resource watch that falls behind the window ends with an explicit
+/// `WatchOverrun` error for the resource's kind.
+pub async fn strict_single_watch_behind_window_gets_overrun_error(subject: &Subject) {
+    const RULE: &str = "strict_single_watch_behind_window_gets_overrun_error";
+    let state = subject.state();
+    create_ok(state, RULE, widget("w", 0), None).await;
+    let strict = WatchOptions { strict: true };
+    let mut watch = expect_ok(
+        RULE,
+        "watch",
+        state.watch(&widget_pointer("w"), strict).await,
+    );
+    for value in 1..=(2 * HISTORY_WINDOW as u64) {
+        update_value(RULE, state, "w", value).await;
+    }
+    let error = loop {
+        match next_event(RULE, &mut watch).await {
+            Event::Errored { error } => break error,
+            event if event.is_compacted() || matches!(event, Event::Resync { .. }) => {
+                panic!("{RULE}: a strict watcher must not be caught up, got {event:?}")
+            }
+            _ => {}
+        }
+    };
+    assert!(
+        matches!(&error, Error::WatchOverrun { kind, .. } if *kind == widgets()),
+        "{RULE}: expected WatchOverrun for the widget kind, got {error:?}"
+    );
+    let end = tokio::time::timeout(TIMEOUT, watch.recv()).await;
+    assert!(
+        matches!(end, Ok(None)),
+        "{RULE}: the watch must end after the overrun error, got {end:?}"
+    );
+}
