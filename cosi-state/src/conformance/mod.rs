@@ -151,7 +151,7 @@ macro_rules! conformance_tests {
             id_regex_selects_on_list,
             id_regex_selects_on_watch,
             watcher_behind_window_receives_compacted_catch_up,
-            watch_resumed_from_compacted_bookmark_catches_up,
+            watch_resumed_from_bookmark_behind_window_converges,
             strict_watcher_behind_window_gets_overrun_error,
             single_watch_behind_window_catches_up_to_latest_state,
             strict_single_watch_behind_window_gets_overrun_error
