@@ -115,16 +115,24 @@ pub(crate) async fn next_event(rule: &str, watch: &mut Watch) -> Event {
     }
 }
 
-/// The events (not `Noop`s) up to and including the first one that looks like `last`. Reading up
-/// to a known final event rather than a count makes a lost or extra event fail at once as a
-/// mismatch instead of waiting for the timeout.
-pub(crate) async fn events_through(rule: &str, watch: &mut Watch, last: &Seen) -> Vec<Event> {
+/// The events (not `Noop`s) up to and including the `occurrence`-th (from 1) that looks like
+/// `last`. Reading up to a known final event rather than a count makes a lost event fail at once
+/// as a mismatch instead of waiting for the timeout.
+pub(crate) async fn events_through(
+    rule: &str,
+    watch: &mut Watch,
+    last: &Seen,
+    occurrence: usize,
+) -> Vec<Event> {
     let mut events = Vec::new();
+    let mut matched = 0;
     loop {
         let event = next_event(rule, watch).await;
-        let done = seen(&event) == *last;
+        if seen(&event) == *last {
+            matched += 1;
+        }
         events.push(event);
-        if done {
+        if matched == occurrence {
             return events;
         }
         if events.len() > 4 * HISTORY_WINDOW {
@@ -249,7 +257,8 @@ pub(crate) async fn expect_events(
     let last = expected
         .last()
         .expect("the suite always expects at least one event");
-    let events = events_through(rule, watch, last).await;
+    let occurrence = expected.iter().filter(|s| *s == last).count();
+    let events = events_through(rule, watch, last, occurrence).await;
     assert_eq!(seen_all(&events), expected, "{rule}: {what}");
     events
 }
