@@ -90,6 +90,8 @@ struct Watcher {
     receiver: broadcast::Receiver<HubMessage>,
     /// Every change up to this revision is reflected in what the consumer received.
     position: i64,
+    /// The last bookmark the consumer received (filtered-out changes move `position` only).
+    delivered: u64,
 }
 
 /// Starts the task of one watch and returns its receiving end.
@@ -112,6 +114,7 @@ pub(super) fn spawn(
         sender,
         receiver: subscription.receiver,
         position: 0,
+        delivered: 0,
     };
     tokio::spawn(async move {
         let _ = watcher.run(start, last_change).await;
@@ -120,8 +123,23 @@ pub(super) fn spawn(
 }
 
 impl Watcher {
-    async fn send(&self, event: Event) -> Result<(), Gone> {
-        self.sender.send(event).await.map_err(|_| Gone)
+    async fn send(&mut self, event: Event) -> Result<(), Gone> {
+        let bookmark = event.bookmark();
+        self.sender.send(event).await.map_err(|_| Gone)?;
+        if let Some(bookmark) = bookmark {
+            self.delivered = bookmark.0;
+        }
+        Ok(())
+    }
+
+    /// The error that ends a strict watch: it names the last bookmark the consumer received.
+    fn overrun(&self) -> Event {
+        Event::Errored {
+            error: Error::WatchOverrun {
+                kind: self.hub.kind().clone(),
+                position: self.delivered,
+            },
+        }
     }
 
     async fn run(mut self, start: Start, last_change: i64) -> Result<(), Gone> {
@@ -155,11 +173,8 @@ impl Watcher {
                 Ok(HubMessage::Resync) | Err(broadcast::error::RecvError::Lagged(_))
                     if self.strict =>
                 {
-                    let error = Error::WatchOverrun {
-                        kind: self.hub.kind().clone(),
-                        position: self.position as u64,
-                    };
-                    return self.send(Event::Errored { error }).await;
+                    let overrun = self.overrun();
+                    return self.send(overrun).await;
                 }
                 Ok(HubMessage::Resync) => {
                     self.resubscribe()?;
@@ -190,11 +205,8 @@ impl Watcher {
                 Ok(()) => return Ok(()),
                 Err(Replay::Gone) => return Err(Gone),
                 Err(Replay::Compacted) if self.strict => {
-                    let error = Error::WatchOverrun {
-                        kind: self.hub.kind().clone(),
-                        position: self.position as u64,
-                    };
-                    self.send(Event::Errored { error }).await?;
+                    let overrun = self.overrun();
+                    self.send(overrun).await?;
                     return Err(Gone);
                 }
                 Err(Replay::Compacted) => {
