@@ -8,7 +8,9 @@
 //!   never been created (`create_revision == 0`); `update` and `destroy` read the stored record,
 //!   check version, owner, phase and finalizers, and write only if the key's `mod_revision` is
 //!   still the one read. Of two concurrent writers from the same version exactly one wins; the
-//!   other re-reads and gets a version conflict.
+//!   other re-reads and gets a version conflict. Each resource is written in its own
+//!   transaction, so every change has its own revision. Cost: `create` is one round trip,
+//!   `update` and `destroy` two (read, then compare-and-swap).
 //! - **Typed values**: etcd holds bytes, so a process registers the spec types it wants back as
 //!   Rust values with [`EtcdState::register`]; other types load as [`cosi_core::DynamicResource`].
 //! - **Watches** follow etcd revisions: bookmarks are revisions, valid in every process and after
@@ -20,8 +22,10 @@
 //!   from the last delivered revision.
 //! - **Invalid records** (bytes under a resource key that are not a valid record): `get` of that
 //!   resource fails with a non-retryable [`Error::Backend`] naming it; `list` and watches skip it
-//!   (and log it at error level) so the rest of the kind is still served;
-//!   [`EtcdState::list_report`] returns the skipped ones with their errors.
+//!   (and log it at error level) so the rest of the kind is still served — a watcher sees a
+//!   resource overwritten with garbage as `Destroyed`, as a later list would;
+//!   [`EtcdState::list_report`] returns the skipped ones with their errors. Such a key can only be
+//!   repaired or removed through etcd itself ([`EtcdState::client`], `etcdctl`).
 //! - **Tail**: `WatchKindOptions::tail` is served from the kind's window of changes observed by
 //!   this state since it first wrote or watched the kind (etcd has no per-prefix "last N
 //!   events"): every write starts the kind's shared watch first, so a state's own writes are
