@@ -208,3 +208,50 @@ async fn malformed_endpoint_is_an_invalid_argument() {
         Ok(_) => panic!("a malformed endpoint was accepted"),
     }
 }
+
+#[tokio::test]
+async fn watchers_resync_when_etcd_comes_back_with_its_data_gone() {
+    let mut server = start_server();
+    let state = connect(EtcdOptions::new([server.endpoint()]).with_prefix("/reset/")).await;
+    let options = WatchKindOptions {
+        bootstrap: true,
+        ..Default::default()
+    };
+    let mut watch = state.watch_kind(&Counter::kind(), options).await.unwrap();
+    assert!(matches!(
+        next_event(&mut watch).await,
+        Event::Bootstrapped { .. }
+    ));
+    for id in ["a", "b"] {
+        state
+            .create(counter(id, 1), CreateOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(summary(&next_event(&mut watch).await), ev("created", id, 1));
+    }
+
+    server.restart_empty().unwrap();
+    create_retrying(&state, counter("c", 2)).await;
+
+    // The watcher is told to drop its view, and rebuilds it from the new contents.
+    let mut view = std::collections::BTreeSet::new();
+    assert!(matches!(next_event(&mut watch).await, Event::Resync { .. }));
+    loop {
+        match next_event(&mut watch).await {
+            Event::Created { resource, .. } => {
+                view.insert(resource.metadata().id().to_string());
+            }
+            Event::Bootstrapped { .. } => break,
+            other => panic!("unexpected {other:?} during the resync"),
+        }
+    }
+    if view.is_empty() {
+        // The resync read ran before "c" was written: it arrives live.
+        assert_eq!(
+            summary(&next_event(&mut watch).await),
+            ev("created", "c", 2)
+        );
+        view.insert("c".to_string());
+    }
+    assert_eq!(view, ["c".to_string()].into());
+}

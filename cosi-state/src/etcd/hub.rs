@@ -162,6 +162,8 @@ impl KindHub {
     }
 
     fn resync(&self, revision: i64) {
+        // Writes recorded before a reset name revisions of the old history.
+        self.own_writes.fetch_min(revision, Ordering::Relaxed);
         let mut fanout = self.fanout();
         fanout.window.clear();
         fanout.observed = revision;
@@ -210,7 +212,28 @@ pub(super) fn decode_change(
 async fn run(hub: Arc<KindHub>, connection: Arc<Connection>, start: i64) {
     let mut next = start + 1;
     let mut backoff = Duration::from_millis(20);
+    let mut reconnecting = false;
     loop {
+        if reconnecting {
+            // An etcd whose revision went back lost its data (restored from an older backup or
+            // from nothing): a watch from `next` would wait silently for revisions that mean
+            // something else now. Everyone rebuilds their view instead.
+            match connection.revision(&hub.kind).await {
+                Ok(now) if now < next - 1 => {
+                    tracing::warn!(kind = %hub.kind, was = next - 1, now, "etcd's revision went back; watchers resync");
+                    hub.resync(now);
+                    next = now + 1;
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(kind = %hub.kind, %error, "etcd unreachable; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+            }
+        }
+        reconnecting = true;
         let options = WatchOptions::new()
             .with_prefix()
             .with_prev_key()

@@ -136,6 +136,15 @@ impl EtcdServer {
         self.launch()
     }
 
+    /// Starts the server again on the same ports with no data, as a cluster restored from
+    /// nothing: its revisions start over, and watchers of the old data must resync.
+    pub fn restart_empty(&mut self) -> Result<()> {
+        self.stop();
+        std::fs::remove_dir_all(&self.data_dir)
+            .map_err(|e| failure(format!("cannot remove {}: {e}", self.data_dir.display())))?;
+        self.launch()
+    }
+
     fn launch(&mut self) -> Result<()> {
         let client = format!("http://127.0.0.1:{}", self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
