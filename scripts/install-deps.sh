@@ -18,6 +18,8 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
+# The tests start their own etcd on free ports; keep the package from starting a system one.
+export RUNLEVEL=1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
