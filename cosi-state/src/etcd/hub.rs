@@ -46,14 +46,13 @@ pub(super) struct Subscription {
     pub receiver: broadcast::Receiver<HubMessage>,
     /// The revision of the last change it delivered.
     pub last_change: i64,
-    /// The history window at subscription time (oldest first).
+    /// The requested end of the history window at subscription time (oldest first).
     pub window: Vec<Arc<Change>>,
 }
 
 struct Fanout {
     window: VecDeque<Arc<Change>>,
     sender: Option<broadcast::Sender<HubMessage>>,
-    observed: i64,
     last_change: i64,
 }
 
@@ -85,7 +84,6 @@ impl KindHub {
             fanout: Mutex::new(Fanout {
                 window: VecDeque::new(),
                 sender: Some(sender),
-                observed: start,
                 last_change: start,
             }),
             delivered: watch::channel(start).0,
@@ -110,11 +108,17 @@ impl KindHub {
 
     /// Subscribes; `None` once the state was dropped.
     pub fn subscribe(&self) -> Option<Subscription> {
+        self.subscribe_with_window(0)
+    }
+
+    /// Subscribes, also taking (at most) the last `changes` of the window.
+    pub fn subscribe_with_window(&self, changes: usize) -> Option<Subscription> {
         let fanout = self.fanout();
+        let skip = fanout.window.len().saturating_sub(changes);
         Some(Subscription {
             receiver: fanout.sender.as_ref()?.subscribe(),
             last_change: fanout.last_change,
-            window: fanout.window.iter().cloned().collect(),
+            window: fanout.window.iter().skip(skip).cloned().collect(),
         })
     }
 
@@ -151,7 +155,6 @@ impl KindHub {
             fanout.window.pop_front();
         }
         fanout.window.push_back(change.clone());
-        fanout.observed = revision;
         fanout.last_change = revision;
         if let Some(sender) = &fanout.sender {
             // No receivers is fine: the change is kept in the window.
@@ -166,7 +169,6 @@ impl KindHub {
         self.own_writes.fetch_min(revision, Ordering::Relaxed);
         let mut fanout = self.fanout();
         fanout.window.clear();
-        fanout.observed = revision;
         fanout.last_change = revision;
         if let Some(sender) = &fanout.sender {
             let _ = sender.send(HubMessage::Resync);

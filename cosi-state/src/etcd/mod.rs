@@ -579,11 +579,13 @@ impl State for EtcdState {
         } else if let Some(tail) = options.tail {
             // The tail ends at the latest change this state made: wait until the hub has it.
             hub.wait_own_writes(self.options.request_timeout).await?;
-            let subscription = hub.subscribe().ok_or_else(|| self.closed(kind))?;
+            let subscription = hub
+                .subscribe_with_window(tail)
+                .ok_or_else(|| self.closed(kind))?;
             // The last `tail` changes, seen through the filter (as the in-memory backend does);
             // every later change comes from the subscription.
-            let window = &subscription.window;
-            let events: Vec<Event> = window[window.len().saturating_sub(tail)..]
+            let events: Vec<Event> = subscription
+                .window
                 .iter()
                 .filter_map(|c| filter.event(c))
                 .collect();
