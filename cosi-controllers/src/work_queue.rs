@@ -1,0 +1,271 @@
+//! The item queue of a queue controller: dedup of pending items, never the same item twice at
+//! once (a change while it runs re-queues it afterwards), delayed re-queues, per-item failure
+//! counts, and the inbox of secondary changes waiting to be mapped to items.
+//!
+//! Every collection is keyed by resource, so memory is bounded by the number of resources, not
+//! by the number of events.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use cosi_core::{Pointer, SharedResource};
+use tokio::time::Instant;
+
+use crate::engine::IdleProbe;
+use crate::feed::FeedTarget;
+use crate::wake::WakeSignal;
+use crate::Input;
+
+#[derive(Default)]
+struct Items {
+    ready: VecDeque<Pointer>,
+    queued: HashSet<Pointer>,
+    running: HashSet<Pointer>,
+    dirty: HashSet<Pointer>,
+    delayed: BTreeMap<(Instant, u64), Pointer>,
+    delayed_at: HashMap<Pointer, (Instant, u64)>,
+    seq: u64,
+    failures: HashMap<Pointer, u32>,
+    inbox: HashMap<Pointer, SharedResource>,
+    relist: bool,
+    busy: bool,
+    blocked_until: Option<Instant>,
+}
+
+/// See the module docs.
+pub(crate) struct WorkQueue {
+    primary: Input,
+    items: Mutex<Items>,
+    pub(crate) bell: WakeSignal,
+}
+
+impl WorkQueue {
+    pub(crate) fn new(primary: Input) -> Self {
+        WorkQueue {
+            primary,
+            items: Mutex::new(Items {
+                // Until the runner has started, the controller is not idle.
+                busy: true,
+                relist: true,
+                ..Items::default()
+            }),
+            bell: WakeSignal::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Items> {
+        self.items.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `item` now (deduplicated; deferred until its running reconcile ends).
+    pub(crate) fn add(&self, item: Pointer) {
+        {
+            let mut items = self.lock();
+            if items.running.contains(&item) {
+                items.dirty.insert(item);
+                return;
+            }
+            if items.queued.contains(&item) {
+                return;
+            }
+            if let Some(key) = items.delayed_at.remove(&item) {
+                items.delayed.remove(&key);
+            }
+            items.queued.insert(item.clone());
+            items.ready.push_back(item);
+        }
+        self.bell.wake();
+    }
+
+    /// Queues `item` after `delay` (kept at the earlier time if already delayed).
+    fn add_after_locked(items: &mut Items, item: Pointer, at: Instant) {
+        if items.queued.contains(&item) {
+            return;
+        }
+        if let Some(&key) = items.delayed_at.get(&item) {
+            if key.0 <= at {
+                return;
+            }
+            items.delayed.remove(&key);
+        }
+        items.seq += 1;
+        let key = (at, items.seq);
+        items.delayed.insert(key, item.clone());
+        items.delayed_at.insert(item, key);
+    }
+
+    /// Takes the next ready item and marks it running.
+    pub(crate) fn pop(&self) -> Option<Pointer> {
+        let mut items = self.lock();
+        let item = items.ready.pop_front()?;
+        items.queued.remove(&item);
+        items.running.insert(item.clone());
+        Some(item)
+    }
+
+    /// Ends the run of `item`. `retry_after` re-queues it after a delay; a change that arrived
+    /// while it ran re-queues it now unless `failed` (a failure keeps its backoff).
+    pub(crate) fn done(&self, item: &Pointer, retry_after: Option<Duration>, failed: bool) {
+        let mut items = self.lock();
+        items.running.remove(item);
+        let changed = items.dirty.remove(item);
+        if failed {
+            *items.failures.entry(item.clone()).or_default() += 1;
+        } else {
+            items.failures.remove(item);
+        }
+        if changed && !failed {
+            items.queued.insert(item.clone());
+            items.ready.push_back(item.clone());
+        } else if let Some(delay) = retry_after {
+            Self::add_after_locked(&mut items, item.clone(), Instant::now() + delay);
+        }
+    }
+
+    /// Consecutive failures of `item`.
+    pub(crate) fn failures(&self, item: &Pointer) -> u32 {
+        self.lock().failures.get(item).copied().unwrap_or(0)
+    }
+
+    /// Moves due delayed items to ready; returns the next deadline.
+    pub(crate) fn promote_due(&self, now: Instant) -> Option<Instant> {
+        let mut items = self.lock();
+        while let Some((&key, _)) = items.delayed.first_key_value() {
+            if key.0 > now {
+                return Some(key.0);
+            }
+            let (_, item) = items.delayed.pop_first()?;
+            items.delayed_at.remove(&item);
+            if items.running.contains(&item) {
+                items.dirty.insert(item);
+            } else if items.queued.insert(item.clone()) {
+                items.ready.push_back(item);
+            }
+        }
+        None
+    }
+
+    pub(crate) fn take_inbox(&self) -> Vec<SharedResource> {
+        self.lock().inbox.drain().map(|(_, r)| r).collect()
+    }
+
+    pub(crate) fn take_relist(&self) -> bool {
+        std::mem::take(&mut self.lock().relist)
+    }
+
+    pub(crate) fn request_relist(&self) {
+        self.lock().relist = true;
+        self.bell.wake();
+    }
+
+    pub(crate) fn set_busy(&self, busy: bool) {
+        self.lock().busy = busy;
+    }
+
+    pub(crate) fn block_until(&self, until: Option<Instant>) {
+        let mut items = self.lock();
+        items.blocked_until = until;
+        items.busy = until.is_none();
+    }
+}
+
+impl FeedTarget for WorkQueue {
+    fn changed(&self, input: &Input, resource: &SharedResource) {
+        let pointer = resource.metadata().pointer();
+        if *input == self.primary {
+            self.add(pointer.clone());
+        } else {
+            self.lock().inbox.insert(pointer.clone(), resource.clone());
+            self.bell.wake();
+        }
+    }
+
+    fn resync(&self) {
+        self.request_relist();
+    }
+}
+
+impl IdleProbe for WorkQueue {
+    fn is_idle(&self, now: Instant) -> bool {
+        let items = self.lock();
+        if let Some(until) = items.blocked_until {
+            return until > now;
+        }
+        !items.busy
+            && !self.bell.is_pending()
+            && items.ready.is_empty()
+            && items.running.is_empty()
+            && items.inbox.is_empty()
+            && !items.relist
+            && items
+                .delayed
+                .first_key_value()
+                .is_none_or(|(key, _)| key.0 > now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cosi_core::Kind;
+
+    fn p(id: &str) -> Pointer {
+        Kind::new("ns", "T").pointer(id)
+    }
+
+    fn queue() -> WorkQueue {
+        WorkQueue::new(Input::weak(Kind::new("ns", "T")))
+    }
+
+    #[test]
+    fn pending_items_are_deduplicated() {
+        let q = queue();
+        q.add(p("a"));
+        q.add(p("a"));
+        q.add(p("b"));
+        assert_eq!(q.pop(), Some(p("a")));
+        assert_eq!(q.pop(), Some(p("b")));
+        assert_eq!(q.pop(), None);
+    }
+
+    #[test]
+    fn an_item_changed_while_running_is_requeued_after_it_ends_not_before() {
+        let q = queue();
+        q.add(p("a"));
+        assert_eq!(q.pop(), Some(p("a")));
+        q.add(p("a"));
+        assert_eq!(q.pop(), None, "never the same item twice at once");
+        q.done(&p("a"), None, false);
+        assert_eq!(q.pop(), Some(p("a")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_item_waits_for_its_delay_even_if_changed_meanwhile() {
+        let q = queue();
+        q.add(p("a"));
+        q.pop();
+        q.add(p("a"));
+        q.done(&p("a"), Some(Duration::from_secs(1)), true);
+        assert_eq!(q.failures(&p("a")), 1);
+        assert_eq!(
+            q.promote_due(Instant::now()),
+            Some(Instant::now() + Duration::from_secs(1))
+        );
+        assert_eq!(q.pop(), None);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(q.promote_due(Instant::now()), None);
+        assert_eq!(q.pop(), Some(p("a")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn adding_a_delayed_item_makes_it_ready_now() {
+        let q = queue();
+        q.add(p("a"));
+        q.pop();
+        q.done(&p("a"), Some(Duration::from_secs(10)), false);
+        q.add(p("a"));
+        assert_eq!(q.pop(), Some(p("a")));
+        assert_eq!(q.promote_due(Instant::now()), None);
+    }
+}
