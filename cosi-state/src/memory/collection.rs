@@ -1,0 +1,288 @@
+//! [`Collection`]: one kind's contents behind its own lock, plus the wake-up of its watchers.
+//!
+//! This is the synchronous, reusable heart of the in-memory backend. The async `State` wrapper
+//! only finds the collection of a kind and calls into it; the disk backend keeps the same
+//! collections in memory and publishes into them after it has persisted a write.
+//!
+//! The lock is a std `RwLock` held only for the synchronous part of a call (never across an
+//! `.await`). Writers append to the window and wake the watchers that are waiting; they never
+//! wait for a watcher.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::SystemTime;
+
+use cosi_core::{
+    make_mut, Bookmark, CreateOptions, DestroyOptions, DynamicResource, Error, Event, Kind,
+    Metadata, Pointer, Result, SharedResource, UpdateOptions, WatchKindOptions,
+};
+use tokio::sync::Notify;
+
+use super::contents::KindContents;
+use super::kind_watch::KindWatcher;
+use super::watch_filter::{IdFilter, WatchFilter};
+use super::write_rules;
+use super::MemoryOptions;
+
+/// Wakes the watchers of one kind that wait for a change.
+#[derive(Debug, Default)]
+pub(crate) struct WatchWake {
+    notify: Notify,
+    /// How many watchers are between "checked for news" and "woken": a writer with no one
+    /// waiting skips the notification entirely.
+    waiting: AtomicUsize,
+}
+
+impl WatchWake {
+    /// Wakes every waiting watcher.
+    pub(crate) fn wake(&self) {
+        // Pairs with the `fetch_add` in `WaitingGuard::new`: either the writer sees the watcher
+        // registered, or the watcher's check (under the kind lock, after registering) sees the
+        // change the writer made before this load.
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.notify.notify_waiters();
+        }
+    }
+
+    pub(crate) fn notify(&self) -> &Notify {
+        &self.notify
+    }
+}
+
+/// Counts a watcher as waiting while alive (also when its future is cancelled).
+pub(crate) struct WaitingGuard<'a>(&'a WatchWake);
+
+impl<'a> WaitingGuard<'a> {
+    pub(crate) fn new(wake: &'a WatchWake) -> Self {
+        wake.waiting.fetch_add(1, Ordering::SeqCst);
+        WaitingGuard(wake)
+    }
+}
+
+impl Drop for WaitingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// One kind: its contents and its watchers' wake-up.
+#[derive(Debug)]
+pub(crate) struct Collection {
+    kind: Kind,
+    contents: RwLock<KindContents>,
+    wake: WatchWake,
+}
+
+impl Collection {
+    /// An empty collection whose first change gets bookmark 1.
+    pub(crate) fn new(kind: Kind, options: &MemoryOptions) -> Self {
+        Self::resumed_at(kind, options, Bookmark(0))
+    }
+
+    /// An empty collection whose first change gets `head + 1`: a durable backend resumes the
+    /// sequence it persisted, so bookmarks stay meaningful across restarts. Watchers resuming
+    /// before `head` get a resync (nothing older is known).
+    pub(crate) fn resumed_at(kind: Kind, options: &MemoryOptions, head: Bookmark) -> Self {
+        Collection {
+            kind,
+            contents: RwLock::new(KindContents::new(
+                options.history,
+                options.max_destroy_markers,
+                head.0,
+            )),
+            wake: WatchWake::default(),
+        }
+    }
+
+    /// The kind.
+    pub(crate) fn kind(&self) -> &Kind {
+        &self.kind
+    }
+
+    /// Shared access to the contents (for reads and for checking a write before persisting it).
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, KindContents> {
+        // A panic while holding the lock cannot leave the contents half-changed: every apply
+        // step checks before it mutates, and nothing user-supplied runs under the lock.
+        self.contents.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Exclusive access to the contents. Whoever changes them must call [`Collection::wake`]
+    /// after dropping the guard.
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, KindContents> {
+        self.contents
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes the watchers after a change.
+    pub(crate) fn wake(&self) {
+        self.wake.wake();
+    }
+
+    pub(crate) fn watch_wake(&self) -> &WatchWake {
+        &self.wake
+    }
+
+    /// The stored value of `pointer`.
+    pub(crate) fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
+        self.read()
+            .get(pointer.id())
+            .cloned()
+            .ok_or_else(|| Error::NotFound {
+                pointer: pointer.clone(),
+            })
+    }
+
+    /// Checks, stamps and stores a new resource.
+    pub(crate) fn create(
+        &self,
+        mut resource: SharedResource,
+        options: CreateOptions,
+    ) -> Result<SharedResource> {
+        self.check_kind(&resource)?;
+        write_rules::prepare_create(&mut resource, options.owner, SystemTime::now())?;
+        self.write().apply_create(resource.clone())?;
+        self.wake();
+        Ok(resource)
+    }
+
+    /// Checks, stamps and stores an update.
+    pub(crate) fn update(
+        &self,
+        mut resource: SharedResource,
+        options: UpdateOptions,
+    ) -> Result<SharedResource> {
+        self.check_kind(&resource)?;
+        let now = SystemTime::now();
+        // Copy a shared value before taking the lock, so stamping under it never deep-copies.
+        make_mut(&mut resource);
+        {
+            let mut contents = self.write();
+            let pointer = resource.metadata().pointer();
+            let stored = contents.get(pointer.id()).ok_or_else(|| Error::NotFound {
+                pointer: pointer.clone(),
+            })?;
+            write_rules::check_update(&**stored, &*resource, &options)?;
+            write_rules::stamp_update(&**stored, &mut resource, now);
+            contents.apply_update(resource.clone())?;
+        }
+        self.wake();
+        Ok(resource)
+    }
+
+    /// Checks and removes a resource.
+    pub(crate) fn destroy(&self, pointer: &Pointer, options: &DestroyOptions) -> Result<()> {
+        {
+            let mut contents = self.write();
+            let stored = contents.get(pointer.id()).ok_or_else(|| Error::NotFound {
+                pointer: pointer.clone(),
+            })?;
+            write_rules::check_destroy(&**stored, options)?;
+            contents.apply_destroy(pointer)?;
+        }
+        self.wake();
+        Ok(())
+    }
+
+    /// Starts a kind watch.
+    pub(crate) fn watch_kind(self: &Arc<Self>, options: WatchKindOptions) -> Result<KindWatcher> {
+        let subject = || self.kind.to_string();
+        if options.bootstrap && (options.tail.is_some() || options.since.is_some()) {
+            let field = if options.tail.is_some() {
+                "tail"
+            } else {
+                "since"
+            };
+            return Err(Error::invalid(
+                subject(),
+                field,
+                "cannot be combined with bootstrap (a bootstrap already delivers the contents)",
+            ));
+        }
+        if options.tail.is_some() && options.since.is_some() {
+            return Err(Error::invalid(
+                subject(),
+                "since",
+                "cannot be combined with tail (both choose where the watch starts)",
+            ));
+        }
+        let filter = WatchFilter::new(options.ids.as_ref(), &options.labels);
+        let mut pending = VecDeque::new();
+        let contents = self.read();
+        let head = contents.head();
+        let position = if let Some(since) = options.since {
+            if since.0 > head {
+                return Err(Error::invalid(
+                    subject(),
+                    "since",
+                    format!("bookmark {since} is in the future (the latest is {head})"),
+                ));
+            }
+            since.0
+        } else if let Some(tail) = options.tail {
+            head - (tail.min(contents.window_len()) as u64)
+        } else {
+            if options.bootstrap {
+                contents.bootstrap(&filter, &mut pending);
+            }
+            head
+        };
+        drop(contents);
+        Ok(KindWatcher::new(
+            self.clone(),
+            filter,
+            position,
+            pending,
+            options.strict,
+        ))
+    }
+
+    /// Starts a pointer watch: the current state (or a tombstone), then every change.
+    pub(crate) fn watch_pointer(self: &Arc<Self>, pointer: &Pointer, strict: bool) -> KindWatcher {
+        let filter = WatchFilter {
+            ids: IdFilter::Exact(pointer.shared_id().clone()),
+            labels: Default::default(),
+        };
+        let contents = self.read();
+        let head = contents.head();
+        let bookmark = Bookmark(head);
+        let first = match contents.get(pointer.id()) {
+            Some(resource) => Event::Created {
+                resource: resource.clone(),
+                bookmark,
+                compacted: false,
+            },
+            None => Event::Destroyed {
+                resource: tombstone(pointer),
+                bookmark,
+                compacted: false,
+            },
+        };
+        drop(contents);
+        KindWatcher::new(self.clone(), filter, head, VecDeque::from([first]), strict)
+    }
+
+    fn check_kind(&self, resource: &SharedResource) -> Result<()> {
+        let kind = resource.metadata().kind();
+        if *kind != self.kind {
+            return Err(Error::invalid(
+                resource.metadata().pointer().to_string(),
+                "metadata.type",
+                format!(
+                    "resource of kind {kind} written to collection {}",
+                    self.kind
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The value a pointer watch reports for an absent resource.
+pub(crate) fn tombstone(pointer: &Pointer) -> SharedResource {
+    Arc::new(DynamicResource {
+        metadata: Metadata::new(pointer.clone()),
+        spec: serde_json::Value::Null,
+    })
+}

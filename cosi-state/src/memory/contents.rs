@@ -1,0 +1,279 @@
+//! The contents of one kind under its lock: the live resources in id order (each with the
+//! sequence numbers of its creation and last change), the history window and the destroy
+//! markers — and the computations that need all three at one instant: applying a write,
+//! bootstrap, and the catch-up of a watcher that fell behind.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use cosi_core::{Bookmark, Error, Event, Pointer, Result, SharedResource};
+
+use super::destroy_markers::{DestroyMarker, DestroyMarkers};
+use super::history::{ChangeOp, HistoryWindow};
+use super::watch_filter::{IdFilter, WatchFilter};
+
+/// A live resource and where its history starts.
+#[derive(Clone, Debug)]
+pub(crate) struct StoredEntry {
+    /// The stored value.
+    pub(crate) resource: SharedResource,
+    /// Sequence number of the create of this incarnation.
+    pub(crate) created_seq: u64,
+    /// Sequence number of its last change.
+    pub(crate) changed_seq: u64,
+}
+
+/// Everything one kind holds.
+#[derive(Debug)]
+pub(crate) struct KindContents {
+    resources: BTreeMap<Arc<str>, StoredEntry>,
+    window: HistoryWindow,
+    markers: DestroyMarkers,
+}
+
+impl KindContents {
+    /// Empty contents whose first change gets sequence `head + 1`.
+    pub(crate) fn new(history: usize, max_destroy_markers: usize, head: u64) -> Self {
+        KindContents {
+            resources: BTreeMap::new(),
+            window: HistoryWindow::new(history, head),
+            markers: DestroyMarkers::new(max_destroy_markers, head),
+        }
+    }
+
+    /// The position of the latest change.
+    pub(crate) fn head(&self) -> u64 {
+        self.window.head()
+    }
+
+    /// How many changes the history window holds.
+    pub(crate) fn window_len(&self) -> usize {
+        self.window.len()
+    }
+
+    /// The stored value of `id`.
+    pub(crate) fn get(&self, id: &str) -> Option<&SharedResource> {
+        self.resources.get(id).map(|e| &e.resource)
+    }
+
+    /// The stored values passing `filter`, in id order.
+    pub(crate) fn list(&self, filter: &WatchFilter) -> Vec<SharedResource> {
+        match &filter.ids {
+            IdFilter::Exact(id) => self
+                .get(id)
+                .filter(|r| filter.labels_match(&***r))
+                .cloned()
+                .into_iter()
+                .collect(),
+            _ => self
+                .resources
+                .values()
+                .filter(|e| filter.matches(&*e.resource))
+                .map(|e| e.resource.clone())
+                .collect(),
+        }
+    }
+
+    /// Stores a new resource (already stamped); fails if the id exists. Returns the sequence
+    /// number of the change.
+    pub(crate) fn apply_create(&mut self, resource: SharedResource) -> Result<u64> {
+        let id = resource.metadata().pointer().shared_id();
+        if self.resources.contains_key(&**id) {
+            return Err(Error::AlreadyExists {
+                pointer: resource.metadata().pointer().clone(),
+            });
+        }
+        let id = id.clone();
+        let seq = self.window.push(ChangeOp::Created, resource.clone(), None);
+        self.resources.insert(
+            id,
+            StoredEntry {
+                resource,
+                created_seq: seq,
+                changed_seq: seq,
+            },
+        );
+        Ok(seq)
+    }
+
+    /// Replaces a stored resource with an already checked and stamped value; fails if it is
+    /// absent. Returns the sequence number of the change.
+    pub(crate) fn apply_update(&mut self, resource: SharedResource) -> Result<u64> {
+        let pointer = resource.metadata().pointer();
+        let Some(entry) = self.resources.get_mut(pointer.id()) else {
+            return Err(Error::NotFound {
+                pointer: pointer.clone(),
+            });
+        };
+        let old = std::mem::replace(&mut entry.resource, resource.clone());
+        let seq = self.window.push(ChangeOp::Updated, resource, Some(old));
+        entry.changed_seq = seq;
+        Ok(seq)
+    }
+
+    /// Removes a stored resource (already checked); fails if it is absent. Returns the
+    /// sequence number of the change.
+    pub(crate) fn apply_destroy(&mut self, pointer: &Pointer) -> Result<u64> {
+        let Some(entry) = self.resources.remove(pointer.id()) else {
+            return Err(Error::NotFound {
+                pointer: pointer.clone(),
+            });
+        };
+        let seq = self
+            .window
+            .push(ChangeOp::Destroyed, entry.resource.clone(), None);
+        self.markers.record(DestroyMarker {
+            destroyed: seq,
+            created: entry.created_seq,
+            resource: entry.resource,
+        });
+        Ok(seq)
+    }
+
+    /// Appends the events a watcher at `position` has not seen yet to `out`, at most `max` of
+    /// them, and returns the new position — or `None` when the watcher fell behind the window.
+    pub(crate) fn read_window(
+        &self,
+        position: u64,
+        filter: &WatchFilter,
+        out: &mut VecDeque<Event>,
+        max: usize,
+    ) -> Option<u64> {
+        let mut position = position;
+        let mut taken = 0;
+        for change in self.window.after(position)? {
+            if taken == max {
+                break;
+            }
+            position = change.seq;
+            if let Some(event) = filter.translate(change) {
+                out.push_back(event);
+                taken += 1;
+            }
+        }
+        Some(position)
+    }
+
+    /// Appends the contents passing `filter` as `Created` events in id order, then
+    /// `Bootstrapped`, all at the current head.
+    pub(crate) fn bootstrap(&self, filter: &WatchFilter, out: &mut VecDeque<Event>) {
+        let bookmark = Bookmark(self.head());
+        let created = |resource: SharedResource| Event::Created {
+            resource,
+            bookmark,
+            compacted: false,
+        };
+        match &filter.ids {
+            IdFilter::Exact(id) => out.extend(
+                self.get(id)
+                    .filter(|r| filter.labels_match(&***r))
+                    .cloned()
+                    .map(created),
+            ),
+            _ => out.extend(
+                self.resources
+                    .values()
+                    .filter(|e| filter.matches(&*e.resource))
+                    .map(|e| created(e.resource.clone())),
+            ),
+        }
+        out.push_back(Event::Bootstrapped { bookmark });
+    }
+
+    /// Appends what a watcher that fell behind at `position` needs to reach the current head:
+    /// a compacted catch-up (one event per resource changed since `position`, carrying its
+    /// latest state, in id order) when the destroy markers still cover `position`, otherwise
+    /// `Resync` and a full bootstrap. Returns the head the watcher is then at.
+    pub(crate) fn catch_up(
+        &self,
+        position: u64,
+        filter: &WatchFilter,
+        out: &mut VecDeque<Event>,
+    ) -> u64 {
+        let head = self.head();
+        let bookmark = Bookmark(head);
+        if !self.markers.complete_since(position) {
+            out.push_back(Event::Resync { bookmark });
+            self.bootstrap(filter, out);
+            return head;
+        }
+        // Per id destroyed since `position`: whether one of its incarnations existed at
+        // `position`, and the last state of its latest incarnation.
+        let mut gone: HashMap<&str, (bool, &SharedResource)> = HashMap::new();
+        for marker in self.markers.after(position) {
+            let id = marker.resource.metadata().id();
+            if !filter.ids.matches(id) {
+                continue;
+            }
+            let slot = gone.entry(id).or_insert((false, &marker.resource));
+            slot.0 |= marker.created <= position;
+            slot.1 = &marker.resource;
+        }
+        let mut events: Vec<Event> = Vec::new();
+        let mut push_live = |entry: &StoredEntry| {
+            if entry.changed_seq <= position {
+                return;
+            }
+            let id = entry.resource.metadata().id();
+            let existed = entry.created_seq <= position || gone.get(id).is_some_and(|g| g.0);
+            let resource = entry.resource.clone();
+            if filter.labels_match(&*resource) {
+                events.push(if existed {
+                    Event::Updated {
+                        old: None,
+                        resource,
+                        bookmark,
+                        compacted: true,
+                    }
+                } else {
+                    Event::Created {
+                        resource,
+                        bookmark,
+                        compacted: true,
+                    }
+                });
+            } else if existed {
+                events.push(Event::Destroyed {
+                    resource,
+                    bookmark,
+                    compacted: true,
+                });
+            }
+        };
+        match &filter.ids {
+            IdFilter::Exact(id) => {
+                if let Some(entry) = self.resources.get(id) {
+                    push_live(entry);
+                }
+            }
+            _ => self
+                .resources
+                .values()
+                .filter(|e| filter.ids.matches(e.resource.metadata().id()))
+                .for_each(push_live),
+        }
+        let mut destroyed: Vec<(&str, &SharedResource)> = gone
+            .into_iter()
+            .filter(|(id, (existed, _))| *existed && !self.resources.contains_key(*id))
+            .map(|(id, (_, last))| (id, last))
+            .collect();
+        if destroyed.is_empty() {
+            out.extend(events);
+        } else {
+            destroyed.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            events.extend(destroyed.into_iter().map(|(_, last)| Event::Destroyed {
+                resource: last.clone(),
+                bookmark,
+                compacted: true,
+            }));
+            // Ids are unique across live and destroyed entries, so an unstable sort is exact.
+            events.sort_unstable_by(|a, b| event_id(a).cmp(event_id(b)));
+            out.extend(events);
+        }
+        head
+    }
+}
+
+fn event_id(event: &Event) -> &str {
+    event.resource().map_or("", |r| r.metadata().id())
+}

@@ -1,0 +1,127 @@
+//! [`KindWatcher`]: the event source behind every in-memory watch (kind and pointer watches).
+//!
+//! A watcher is a cursor into its kind's history window, not a queue: it remembers the last
+//! sequence number it has taken and a small buffer of events ready to hand out (the bootstrap,
+//! a catch-up, or a prefetched batch). On each call it takes what the window holds after its
+//! cursor, under the kind's read lock, filtered. When its cursor fell out of the window it
+//! computes a compacted catch-up (or a resync) from the contents instead; in strict mode it ends
+//! with `WatchOverrun`.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use cosi_core::{Error, Event, EventSource};
+
+use super::collection::{Collection, WaitingGuard};
+use super::watch_filter::WatchFilter;
+
+/// How many events a single-event `next` prefetches, so that per-event calls do not take the
+/// kind lock once per event.
+const PREFETCH: usize = 64;
+
+/// A cursor-based watcher of one kind.
+pub(crate) struct KindWatcher {
+    collection: Arc<Collection>,
+    filter: WatchFilter,
+    /// The last sequence number whose event (if it passed the filter) is in `ready`.
+    position: u64,
+    /// Events taken from the collection and not handed out yet.
+    ready: VecDeque<Event>,
+    strict: bool,
+    /// Set once an error was queued: nothing is read after it.
+    failed: bool,
+}
+
+impl KindWatcher {
+    pub(crate) fn new(
+        collection: Arc<Collection>,
+        filter: WatchFilter,
+        position: u64,
+        ready: VecDeque<Event>,
+        strict: bool,
+    ) -> Self {
+        KindWatcher {
+            collection,
+            filter,
+            position,
+            ready,
+            strict,
+            failed: false,
+        }
+    }
+
+    /// Moves up to `max` new events into `ready` (never blocks). Returns whether any arrived.
+    fn fill(&mut self, max: usize) -> bool {
+        if self.failed {
+            return false;
+        }
+        let before = self.ready.len();
+        let contents = self.collection.read();
+        match contents.read_window(self.position, &self.filter, &mut self.ready, max) {
+            Some(position) => self.position = position,
+            None if self.strict => {
+                self.ready.push_back(Event::Errored {
+                    error: Error::WatchOverrun {
+                        kind: self.collection.kind().clone(),
+                        position: self.position,
+                    },
+                });
+                self.failed = true;
+            }
+            None => {
+                self.position = contents.catch_up(self.position, &self.filter, &mut self.ready);
+            }
+        }
+        self.ready.len() > before
+    }
+
+    /// Waits until `ready` holds at least one event, filling it with up to `max`.
+    /// Returns `false` once the watch has ended.
+    async fn wait_ready(&mut self, max: usize) -> bool {
+        if !self.ready.is_empty() {
+            return true;
+        }
+        if self.failed {
+            return false;
+        }
+        loop {
+            if self.fill(max) {
+                return true;
+            }
+            // Register before re-checking, so a change made after the check wakes us.
+            let collection = self.collection.clone();
+            let wake = collection.watch_wake();
+            let _waiting = WaitingGuard::new(wake);
+            let notified = wake.notify().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.fill(max) {
+                return true;
+            }
+            notified.await;
+        }
+    }
+}
+
+#[async_trait]
+impl EventSource for KindWatcher {
+    async fn next(&mut self) -> Option<Event> {
+        if !self.wait_ready(PREFETCH).await {
+            return None;
+        }
+        self.ready.pop_front()
+    }
+
+    async fn next_batch(&mut self, max: usize) -> Option<Vec<Event>> {
+        let max = max.max(1);
+        if !self.wait_ready(max).await {
+            return None;
+        }
+        if self.ready.len() < max {
+            self.fill(max - self.ready.len());
+        }
+        let take = self.ready.len().min(max);
+        Some(self.ready.drain(..take).collect())
+    }
+}

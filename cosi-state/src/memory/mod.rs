@@ -1,0 +1,232 @@
+//! The in-memory backend: [`MemoryState`].
+//!
+//! Each kind lives in its own collection (a concurrent map of kinds, each with its own lock):
+//! the live resources in id order, an exact history window of the last
+//! [`MemoryOptions::history`] changes, and up to [`MemoryOptions::max_destroy_markers`] destroy
+//! markers. Stored values are `Arc`s; reads, lists and events hand out `Arc` clones.
+//!
+//! # Watch delivery
+//!
+//! Every change of a kind gets the next sequence number, which is its [`cosi_core::Bookmark`].
+//! A watcher is a cursor into the window; writers append and wake waiting watchers, and never
+//! wait for them. A watcher whose cursor fell out of the window is not ended: it receives a
+//! compacted catch-up, one event per resource changed since its position, with the latest state
+//! and `compacted: true` — `Created` if the resource did not exist at its position,
+//! `Updated { old: None }` if it did, `Destroyed` (last state) if it existed then and is gone
+//! now; nothing for a resource created and destroyed within the gap. Then it continues live.
+//! To compute that, each live resource remembers the sequence of its creation and of its last
+//! change, and each destruction leaves a marker (destroyed at, created at, last state). Markers
+//! are exact per incarnation, so an id destroyed and recreated any number of times inside the
+//! gap is still reported correctly (as `Updated` if some incarnation existed at the watcher's
+//! position, else `Created`). When markers the catch-up would need were evicted, the watcher
+//! receives [`cosi_core::Event::Resync`] and a full bootstrap instead. Strict watchers receive
+//! one `Errored { WatchOverrun }` and end.
+//!
+//! All events of a catch-up, a resync or a bootstrap carry the head bookmark at the time they
+//! were computed: such a batch is resumable from its end, not from its middle.
+//!
+//! **Approximation with label filters.** The store does not keep a resource's state at every
+//! past position, so in a catch-up it cannot know whether a resource matched the watcher's label
+//! filter back then. It errs on the side of a correct final view: a resource that existed at
+//! the watcher's position and now matches arrives as `Updated { old: None }` (treat compacted
+//! events as upserts), and one that existed and now does not match, or is gone, arrives as
+//! `Destroyed` even if the watcher may never have seen it (treat a `Destroyed` of an unknown id
+//! as a no-op). Id filters are exact: an id cannot change.
+//!
+//! # Reuse by other backends
+//!
+//! The machinery is synchronous and backend-neutral, in `pub(crate)` modules:
+//! - `write_rules`: `prepare_create`, `check_update` + `stamp_update`, `check_destroy` — the
+//!   rules of `State` as pure functions of the stored value and the write.
+//! - `Collection` (one kind): `read()`/`write()` give the `KindContents` under the kind lock,
+//!   whose `apply_create`/`apply_update`/`apply_destroy` publish an already checked and
+//!   stamped write (appending it to the window and markers); `wake()` must follow the guard's
+//!   drop. `watch_kind`/`watch_pointer` return the `KindWatcher` event source.
+//!   `Collection::resumed_at` continues a persisted sequence.
+//!
+//! A durable backend checks a write against `read()`, persists it, then applies it under
+//! `write()` and wakes — holding its own per-kind write serialization across the three steps.
+
+mod collection;
+mod contents;
+mod destroy_markers;
+mod history;
+mod kind_watch;
+mod watch_filter;
+mod write_rules;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use cosi_core::{
+    CreateOptions, DestroyOptions, Kind, ListOptions, Pointer, Result, SharedResource, State,
+    UpdateOptions, Watch, WatchKindOptions, WatchOptions,
+};
+use dashmap::DashMap;
+
+#[allow(unused_imports)] // Reused by the disk backend.
+pub(crate) use collection::{tombstone, Collection};
+#[allow(unused_imports)]
+pub(crate) use contents::KindContents;
+#[allow(unused_imports)]
+pub(crate) use kind_watch::KindWatcher;
+#[allow(unused_imports)]
+pub(crate) use watch_filter::WatchFilter;
+
+/// Sizing of the in-memory backend's watch machinery.
+///
+/// ```
+/// use cosi_state::{MemoryOptions, MemoryState};
+/// let state = MemoryState::new(MemoryOptions { history: 16_384, ..MemoryOptions::default() });
+/// # let _ = state;
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryOptions {
+    /// Events per kind kept in the exact history window (at least 1; 0 is read as 1).
+    ///
+    /// Default 4096: a watcher may lag that many changes of one kind and still see every
+    /// intermediate version; beyond that it gets a compacted catch-up, which is cheap and
+    /// correct. The window holds `Arc`s of old values, so its cost is bounded by the values
+    /// it keeps alive (a few MiB per busy kind), and idle kinds grow no window at all.
+    pub history: usize,
+    /// Destroy markers kept per kind to compute catch-ups.
+    ///
+    /// Default 65536: enough to cover the destruction of every resource of a large kind during
+    /// one lag; a watcher that lagged past more destructions than this gets a resync.
+    pub max_destroy_markers: usize,
+}
+
+impl Default for MemoryOptions {
+    fn default() -> Self {
+        MemoryOptions {
+            history: 4096,
+            max_destroy_markers: 65_536,
+        }
+    }
+}
+
+/// The in-memory [`State`] backend.
+///
+/// ```
+/// use cosi_core::{CreateOptions, Resource, ResourceSpec, State};
+/// use cosi_state::{MemoryOptions, MemoryState};
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
+/// # struct Hostname { name: String }
+/// # impl ResourceSpec for Hostname {
+/// #     const TYPE: &'static str = "Hostnames.net.cosi.dev";
+/// #     const DEFAULT_NAMESPACE: &'static str = "network";
+/// # }
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let state = MemoryState::new(MemoryOptions::default());
+/// let res = Resource::new("hostname", Hostname { name: "node-1".into() });
+/// let stored = state.create(res.into_shared(), CreateOptions::default()).await.unwrap();
+/// assert_eq!(stored.metadata().version().get(), 1);
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct MemoryState {
+    kinds: DashMap<Kind, Arc<Collection>>,
+    options: MemoryOptions,
+}
+
+impl MemoryState {
+    /// An empty store.
+    pub fn new(options: MemoryOptions) -> MemoryState {
+        MemoryState {
+            kinds: DashMap::new(),
+            options,
+        }
+    }
+
+    /// The options it was built with.
+    pub fn options(&self) -> &MemoryOptions {
+        &self.options
+    }
+
+    /// Runs `f` on the kind's collection, creating it if needed.
+    fn with_collection<T>(&self, kind: &Kind, f: impl FnOnce(&Arc<Collection>) -> T) -> T {
+        if let Some(collection) = self.kinds.get(kind) {
+            return f(&collection);
+        }
+        let collection = self
+            .kinds
+            .entry(kind.clone())
+            .or_insert_with(|| Arc::new(Collection::new(kind.clone(), &self.options)))
+            .clone();
+        f(&collection)
+    }
+}
+
+impl Default for MemoryState {
+    fn default() -> Self {
+        MemoryState::new(MemoryOptions::default())
+    }
+}
+
+#[async_trait]
+impl State for MemoryState {
+    async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
+        match self.kinds.get(pointer.kind()) {
+            Some(collection) => collection.get(pointer),
+            None => Err(cosi_core::Error::NotFound {
+                pointer: pointer.clone(),
+            }),
+        }
+    }
+
+    async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
+        match self.kinds.get(kind) {
+            Some(collection) => {
+                let filter = WatchFilter::new(options.ids.as_ref(), &options.labels);
+                Ok(collection.read().list(&filter))
+            }
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn create(
+        &self,
+        resource: SharedResource,
+        options: CreateOptions,
+    ) -> Result<SharedResource> {
+        let kind = resource.metadata().kind().clone();
+        self.with_collection(&kind, |c| c.create(resource, options))
+    }
+
+    async fn update(
+        &self,
+        resource: SharedResource,
+        options: UpdateOptions,
+    ) -> Result<SharedResource> {
+        match self.kinds.get(resource.metadata().kind()) {
+            Some(collection) => collection.update(resource, options),
+            None => Err(cosi_core::Error::NotFound {
+                pointer: resource.metadata().pointer().clone(),
+            }),
+        }
+    }
+
+    async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
+        match self.kinds.get(pointer.kind()) {
+            Some(collection) => collection.destroy(pointer, &options),
+            None => Err(cosi_core::Error::NotFound {
+                pointer: pointer.clone(),
+            }),
+        }
+    }
+
+    async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
+        let watcher =
+            self.with_collection(pointer.kind(), |c| c.watch_pointer(pointer, options.strict));
+        Ok(Watch::new(watcher))
+    }
+
+    async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
+        let watcher = self.with_collection(kind, |c| c.watch_kind(options))?;
+        Ok(Watch::new(watcher))
+    }
+}

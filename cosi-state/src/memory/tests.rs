@@ -1,0 +1,810 @@
+//! Unit tests of the in-memory backend: the write rules, and the watch delivery rules that the
+//! public conformance suite cannot provoke through the `State` API alone (window sizes,
+//! catch-up, marker eviction).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cosi_core::{
+    AnyResource, Bookmark, CreateOptions, DestroyOptions, Error, Event, IdQuery, Kind, LabelOp,
+    LabelQuery, LabelTerm, ListOptions, Phase, Pointer, Resource, ResourceSpec, SharedResource,
+    State, UpdateOptions, Version, Watch, WatchKindOptions, WatchOptions,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{MemoryOptions, MemoryState};
+
+#[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
+struct Counter {
+    value: i64,
+}
+
+impl ResourceSpec for Counter {
+    const TYPE: &'static str = "Counters.test.cosi.dev";
+    const DEFAULT_NAMESPACE: &'static str = "test";
+}
+
+fn kind() -> Kind {
+    Counter::kind()
+}
+
+fn pointer(id: &str) -> Pointer {
+    kind().pointer(id)
+}
+
+fn counter(id: &str, value: i64) -> SharedResource {
+    Resource::new(id, Counter { value }).into_shared()
+}
+
+fn labelled(id: &str, value: i64, label: Option<&str>) -> SharedResource {
+    let mut r = Resource::new(id, Counter { value });
+    if let Some(l) = label {
+        r.metadata.labels_mut().insert("app".into(), l.into());
+    }
+    r.into_shared()
+}
+
+fn value_of(r: &dyn AnyResource) -> i64 {
+    cosi_core::downcast_ref::<Counter>(r).unwrap().spec.value
+}
+
+fn small(history: usize, max_destroy_markers: usize) -> MemoryState {
+    MemoryState::new(MemoryOptions {
+        history,
+        max_destroy_markers,
+    })
+}
+
+async fn create(state: &MemoryState, id: &str, value: i64) -> SharedResource {
+    state
+        .create(counter(id, value), CreateOptions::default())
+        .await
+        .unwrap()
+}
+
+/// Reads, changes the value and writes back.
+async fn set(state: &MemoryState, id: &str, value: i64) -> SharedResource {
+    let stored = state.get(&pointer(id)).await.unwrap();
+    let mut copy = cosi_core::downcast_ref::<Counter>(&*stored)
+        .unwrap()
+        .clone();
+    copy.spec.value = value;
+    state
+        .update(copy.into_shared(), UpdateOptions::default())
+        .await
+        .unwrap()
+}
+
+async fn destroy(state: &MemoryState, id: &str) {
+    state
+        .destroy(&pointer(id), DestroyOptions::default())
+        .await
+        .unwrap()
+}
+
+async fn recv(watch: &mut Watch) -> Event {
+    tokio::time::timeout(Duration::from_secs(5), watch.recv())
+        .await
+        .expect("an event within 5 s")
+        .expect("the watch is still open")
+}
+
+async fn recv_batch(watch: &mut Watch, max: usize) -> Vec<Event> {
+    tokio::time::timeout(Duration::from_secs(5), watch.recv_batch(max))
+        .await
+        .expect("a batch within 5 s")
+        .expect("the watch is still open")
+}
+
+/// `type id value compacted bookmark` of an event, for exact comparisons.
+fn describe(event: &Event) -> String {
+    match event {
+        Event::Created {
+            resource,
+            bookmark,
+            compacted,
+        } => format!(
+            "created {} {} {} @{bookmark}",
+            resource.metadata().id(),
+            value_of(&**resource),
+            if *compacted { "c" } else { "-" }
+        ),
+        Event::Updated {
+            old,
+            resource,
+            bookmark,
+            compacted,
+        } => format!(
+            "updated {} {}->{} {} @{bookmark}",
+            resource.metadata().id(),
+            old.as_ref()
+                .map_or("?".to_string(), |o| value_of(&**o).to_string()),
+            value_of(&**resource),
+            if *compacted { "c" } else { "-" }
+        ),
+        Event::Destroyed {
+            resource,
+            bookmark,
+            compacted,
+        } => format!(
+            "destroyed {} {} @{bookmark}",
+            resource.metadata().id(),
+            if *compacted { "c" } else { "-" }
+        ),
+        other => format!(
+            "{} @{}",
+            other.type_name(),
+            other.bookmark().unwrap_or_default()
+        ),
+    }
+}
+
+fn describe_all(events: &[Event]) -> Vec<String> {
+    events.iter().map(describe).collect()
+}
+
+// ---- write rules ----
+
+#[tokio::test]
+async fn create_stores_version_one_with_owner_and_equal_timestamps() {
+    let state = MemoryState::default();
+    let stored = state
+        .create(
+            counter("a", 1),
+            CreateOptions {
+                owner: Some("ctrl".into()),
+            },
+        )
+        .await
+        .unwrap();
+    let md = stored.metadata();
+    assert_eq!(md.version(), Version::FIRST);
+    assert_eq!(md.owner(), Some("ctrl"));
+    assert_eq!(md.created(), md.updated());
+    assert!(md.created() > std::time::SystemTime::UNIX_EPOCH);
+    let read = state.get(&pointer("a")).await.unwrap();
+    assert!(Arc::ptr_eq(&read, &stored), "reads hand out the stored Arc");
+}
+
+#[tokio::test]
+async fn create_of_an_existing_id_fails_and_changes_nothing() {
+    let state = MemoryState::default();
+    create(&state, "a", 1).await;
+    let err = state
+        .create(counter("a", 2), CreateOptions::default())
+        .await
+        .unwrap_err();
+    assert!(err.is_already_exists(), "{err}");
+    assert_eq!(value_of(&*state.get(&pointer("a")).await.unwrap()), 1);
+}
+
+#[tokio::test]
+async fn create_stamps_a_unique_value_without_copying_it() {
+    let state = MemoryState::default();
+    let value = counter("a", 1);
+    let address = Arc::as_ptr(&value) as *const u8;
+    let stored = state.create(value, CreateOptions::default()).await.unwrap();
+    assert_eq!(Arc::as_ptr(&stored) as *const u8, address);
+}
+
+#[tokio::test]
+async fn create_with_an_empty_id_is_an_invalid_argument() {
+    let state = MemoryState::default();
+    let err = state
+        .create(counter("", 1), CreateOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument { field, .. } if field == "metadata.id"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn update_bumps_version_and_keeps_created_and_owner() {
+    let state = MemoryState::default();
+    let first = state
+        .create(
+            counter("a", 1),
+            CreateOptions {
+                owner: Some("ctrl".into()),
+            },
+        )
+        .await
+        .unwrap();
+    let mut copy = cosi_core::downcast_ref::<Counter>(&*first).unwrap().clone();
+    copy.spec.value = 2;
+    copy.metadata.set_timestamps(
+        std::time::SystemTime::UNIX_EPOCH,
+        std::time::SystemTime::UNIX_EPOCH,
+    );
+    let stored = state
+        .update(copy.into_shared(), UpdateOptions::owned_by(Some("ctrl")))
+        .await
+        .unwrap();
+    assert_eq!(stored.metadata().version(), Version::new(2));
+    assert_eq!(stored.metadata().owner(), Some("ctrl"));
+    assert_eq!(stored.metadata().created(), first.metadata().created());
+    assert!(stored.metadata().updated() >= first.metadata().updated());
+    assert_eq!(value_of(&*stored), 2);
+}
+
+#[tokio::test]
+async fn update_with_stale_version_conflicts() {
+    let state = MemoryState::default();
+    let v1 = create(&state, "a", 1).await;
+    set(&state, "a", 2).await;
+    let err = state
+        .update(v1, UpdateOptions::default())
+        .await
+        .unwrap_err();
+    match err {
+        Error::VersionConflict {
+            expected, actual, ..
+        } => {
+            assert_eq!(expected, Version::new(1));
+            assert_eq!(actual, Version::new(2));
+        }
+        other => panic!("expected a version conflict, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn update_by_another_owner_conflicts() {
+    let state = MemoryState::default();
+    let v1 = create(&state, "a", 1).await;
+    let err = state
+        .update(v1, UpdateOptions::owned_by(Some("intruder")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::OwnerConflict { owner: None, writer: Some(w), .. } if w == "intruder"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn update_in_an_unexpected_phase_conflicts() {
+    let state = MemoryState::default();
+    let v1 = create(&state, "a", 1).await;
+    let mut copy = cosi_core::downcast_ref::<Counter>(&*v1).unwrap().clone();
+    copy.metadata.set_phase(Phase::TearingDown);
+    let torn = state
+        .update(copy.into_shared(), UpdateOptions::default())
+        .await
+        .unwrap();
+    let err = state
+        .update(torn.clone(), UpdateOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::PhaseConflict {
+                expected: Phase::Running,
+                actual: Phase::TearingDown,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let any_phase = UpdateOptions {
+        owner: None,
+        expected_phase: None,
+    };
+    let stored = state.update(torn, any_phase).await.unwrap();
+    assert_eq!(stored.metadata().version(), Version::new(3));
+}
+
+#[tokio::test]
+async fn update_of_a_missing_resource_is_not_found() {
+    let state = MemoryState::default();
+    let err = state
+        .update(counter("a", 1), UpdateOptions::default())
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+}
+
+#[tokio::test]
+async fn destroy_with_pending_finalizers_fails_and_keeps_the_resource() {
+    let state = MemoryState::default();
+    let v1 = create(&state, "a", 1).await;
+    let mut copy = cosi_core::downcast_ref::<Counter>(&*v1).unwrap().clone();
+    copy.metadata.finalizers_mut().insert("f".into());
+    state
+        .update(copy.into_shared(), UpdateOptions::default())
+        .await
+        .unwrap();
+    let err = state
+        .destroy(&pointer("a"), DestroyOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::PendingFinalizers { .. }), "{err}");
+    assert!(state.get(&pointer("a")).await.is_ok());
+}
+
+#[tokio::test]
+async fn destroy_by_another_owner_conflicts() {
+    let state = MemoryState::default();
+    create(&state, "a", 1).await;
+    let err = state
+        .destroy(
+            &pointer("a"),
+            DestroyOptions {
+                owner: Some("x".into()),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::OwnerConflict { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn list_is_sorted_by_id_and_filtered() {
+    let state = MemoryState::default();
+    for (id, label) in [
+        ("c", Some("web")),
+        ("a", Some("web")),
+        ("b", None),
+        ("d", Some("db")),
+    ] {
+        state
+            .create(labelled(id, 0, label), CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    let ids = |v: Vec<SharedResource>| -> Vec<String> {
+        v.iter().map(|r| r.metadata().id().to_string()).collect()
+    };
+    let all = state.list(&kind(), &ListOptions::default()).await.unwrap();
+    assert_eq!(ids(all), ["a", "b", "c", "d"]);
+    let web = ListOptions {
+        labels: LabelQuery::new()
+            .with(LabelTerm::new("app", LabelOp::Equal("web".into())))
+            .into(),
+        ids: None,
+    };
+    assert_eq!(ids(state.list(&kind(), &web).await.unwrap()), ["a", "c"]);
+    let by_id = ListOptions {
+        labels: Default::default(),
+        ids: Some(IdQuery::new("^[bd]$").unwrap()),
+    };
+    assert_eq!(ids(state.list(&kind(), &by_id).await.unwrap()), ["b", "d"]);
+}
+
+// ---- watches ----
+
+#[tokio::test]
+async fn kind_watch_delivers_every_change_in_order_with_bookmarks() {
+    let state = MemoryState::default();
+    let mut watch = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    create(&state, "a", 1).await;
+    set(&state, "a", 2).await;
+    destroy(&state, "a").await;
+    let events = recv_batch(&mut watch, 10).await;
+    assert_eq!(
+        describe_all(&events),
+        [
+            "created a 1 - @1",
+            "updated a 1->2 - @2",
+            "destroyed a - @3"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn bootstrap_delivers_contents_in_id_order_then_bootstrapped() {
+    let state = MemoryState::default();
+    create(&state, "b", 2).await;
+    create(&state, "a", 1).await;
+    let mut watch = state
+        .watch_kind(
+            &kind(),
+            WatchKindOptions {
+                bootstrap: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    create(&state, "c", 3).await;
+    let events = recv_batch(&mut watch, 10).await;
+    assert_eq!(
+        describe_all(&events),
+        [
+            "created a 1 - @2",
+            "created b 2 - @2",
+            "bootstrapped @2",
+            "created c 3 - @3"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn recv_batch_returns_everything_available_up_to_max() {
+    let state = MemoryState::default();
+    let mut watch = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    for i in 0..10 {
+        create(&state, &format!("r{i}"), i).await;
+    }
+    assert_eq!(recv_batch(&mut watch, 4).await.len(), 4);
+    assert_eq!(recv_batch(&mut watch, 100).await.len(), 6);
+}
+
+#[tokio::test]
+async fn a_waiting_watcher_is_woken_by_a_write() {
+    let state = Arc::new(MemoryState::default());
+    let mut watch = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    let writer = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            tokio::task::yield_now().await;
+            create(&state, "a", 1).await;
+        })
+    };
+    assert_eq!(describe(&recv(&mut watch).await), "created a 1 - @1");
+    writer.await.unwrap();
+}
+
+#[tokio::test]
+async fn tail_replays_the_last_events_of_the_window() {
+    let state = MemoryState::default();
+    for i in 0..5 {
+        create(&state, &format!("r{i}"), i).await;
+    }
+    let mut watch = state
+        .watch_kind(
+            &kind(),
+            WatchKindOptions {
+                tail: Some(2),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let events = recv_batch(&mut watch, 10).await;
+    assert_eq!(
+        describe_all(&events),
+        ["created r3 3 - @4", "created r4 4 - @5"]
+    );
+}
+
+#[tokio::test]
+async fn since_resumes_after_the_bookmark() {
+    let state = MemoryState::default();
+    for i in 0..5 {
+        create(&state, &format!("r{i}"), i).await;
+    }
+    let mut watch = state
+        .watch_kind(
+            &kind(),
+            WatchKindOptions {
+                since: Some(Bookmark(3)),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let events = recv_batch(&mut watch, 10).await;
+    assert_eq!(
+        describe_all(&events),
+        ["created r3 3 - @4", "created r4 4 - @5"]
+    );
+}
+
+#[tokio::test]
+async fn since_a_future_bookmark_is_an_invalid_argument() {
+    let state = MemoryState::default();
+    create(&state, "a", 1).await;
+    let err = state
+        .watch_kind(
+            &kind(),
+            WatchKindOptions {
+                since: Some(Bookmark(2)),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument { field, .. } if field == "since"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn pointer_watch_starts_with_the_current_state() {
+    let state = MemoryState::default();
+    create(&state, "a", 1).await;
+    create(&state, "b", 1).await;
+    let mut watch = state
+        .watch(&pointer("a"), WatchOptions::default())
+        .await
+        .unwrap();
+    set(&state, "b", 2).await;
+    set(&state, "a", 2).await;
+    assert_eq!(describe(&recv(&mut watch).await), "created a 1 - @2");
+    assert_eq!(describe(&recv(&mut watch).await), "updated a 1->2 - @4");
+}
+
+#[tokio::test]
+async fn pointer_watch_of_an_absent_resource_starts_with_a_tombstone() {
+    let state = MemoryState::default();
+    let mut watch = state
+        .watch(&pointer("a"), WatchOptions::default())
+        .await
+        .unwrap();
+    match recv(&mut watch).await {
+        Event::Destroyed {
+            resource,
+            bookmark,
+            compacted: false,
+        } => {
+            assert_eq!(resource.metadata().pointer(), &pointer("a"));
+            assert_eq!(resource.spec_value().unwrap(), serde_json::Value::Null);
+            assert_eq!(bookmark, Bookmark(0));
+        }
+        other => panic!("expected a tombstone, got {other:?}"),
+    }
+    create(&state, "a", 7).await;
+    assert_eq!(describe(&recv(&mut watch).await), "created a 7 - @1");
+}
+
+#[tokio::test]
+async fn pointer_watch_ids_are_exact_not_patterns() {
+    let state = MemoryState::default();
+    let mut watch = state
+        .watch(&pointer("a.b"), WatchOptions::default())
+        .await
+        .unwrap();
+    recv(&mut watch).await;
+    create(&state, "axb", 1).await;
+    create(&state, "a.b", 2).await;
+    assert_eq!(describe(&recv(&mut watch).await), "created a.b 2 - @2");
+}
+
+// ---- falling behind ----
+
+fn web_only() -> cosi_core::LabelQueries {
+    LabelQuery::new()
+        .with(LabelTerm::new("app", LabelOp::Equal("web".into())))
+        .into()
+}
+
+async fn relabel(state: &MemoryState, id: &str, value: i64, label: Option<&str>) {
+    let stored = state.get(&pointer(id)).await.unwrap();
+    let mut copy = cosi_core::downcast_ref::<Counter>(&*stored)
+        .unwrap()
+        .clone();
+    copy.spec.value = value;
+    copy.metadata.labels_mut().clear();
+    if let Some(l) = label {
+        copy.metadata.labels_mut().insert("app".into(), l.into());
+    }
+    state
+        .update(copy.into_shared(), UpdateOptions::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_watcher_within_the_window_gets_every_event_exactly() {
+    let state = small(4, 16);
+    let mut watch = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    create(&state, "a", 1).await;
+    set(&state, "a", 2).await;
+    set(&state, "a", 3).await;
+    destroy(&state, "a").await;
+    let events = recv_batch(&mut watch, 10).await;
+    assert_eq!(
+        describe_all(&events),
+        [
+            "created a 1 - @1",
+            "updated a 1->2 - @2",
+            "updated a 2->3 - @3",
+            "destroyed a - @4"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_watcher_behind_the_window_gets_a_compacted_catch_up_then_live_events() {
+    let state = small(2, 16);
+    for id in ["a", "b", "c", "d"] {
+        create(&state, id, 0).await;
+    }
+    let mut watch = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    set(&state, "a", 1).await; // 5
+    destroy(&state, "b").await; // 6
+    create(&state, "e", 1).await; // 7: created and destroyed within the gap
+    destroy(&state, "e").await; // 8
+    destroy(&state, "c").await; // 9: existed, destroyed and recreated
+    create(&state, "c", 5).await; // 10
+    create(&state, "f", 1).await; // 11: new
+    set(&state, "d", 1).await; // 12
+    set(&state, "d", 2).await; // 13
+    let events = recv_batch(&mut watch, 100).await;
+    assert_eq!(
+        describe_all(&events),
+        [
+            "updated a ?->1 c @13",
+            "destroyed b c @13",
+            "updated c ?->5 c @13",
+            "updated d ?->2 c @13",
+            "created f 1 c @13",
+        ]
+    );
+    set(&state, "a", 2).await;
+    assert_eq!(describe(&recv(&mut watch).await), "updated a 1->2 - @14");
+}
+
+#[tokio::test]
+async fn since_an_old_bookmark_gets_a_catch_up() {
+    let state = small(1, 16);
+    create(&state, "a", 1).await; // 1
+    create(&state, "b", 1).await; // 2
+    set(&state, "a", 2).await; // 3
+    destroy(&state, "b").await; // 4
+    let mut watch = state
+        .watch_kind(
+            &kind(),
+            WatchKindOptions {
+                since: Some(Bookmark(1)),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        describe_all(&recv_batch(&mut watch, 10).await),
+        ["updated a ?->2 c @4"]
+    );
+}
+
+#[tokio::test]
+async fn a_watcher_behind_evicted_destroy_markers_gets_a_resync() {
+    let state = small(1, 1);
+    create(&state, "a", 1).await; // 1
+    create(&state, "b", 1).await; // 2
+    create(&state, "c", 1).await; // 3
+    let mut watch = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    destroy(&state, "a").await; // 4: its marker is evicted by the next destroy
+    destroy(&state, "b").await; // 5
+    set(&state, "c", 2).await; // 6
+    assert_eq!(
+        describe_all(&recv_batch(&mut watch, 10).await),
+        ["resync @6", "created c 2 - @6", "bootstrapped @6"]
+    );
+    create(&state, "d", 1).await;
+    assert_eq!(describe(&recv(&mut watch).await), "created d 1 - @7");
+}
+
+#[tokio::test]
+async fn a_strict_watcher_that_falls_behind_ends_with_an_overrun() {
+    let state = small(1, 16);
+    let mut watch = state
+        .watch_kind(
+            &kind(),
+            WatchKindOptions {
+                strict: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    create(&state, "a", 1).await;
+    create(&state, "b", 1).await;
+    match recv(&mut watch).await {
+        Event::Errored {
+            error: Error::WatchOverrun { kind: k, position },
+        } => {
+            assert_eq!(k, kind());
+            assert_eq!(position, 0);
+        }
+        other => panic!("expected an overrun, got {other:?}"),
+    }
+    let end = tokio::time::timeout(Duration::from_secs(5), watch.recv())
+        .await
+        .unwrap();
+    assert!(end.is_none());
+}
+
+#[tokio::test]
+async fn label_filter_turns_entering_and_leaving_into_created_and_destroyed() {
+    let state = MemoryState::default();
+    let mut watch = state
+        .watch_kind(
+            &kind(),
+            WatchKindOptions {
+                labels: web_only(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    state
+        .create(labelled("a", 0, None), CreateOptions::default())
+        .await
+        .unwrap(); // 1: not matching
+    relabel(&state, "a", 1, Some("web")).await; // 2: enters
+    relabel(&state, "a", 2, Some("web")).await; // 3: stays
+    relabel(&state, "a", 3, Some("db")).await; // 4: leaves
+    relabel(&state, "a", 4, None).await; // 5: still out
+    destroy(&state, "a").await; // 6: out
+    state
+        .create(labelled("b", 9, Some("web")), CreateOptions::default())
+        .await
+        .unwrap(); // 7
+    assert_eq!(
+        describe_all(&recv_batch(&mut watch, 10).await),
+        [
+            "created a 1 - @2",
+            "updated a 1->2 - @3",
+            "destroyed a - @4",
+            "created b 9 - @7"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn filters_apply_to_the_catch_up() {
+    let state = small(1, 16);
+    for (id, label) in [("a", Some("web")), ("b", Some("web")), ("c", None)] {
+        state
+            .create(labelled(id, 0, label), CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    let mut watch = state
+        .watch_kind(
+            &kind(),
+            WatchKindOptions {
+                labels: web_only(),
+                ids: Some(IdQuery::new("^[abcd]$").unwrap()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    relabel(&state, "a", 1, None).await; // leaves the filter
+    relabel(&state, "b", 1, Some("web")).await; // stays
+    relabel(&state, "c", 1, None).await; // never matched, still does not
+    state
+        .create(labelled("d", 1, Some("web")), CreateOptions::default())
+        .await
+        .unwrap();
+    state
+        .create(labelled("e", 1, Some("web")), CreateOptions::default())
+        .await
+        .unwrap(); // id filtered out
+    assert_eq!(
+        describe_all(&recv_batch(&mut watch, 10).await),
+        [
+            "destroyed a c @8",
+            "updated b ?->1 c @8",
+            // `c` existed at the watcher's position and no longer matches: the catch-up cannot
+            // know it never matched, so it reports it gone (see the module docs).
+            "destroyed c c @8",
+            "created d 1 c @8",
+        ]
+    );
+}

@@ -1,0 +1,120 @@
+//! The write rules of [`cosi_core::State`], as pure functions of the stored value and the write.
+//!
+//! Every backend in this crate calls them: the in-memory collection checks and stamps under its
+//! per-kind lock; the disk backend checks before it persists and then publishes the stamped value.
+//! They own the meaning of `create`/`update`/`destroy` (which fields the store sets, which
+//! conflicts are reported, with which `expected`/`actual`), and nothing about storage or events.
+
+use std::time::SystemTime;
+
+use cosi_core::{
+    make_mut, AnyResource, DestroyOptions, Error, Pointer, Result, SharedResource, UpdateOptions,
+    Version,
+};
+
+/// Checks the identity of a resource about to be created and stamps what the store owns:
+/// version 1, the owner from the create options, `created` = `updated` = `now`.
+///
+/// The incoming value is copied only if someone else still holds it ([`make_mut`]).
+pub(crate) fn prepare_create(
+    resource: &mut SharedResource,
+    owner: Option<String>,
+    now: SystemTime,
+) -> Result<()> {
+    check_identity(resource.metadata().pointer())?;
+    let metadata = make_mut(resource).metadata_mut();
+    metadata.set_version(Version::FIRST);
+    metadata.set_owner(owner);
+    metadata.set_timestamps(now, now);
+    Ok(())
+}
+
+/// Checks an update of `stored` by `incoming`: the carried version must be the stored one, the
+/// writer must be the stored owner, and the stored phase must be the expected one (if any).
+/// The version is checked first: a writer that read a stale value learns that before anything
+/// else, and re-reading fixes it.
+pub(crate) fn check_update(
+    stored: &dyn AnyResource,
+    incoming: &dyn AnyResource,
+    options: &UpdateOptions,
+) -> Result<()> {
+    let stored_md = stored.metadata();
+    let carried = incoming.metadata().version();
+    if carried != stored_md.version() {
+        return Err(Error::VersionConflict {
+            pointer: stored_md.pointer().clone(),
+            expected: carried,
+            actual: stored_md.version(),
+        });
+    }
+    check_owner(stored, options.owner.as_deref())?;
+    if let Some(expected) = options.expected_phase {
+        if stored_md.phase() != expected {
+            return Err(Error::PhaseConflict {
+                pointer: stored_md.pointer().clone(),
+                expected,
+                actual: stored_md.phase(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Stamps an update that passed [`check_update`]: version = stored + 1, the stored owner and
+/// `created` are kept, `updated` = `now`.
+pub(crate) fn stamp_update(
+    stored: &dyn AnyResource,
+    resource: &mut SharedResource,
+    now: SystemTime,
+) {
+    let stored_md = stored.metadata();
+    let metadata = make_mut(resource).metadata_mut();
+    metadata.set_version(stored_md.version().next());
+    metadata.set_owner(stored_md.owner().map(str::to_string));
+    metadata.set_timestamps(stored_md.created(), now);
+}
+
+/// Checks a destroy of `stored`: the writer must be the owner and no finalizer may be left.
+/// The phase does not matter: destroying does not require tearing down first.
+pub(crate) fn check_destroy(stored: &dyn AnyResource, options: &DestroyOptions) -> Result<()> {
+    check_owner(stored, options.owner.as_deref())?;
+    let finalizers = stored.metadata().finalizers();
+    if !finalizers.is_empty() {
+        return Err(Error::PendingFinalizers {
+            pointer: stored.metadata().pointer().clone(),
+            finalizers: finalizers.clone(),
+        });
+    }
+    Ok(())
+}
+
+fn check_owner(stored: &dyn AnyResource, writer: Option<&str>) -> Result<()> {
+    let owner = stored.metadata().owner();
+    if owner != writer {
+        return Err(Error::OwnerConflict {
+            pointer: stored.metadata().pointer().clone(),
+            owner: owner.map(str::to_string),
+            writer: writer.map(str::to_string),
+        });
+    }
+    Ok(())
+}
+
+/// Namespace, type and id must be non-empty: an empty one cannot be listed, routed or watched.
+fn check_identity(pointer: &Pointer) -> Result<()> {
+    let parts = [
+        ("metadata.namespace", pointer.namespace()),
+        ("metadata.type", pointer.resource_type()),
+        ("metadata.id", pointer.id()),
+    ];
+    for (field, value) in parts {
+        if value.is_empty() {
+            return Err(Error::invalid(
+                pointer.to_string(),
+                field,
+                "must not be empty",
+            ));
+        }
+    }
+    Ok(())
+}
