@@ -13,6 +13,7 @@ mod graph;
 mod level;
 mod queue;
 mod status;
+mod transform;
 mod wake;
 mod work_queue;
 
@@ -23,3 +24,5 @@ pub use engine::{Engine, EngineOptions, ShutdownReport};
 pub use graph::{DependencyGraph, RegistrationError};
 pub use queue::QueueController;
 pub use status::{ControllerStatus, STATUS_OWNER};
+pub use transform::{QueueTransform, Transform};
+pub mod testing;
