@@ -58,7 +58,8 @@ impl WorkQueue {
         self.items.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues `item` now (deduplicated; deferred until its running reconcile ends).
+    /// Queues `item` now (deduplicated; deferred until its running reconcile ends; a failed
+    /// item waiting for its backoff keeps waiting).
     pub(crate) fn add(&self, item: Pointer) {
         {
             let mut items = self.lock();
@@ -69,7 +70,12 @@ impl WorkQueue {
             if items.queued.contains(&item) {
                 return;
             }
-            if let Some(key) = items.delayed_at.remove(&item) {
+            if let Some(&key) = items.delayed_at.get(&item) {
+                // A failed item keeps its backoff; a requeue-after is cut short by a change.
+                if items.failures.contains_key(&item) {
+                    return;
+                }
+                items.delayed_at.remove(&item);
                 items.delayed.remove(&key);
             }
             items.queued.insert(item.clone());

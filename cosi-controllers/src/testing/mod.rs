@@ -8,6 +8,10 @@
 //!   reconcile, every watch event delivered, statuses published — and nothing is due *now*;
 //! - [`Harness::advance`]: moves the paused clock, fires whatever became due, and settles.
 //!
+//! Where a reconcile is meant to stay blocked (it sleeps across virtual time, or waits for the
+//! test), [`Harness::quiesce`] and [`Harness::advance_quiesce`] wait for "no more progress is
+//! possible" instead of "idle".
+//!
 //! then assert on resources ([`Harness::expect`], [`Harness::expect_absent`], [`Harness::get`])
 //! and on counters ([`Harness::status`]). No sleeps; the result does not depend on timing.
 //!
@@ -72,10 +76,8 @@
 //!     }
 //! }
 //!
-//! #[tokio::main(flavor = "current_thread", start_paused = true)]
-//! # async fn main() {}
-//! # async fn _doc_main() {}
-//! async fn test_fqdn_follows_hostname() {
+//! // In a test file: #[tokio::test(start_paused = true)]
+//! async fn fqdn_follows_hostname() {
 //!     // Given a running controller
 //!     let harness = Harness::new();
 //!     harness.register(FqdnController).unwrap();
@@ -100,7 +102,7 @@
 //!     harness.shutdown().await;
 //! }
 //! # tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap()
-//! #     .block_on(test_fqdn_follows_hostname());
+//! #     .block_on(fqdn_follows_hostname());
 //! ```
 
 mod faults;
@@ -120,6 +122,8 @@ use crate::{
 
 /// Consecutive quiet scheduler passes `settle` requires.
 const QUIET_PASSES: usize = 4;
+/// Quiet scheduler passes after which `quiesce` accepts a system that is not idle.
+const BLOCKED_PASSES: usize = 256;
 /// Scheduler passes after which `settle` gives up on a system that never goes idle.
 const MAX_PASSES: usize = 500_000;
 
@@ -144,7 +148,13 @@ impl Harness {
 
     /// An engine with `options` over a fresh in-memory state.
     pub fn with_options(options: EngineOptions) -> Self {
-        let memory: Arc<dyn State> = Arc::new(MemoryState::new(MemoryOptions::default()));
+        Self::with_memory(options, MemoryOptions::default())
+    }
+
+    /// An engine with `options` over a fresh in-memory state with `memory` options (e.g. a tiny
+    /// history window, to test how controllers cope with lagging watches).
+    pub fn with_memory(options: EngineOptions, memory: MemoryOptions) -> Self {
+        let memory: Arc<dyn State> = Arc::new(MemoryState::new(memory));
         let state = Arc::new(FaultyState::new(memory));
         let engine = Engine::with_options(state.clone(), options);
         Harness { state, engine }
@@ -218,11 +228,41 @@ impl Harness {
         );
     }
 
-    /// Advances the paused clock by `duration`, firing every timer that becomes due, and
-    /// settles.
+    /// Returns once nothing more can happen without the clock moving or the test acting: the
+    /// engine is idle, or it has made no progress over a long run of scheduler passes while
+    /// some reconcile waits (on a timer that is not due, or on something the test controls).
+    /// Use it where [`Harness::settle`] cannot apply because a reconcile is meant to stay
+    /// blocked.
+    pub async fn quiesce(&self) {
+        let mut quiet = 0;
+        let mut last = self.engine.activity();
+        loop {
+            tokio::task::yield_now().await;
+            let now = self.engine.activity();
+            if now != last {
+                quiet = 0;
+                last = now;
+                continue;
+            }
+            quiet += 1;
+            if (quiet >= QUIET_PASSES && self.engine.is_idle()) || quiet >= BLOCKED_PASSES {
+                return;
+            }
+        }
+    }
+
+    /// Advances the paused clock by `duration`, firing every timer that becomes due, then
+    /// settles (strictly: every controller must end up idle).
     pub async fn advance(&self, duration: Duration) {
         tokio::time::advance(duration).await;
         self.settle().await;
+    }
+
+    /// Advances the paused clock by `duration`, then [`Harness::quiesce`]s: for tests whose
+    /// reconciles span virtual time.
+    pub async fn advance_quiesce(&self, duration: Duration) {
+        tokio::time::advance(duration).await;
+        self.quiesce().await;
     }
 
     /// Shuts the engine down gracefully.
