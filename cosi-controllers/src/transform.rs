@@ -9,14 +9,13 @@
 //! learn when a torn-down output has lost its last finalizer, and neither writes when an output
 //! is already what it should be.
 
-use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use cosi_core::{
     downcast, CreateOptions, Error, Kind, ListOptions, Phase, Pointer, Resource, ResourceSpec,
-    Result, SharedResource, State, StateExt,
+    Result, SharedResource, State, StateExt, Version,
 };
 
 use crate::{Controller, ControllerState, Input, Output, QueueController, Reconciled};
@@ -90,12 +89,15 @@ impl Settings {
 pub struct Transform<In, Out> {
     settings: Settings,
     map: Arc<MapFn<In, Out>>,
+    memo: Vec<Memo>,
     _types: PhantomData<fn(In) -> Out>,
 }
 
 impl<In: ResourceSpec, Out: ResourceSpec> Transform<In, Out> {
     /// A transform whose `map` returns the output id and spec for an input, or `None` for no
-    /// output.
+    /// output. `map` must be a pure function of the input resource: the level-triggered
+    /// transform does not call it again for an input whose version, and whose output's
+    /// version, did not change since the last reconcile.
     pub fn new(
         name: &str,
         map: impl Fn(&Resource<In>) -> Option<(Arc<str>, Out)> + Send + Sync + 'static,
@@ -103,6 +105,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> Transform<In, Out> {
         Transform {
             settings: Settings::new::<In, Out>(name),
             map: Arc::new(map),
+            memo: Vec::new(),
             _types: PhantomData,
         }
     }
@@ -151,6 +154,38 @@ impl<In: ResourceSpec, Out: ResourceSpec> Transform<In, Out> {
     }
 }
 
+/// What the last reconcile established for one input: while neither the input nor its output
+/// changed version since, the output is known to be right and the map need not run again.
+#[derive(Clone)]
+struct Memo {
+    input_id: Arc<str>,
+    input_version: Version,
+    output_id: Arc<str>,
+    output_version: Version,
+}
+
+/// The owned outputs of one reconcile, sorted by id (as `list` returns them), with lookups
+/// that are O(1) when ids come in order (same-id mappings) and O(log n) otherwise.
+struct Outputs<Out> {
+    sorted: Vec<Arc<Resource<Out>>>,
+    kept: Vec<bool>,
+    hint: usize,
+}
+
+impl<Out: ResourceSpec> Outputs<Out> {
+    fn find(&mut self, id: &str) -> Option<usize> {
+        let at = match self.sorted.get(self.hint) {
+            Some(o) if o.metadata.id() == id => self.hint,
+            _ => self
+                .sorted
+                .binary_search_by(|o| o.metadata.id().cmp(id))
+                .ok()?,
+        };
+        self.hint = at + 1;
+        Some(at)
+    }
+}
+
 #[async_trait]
 impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
     fn name(&self) -> &str {
@@ -170,35 +205,78 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
         let inputs = state
             .list_typed::<In>(&settings.input_kind, &ListOptions::default())
             .await?;
-        let mut outputs: HashMap<Arc<str>, Arc<Resource<Out>>> = HashMap::new();
-        for output in state
+        let listed = state
             .list(&settings.output_kind, &ListOptions::default())
-            .await?
-        {
+            .await?;
+        let mut sorted = Vec::with_capacity(listed.len());
+        for output in listed {
             if output.metadata().owner() == Some(&*settings.name) {
-                let output = downcast::<Out>(output)?;
-                outputs.insert(output.metadata.pointer().shared_id().clone(), output);
+                sorted.push(downcast::<Out>(output)?);
             }
         }
-        let mut kept: HashSet<Arc<str>> = HashSet::with_capacity(outputs.len());
+        let mut outputs = Outputs {
+            kept: vec![false; sorted.len()],
+            sorted,
+            hint: 0,
+        };
+        let mut memo = Vec::with_capacity(inputs.len());
+        let mut previous = self.memo.iter().peekable();
         for input in &inputs {
-            let mapped = (self.map)(input);
+            let id = input.metadata.id();
+            while previous.next_if(|m| &*m.input_id < id).is_some() {}
             let running = input.metadata.phase() == Phase::Running;
-            match mapped {
-                Some((id, spec)) if running => {
-                    if settings.finalizers {
-                        hold_finalizer(state, settings, &input.metadata).await?;
+            if running {
+                if let Some(m) = previous.next_if(|m| &*m.input_id == id) {
+                    if m.input_version == input.metadata.version() {
+                        if let Some(at) = outputs.find(&m.output_id) {
+                            let output = &outputs.sorted[at];
+                            if output.metadata.version() == m.output_version
+                                && output.metadata.phase() == Phase::Running
+                            {
+                                outputs.kept[at] = true;
+                                memo.push(m.clone());
+                                continue;
+                            }
+                        }
                     }
-                    write_output(state, settings, outputs.get(&id), id.clone(), spec).await?;
-                    kept.insert(id);
                 }
-                Some((id, _)) => {
+            }
+            let mapped = (self.map)(input);
+            match mapped {
+                Some((out_id, spec)) if running => {
+                    let mut input_version = input.metadata.version();
+                    if settings.finalizers {
+                        input_version = hold_finalizer(state, settings, &input.metadata)
+                            .await?
+                            .unwrap_or(input_version);
+                    }
+                    let at = outputs.find(&out_id);
+                    let existing = at.map(|at| &outputs.sorted[at]);
+                    let written =
+                        write_output(state, settings, existing, out_id.clone(), spec).await?;
+                    if let Some(at) = at {
+                        outputs.kept[at] = true;
+                    }
+                    if let Some(output_version) = written {
+                        memo.push(Memo {
+                            input_id: input.metadata.pointer().shared_id().clone(),
+                            input_version,
+                            output_id: out_id,
+                            output_version,
+                        });
+                    }
+                }
+                Some((out_id, _)) => {
                     // The input is tearing down: its output goes first, then our finalizer.
-                    let gone = match outputs.get(&id) {
-                        Some(output) => state.teardown_output(output.metadata.pointer()).await?,
+                    let gone = match outputs.find(&out_id) {
+                        Some(at) => {
+                            outputs.kept[at] = true;
+                            state
+                                .teardown_output(outputs.sorted[at].metadata.pointer())
+                                .await?
+                        }
                         None => true,
                     };
-                    kept.insert(id);
                     if gone && settings.finalizers {
                         release_finalizer(state, settings, &input.metadata).await?;
                     }
@@ -211,42 +289,46 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
             }
         }
         // Outputs whose input is gone (or maps elsewhere now).
-        for (id, output) in &outputs {
-            if !kept.contains(id) {
+        for (output, kept) in outputs.sorted.iter().zip(&outputs.kept) {
+            if !kept {
                 state.teardown_output(output.metadata.pointer()).await?;
             }
         }
+        self.memo = memo;
         Ok(Reconciled::Done)
     }
 }
 
-/// Creates or updates one output, writing nothing when it already has `spec`.
+/// Creates or updates one output, writing nothing when it already has `spec`. Returns the
+/// version of the output now in place, or `None` if it is still on its way out.
 async fn write_output<Out: ResourceSpec>(
     state: &ControllerState,
     settings: &Settings,
     existing: Option<&Arc<Resource<Out>>>,
     id: Arc<str>,
     spec: Out,
-) -> Result<()> {
+) -> Result<Option<Version>> {
     match existing {
         Some(output) if output.metadata.phase() == Phase::TearingDown => {
             // A torn-down output cannot come back to life: destroy it (once free) and create
             // it afresh; until then the destroy-ready input wakes us when it is free.
             if state.teardown_output(output.metadata.pointer()).await? {
-                create_output(state, settings, id, spec).await?;
+                return create_output(state, settings, id, spec).await.map(Some);
             }
-            Ok(())
+            Ok(None)
         }
-        Some(output) if output.spec == spec => Ok(()),
+        Some(output) if output.spec == spec => Ok(Some(output.metadata.version())),
         Some(output) => {
             let next = Resource::with_metadata(output.metadata.clone(), spec.clone());
             match state.update(next.into_shared(), state.owned()).await {
-                Ok(_) => Ok(()),
-                Err(e) if e.is_version_conflict() => modify_output(state, settings, id, spec).await,
+                Ok(stored) => Ok(Some(stored.metadata().version())),
+                Err(e) if e.is_version_conflict() => {
+                    modify_output(state, settings, id, spec).await.map(Some)
+                }
                 Err(e) => Err(e),
             }
         }
-        None => create_output(state, settings, id, spec).await,
+        None => create_output(state, settings, id, spec).await.map(Some),
     }
 }
 
@@ -255,13 +337,13 @@ async fn create_output<Out: ResourceSpec>(
     settings: &Settings,
     id: Arc<str>,
     spec: Out,
-) -> Result<()> {
+) -> Result<Version> {
     let fresh = Resource::new_in(settings.output_kind.namespace(), id.clone(), spec.clone());
     let options = CreateOptions {
         owner: Some(settings.name.to_string()),
     };
     match state.create(fresh.into_shared(), options).await {
-        Ok(_) => Ok(()),
+        Ok(stored) => Ok(stored.metadata().version()),
         Err(e) if e.is_already_exists() => modify_output(state, settings, id, spec).await,
         Err(e) => Err(e),
     }
@@ -272,7 +354,7 @@ async fn modify_output<Out: ResourceSpec>(
     settings: &Settings,
     id: Arc<str>,
     spec: Out,
-) -> Result<()> {
+) -> Result<Version> {
     let template = Resource::new_in(settings.output_kind.namespace(), id, spec.clone());
     state
         .modify_output(template, |r| {
@@ -280,20 +362,22 @@ async fn modify_output<Out: ResourceSpec>(
             Ok(())
         })
         .await
-        .map(drop)
+        .map(|stored| stored.metadata.version())
 }
 
+/// Puts our finalizer on an input; returns the input's new version if it wrote.
 async fn hold_finalizer(
     state: &ControllerState,
     settings: &Settings,
     input: &cosi_core::Metadata,
-) -> Result<()> {
-    if !input.finalizers().contains(&*settings.name) {
-        state
-            .add_finalizer(input.pointer(), &[&settings.name])
-            .await?;
+) -> Result<Option<Version>> {
+    if input.finalizers().contains(&*settings.name) {
+        return Ok(None);
     }
-    Ok(())
+    let stored = state
+        .add_finalizer(input.pointer(), &[&settings.name])
+        .await?;
+    Ok(Some(stored.metadata().version()))
 }
 
 async fn release_finalizer(
