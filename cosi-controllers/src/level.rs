@@ -119,10 +119,13 @@ pub(crate) async fn run(
                 cx.slot.status.record_restart(error.to_string());
                 cx.engine.status_changed();
                 let delay = backoff.next_delay();
+                let until = Instant::now() + delay;
+                activity.due().backoff_until = Some(until);
                 tokio::select! {
                     _ = cx.shutdown.changed() => return,
-                    _ = tokio::time::sleep(delay) => {}
+                    _ = tokio::time::sleep_until(until) => {}
                 }
+                activity.due().backoff_until = None;
             }
         }
     }

@@ -199,3 +199,32 @@ async fn a_destroy_ready_input_wakes_only_when_ready_to_destroy() {
     assert_eq!(runs.load(Ordering::SeqCst), 3);
     assert_eq!(h.expect::<Sum>("runs").await.spec.value, 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_controller_whose_inputs_cannot_be_watched_retries_until_they_can() {
+    // Given the input kind cannot be read (so not watched either)
+    let h = Harness::with_options(fast_backoff());
+    h.register(plus_one()).unwrap();
+    create(h.faults().inner(), "x", A { value: 1 }).await;
+    h.faults().fail_reads(A::kind());
+    h.start().await;
+    h.advance(Duration::from_secs(1)).await;
+    let status = h.status("PlusOne").await;
+    assert_eq!(
+        (status.reconciles, status.errors, status.restarts),
+        (0, 2, 2)
+    );
+    assert!(status
+        .last_error
+        .unwrap()
+        .contains("injected fault: read failed"));
+    h.expect_absent::<B>("x").await;
+
+    // When the fault clears, the next retry subscribes and reconciles
+    h.faults().clear();
+    h.advance(Duration::from_secs(2)).await;
+    assert_eq!(h.expect::<B>("x").await.spec.value, 2);
+    set(&h.state(), "x", A { value: 7 }).await;
+    h.settle().await;
+    assert_eq!(h.expect::<B>("x").await.spec.value, 8);
+}
