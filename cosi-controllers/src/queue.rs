@@ -12,12 +12,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cosi_core::{IdQuery, ListOptions, Pointer, Result, SharedResource, State};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::catch_panic::CatchPanic;
-use crate::engine::TaskContext;
+use crate::engine::{Shared, Slot, TaskContext};
 use crate::work_queue::WorkQueue;
 use crate::{ControllerState, Input, Output, Reconciled};
 
@@ -151,8 +152,19 @@ pub(crate) async fn run<Q: QueueController>(
         }
     }
 
+    // Items run on a fixed pool of workers: at most `concurrency` at once, no task per item.
     let concurrency = controller.concurrency().max(1);
-    let mut running: JoinSet<ItemResult> = JoinSet::new();
+    let mut workers = JoinSet::new();
+    for _ in 0..concurrency {
+        workers.spawn(work(
+            controller.clone(),
+            queue.clone(),
+            cx.slot.clone(),
+            cx.engine.clone(),
+            cx.state.clone(),
+            cx.shutdown.clone(),
+        ));
+    }
     loop {
         queue.set_busy(true);
         if *cx.shutdown.borrow() {
@@ -166,11 +178,12 @@ pub(crate) async fn run<Q: QueueController>(
                     .record(Duration::ZERO, Some(error.to_string()), false);
                 cx.engine.status_changed();
                 queue.request_relist();
-                queue.block_until(Some(Instant::now() + backoff.delay_after(1)));
+                let delay = backoff.delay_after(1);
+                queue.block_until(Some(Instant::now() + delay));
                 tokio::select! {
                     biased;
                     _ = cx.shutdown.changed() => {}
-                    _ = tokio::time::sleep(backoff.delay_after(1)) => {}
+                    _ = tokio::time::sleep(delay) => {}
                 }
                 queue.block_until(None);
                 continue;
@@ -180,38 +193,55 @@ pub(crate) async fn run<Q: QueueController>(
             map(&*controller, &queue, &cx, &resource).await;
         }
         let next_due = queue.promote_due(Instant::now());
-        while running.len() < concurrency {
-            let Some(item) = queue.pop() else { break };
-            spawn_item(&controller, &cx, &mut running, item);
-        }
         cx.engine.bump();
         queue.set_busy(false);
         let deadline = next_due.unwrap_or_else(|| Instant::now() + NEVER);
         tokio::select! {
             biased;
             _ = cx.shutdown.changed() => {}
-            Some(joined) = running.join_next(), if !running.is_empty() => {
-                if let Ok(result) = joined {
-                    finish_item(&queue, &cx, &backoff, result);
-                }
-            }
             _ = queue.bell.rung() => { queue.bell.take(); }
             _ = tokio::time::sleep_until(deadline), if next_due.is_some() => {}
         }
     }
 
     // Shutdown: running items finish (the engine bounds this with its timeout), then the hook.
-    while let Some(joined) = running.join_next().await {
-        if let Ok(result) = joined {
-            finish_item(&queue, &cx, &backoff, result);
-        }
-    }
+    while workers.join_next().await.is_some() {}
     if let Err(panic) = CatchPanic::new(controller.shutdown_hook(&cx.state)).await {
         tracing::warn!(controller = %name, panic = %panic, "shutdown hook panicked");
     }
     queue.set_busy(false);
 }
 
+/// One worker: takes ready items one at a time until shutdown.
+async fn work<Q: QueueController>(
+    controller: Arc<Q>,
+    queue: Arc<WorkQueue>,
+    slot: Arc<Slot>,
+    engine: Arc<Shared>,
+    state: ControllerState,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let backoff = engine.options.restart_backoff.clone();
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let ready = queue.work.notified();
+        tokio::pin!(ready);
+        // Registered before looking, so an item queued in between is not missed.
+        ready.as_mut().enable();
+        let Some(item) = queue.pop() else {
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => {}
+                _ = ready => {}
+            }
+            continue;
+        };
+        let result = run_item(&*controller, &state, &slot.name, item).await;
+        finish_item(&queue, &slot, &engine, &backoff, result);
+    }
+}
 async fn start<Q: QueueController>(
     controller: &Q,
     queue: &Arc<WorkQueue>,
@@ -312,45 +342,42 @@ async fn map<Q: QueueController>(
     }
 }
 
-fn spawn_item<Q: QueueController>(
-    controller: &Arc<Q>,
-    cx: &TaskContext,
-    running: &mut JoinSet<ItemResult>,
+async fn run_item<Q: QueueController>(
+    controller: &Q,
+    state: &ControllerState,
+    name: &str,
     item: Pointer,
-) {
-    let controller = controller.clone();
-    let state = cx.state.clone();
+) -> ItemResult {
     let span = tracing::info_span!(
         "reconcile",
-        controller = %cx.slot.name,
+        controller = %name,
         trigger = "item",
         item = %item.id(),
         duration_us = tracing::field::Empty,
         outcome = tracing::field::Empty,
     );
-    running.spawn(async move {
-        let started = Instant::now();
-        let result = CatchPanic::new(controller.reconcile(&state, &item))
-            .instrument(span.clone())
-            .await;
-        let elapsed = started.elapsed();
-        span.record("duration_us", elapsed.as_micros() as u64);
-        span.record(
-            "outcome",
-            match &result {
-                Ok(Ok(Reconciled::Done)) => "done",
-                Ok(Ok(Reconciled::RequeueAfter(_))) => "requeue",
-                Ok(Err(_)) => "error",
-                Err(_) => "panic",
-            },
-        );
-        (item, result, elapsed)
-    });
+    let started = Instant::now();
+    let result = CatchPanic::new(controller.reconcile(state, &item))
+        .instrument(span.clone())
+        .await;
+    let elapsed = started.elapsed();
+    span.record("duration_us", elapsed.as_micros() as u64);
+    span.record(
+        "outcome",
+        match &result {
+            Ok(Ok(Reconciled::Done)) => "done",
+            Ok(Ok(Reconciled::RequeueAfter(_))) => "requeue",
+            Ok(Err(_)) => "error",
+            Err(_) => "panic",
+        },
+    );
+    (item, result, elapsed)
 }
 
 fn finish_item(
     queue: &WorkQueue,
-    cx: &TaskContext,
+    slot: &Slot,
+    engine: &Shared,
     backoff: &crate::Backoff,
     (item, result, elapsed): ItemResult,
 ) {
@@ -368,12 +395,12 @@ fn finish_item(
     };
     if let Some(message) = &failure {
         let delay = backoff.delay_after(queue.failures(&item) + 1);
-        tracing::warn!(controller = %cx.slot.name, item = %item, error = %message, backoff = ?delay, "item reconcile failed; retrying after backoff");
+        tracing::warn!(controller = %slot.name, item = %item, error = %message, backoff = ?delay, "item reconcile failed; retrying after backoff");
         queue.done(&item, Some(delay), true);
     }
-    cx.slot.status.record(elapsed, failure, false);
-    cx.engine.status_changed();
-    cx.engine.bump();
+    slot.status.record(elapsed, failure, false);
+    engine.status_changed();
+    engine.bump();
 }
 
 impl TaskContext {

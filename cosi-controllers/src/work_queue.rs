@@ -10,6 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use cosi_core::{Pointer, SharedResource};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::engine::IdleProbe;
@@ -37,7 +38,10 @@ struct Items {
 pub(crate) struct WorkQueue {
     primary: Input,
     items: Mutex<Items>,
+    /// Rings the runner: secondary changes to map, a relist, a new delayed item.
     pub(crate) bell: WakeSignal,
+    /// Wakes a worker: an item became ready.
+    pub(crate) work: Notify,
 }
 
 impl WorkQueue {
@@ -51,6 +55,7 @@ impl WorkQueue {
                 ..Items::default()
             }),
             bell: WakeSignal::default(),
+            work: Notify::new(),
         }
     }
 
@@ -81,7 +86,7 @@ impl WorkQueue {
             items.queued.insert(item.clone());
             items.ready.push_back(item);
         }
-        self.bell.wake();
+        self.work.notify_one();
     }
 
     /// Queues `item` after `delay` (kept at the earlier time if already delayed).
@@ -124,8 +129,13 @@ impl WorkQueue {
         if changed && !failed {
             items.queued.insert(item.clone());
             items.ready.push_back(item.clone());
+            drop(items);
+            self.work.notify_one();
         } else if let Some(delay) = retry_after {
             Self::add_after_locked(&mut items, item.clone(), Instant::now() + delay);
+            drop(items);
+            // The runner may be sleeping towards a later deadline.
+            self.bell.wake();
         }
     }
 
@@ -147,6 +157,7 @@ impl WorkQueue {
                 items.dirty.insert(item);
             } else if items.queued.insert(item.clone()) {
                 items.ready.push_back(item);
+                self.work.notify_one();
             }
         }
         None
