@@ -285,4 +285,77 @@ mod tests {
         assert_eq!(q.pop(), Some(p("a")));
         assert_eq!(q.promote_due(Instant::now()), None);
     }
+
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Add(u8),
+            Pop,
+            Finish { ok: bool },
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                (0u8..6).prop_map(Op::Add),
+                Just(Op::Pop),
+                any::<bool>().prop_map(|ok| Op::Finish { ok }),
+            ]
+        }
+
+        proptest! {
+            /// Whatever the interleaving: an item never runs twice at once, pending items are
+            /// never duplicated, and every item added is run after its last addition.
+            #[test]
+            fn items_are_deduplicated_exclusive_and_never_lost(ops in proptest::collection::vec(op(), 1..80)) {
+                let q = queue();
+                let mut running: Vec<Pointer> = Vec::new();
+                // Items added since their last run started: they must run again.
+                let mut owed: HashSet<Pointer> = HashSet::new();
+                for op in ops {
+                    match op {
+                        Op::Add(i) => {
+                            let item = p(&i.to_string());
+                            owed.insert(item.clone());
+                            q.add(item);
+                        }
+                        Op::Pop => {
+                            if let Some(item) = q.pop() {
+                                prop_assert!(!running.contains(&item), "{item} ran twice at once");
+                                owed.remove(&item);
+                                running.push(item);
+                            }
+                        }
+                        Op::Finish { ok } => {
+                            if !running.is_empty() {
+                                let item = running.remove(0);
+                                // Failures retry immediately here: the model checks ordering,
+                                // not delays.
+                                q.done(&item, (!ok).then_some(Duration::ZERO), !ok);
+                                if !ok {
+                                    owed.insert(item);
+                                }
+                            }
+                        }
+                    }
+                    let items = q.lock();
+                    let unique: HashSet<_> = items.ready.iter().collect();
+                    prop_assert_eq!(unique.len(), items.ready.len(), "duplicate pending items");
+                }
+                // Drain: finish everything running, promote delays, run what is ready.
+                for item in running.drain(..) {
+                    q.done(&item, None, false);
+                }
+                q.promote_due(Instant::now());
+                while let Some(item) = q.pop() {
+                    owed.remove(&item);
+                    q.done(&item, None, false);
+                    q.promote_due(Instant::now());
+                }
+                prop_assert!(owed.is_empty(), "never run after being added: {owed:?}");
+            }
+        }
+    }
 }
