@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cosi_core::{
-    downcast, CreateOptions, Error, Kind, ListOptions, Phase, Pointer, Resource, ResourceSpec,
-    Result, SharedResource, State, StateExt, Version,
+    downcast_ref, CreateOptions, Error, Kind, ListOptions, Metadata, Phase, Pointer, Resource,
+    ResourceSpec, Result, SharedResource, State, StateExt, Version,
 };
 
 use crate::{Controller, ControllerState, Input, Output, QueueController, Reconciled};
@@ -167,22 +167,28 @@ struct Memo {
 /// The owned outputs of one reconcile, sorted by id (as `list` returns them), with lookups
 /// that are O(1) when ids come in order (same-id mappings) and O(log n) otherwise.
 struct Outputs<Out> {
-    sorted: Vec<Arc<Resource<Out>>>,
+    // Kept type-erased (checked once when collected) so no per-item `Arc` is cloned.
+    sorted: Vec<SharedResource>,
     kept: Vec<bool>,
     hint: usize,
+    _type: PhantomData<Out>,
 }
 
 impl<Out: ResourceSpec> Outputs<Out> {
     fn find(&mut self, id: &str) -> Option<usize> {
         let at = match self.sorted.get(self.hint) {
-            Some(o) if o.metadata.id() == id => self.hint,
+            Some(o) if o.metadata().id() == id => self.hint,
             _ => self
                 .sorted
-                .binary_search_by(|o| o.metadata.id().cmp(id))
+                .binary_search_by(|o| o.metadata().id().cmp(id))
                 .ok()?,
         };
         self.hint = at + 1;
         Some(at)
+    }
+
+    fn get(&self, at: usize) -> Result<&Resource<Out>> {
+        downcast_ref::<Out>(&*self.sorted[at])
     }
 }
 
@@ -203,25 +209,25 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
     async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
         let settings = &self.settings;
         let inputs = state
-            .list_typed::<In>(&settings.input_kind, &ListOptions::default())
+            .list(&settings.input_kind, &ListOptions::default())
             .await?;
-        let listed = state
+        let mut sorted = state
             .list(&settings.output_kind, &ListOptions::default())
             .await?;
-        let mut sorted = Vec::with_capacity(listed.len());
-        for output in listed {
-            if output.metadata().owner() == Some(&*settings.name) {
-                sorted.push(downcast::<Out>(output)?);
-            }
+        sorted.retain(|o| o.metadata().owner() == Some(&*settings.name));
+        for output in &sorted {
+            downcast_ref::<Out>(&**output)?;
         }
-        let mut outputs = Outputs {
+        let mut outputs = Outputs::<Out> {
             kept: vec![false; sorted.len()],
             sorted,
             hint: 0,
+            _type: PhantomData,
         };
         let mut memo = Vec::with_capacity(inputs.len());
         let mut previous = self.memo.iter().peekable();
         for input in &inputs {
+            let input = downcast_ref::<In>(&**input)?;
             let id = input.metadata.id();
             while previous.next_if(|m| &*m.input_id < id).is_some() {}
             let running = input.metadata.phase() == Phase::Running;
@@ -229,9 +235,9 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
                 if let Some(m) = previous.next_if(|m| &*m.input_id == id) {
                     if m.input_version == input.metadata.version() {
                         if let Some(at) = outputs.find(&m.output_id) {
-                            let output = &outputs.sorted[at];
-                            if output.metadata.version() == m.output_version
-                                && output.metadata.phase() == Phase::Running
+                            let output = outputs.sorted[at].metadata();
+                            if output.version() == m.output_version
+                                && output.phase() == Phase::Running
                             {
                                 outputs.kept[at] = true;
                                 memo.push(m.clone());
@@ -251,7 +257,10 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
                             .unwrap_or(input_version);
                     }
                     let at = outputs.find(&out_id);
-                    let existing = at.map(|at| &outputs.sorted[at]);
+                    let existing = match at {
+                        Some(at) => Some(outputs.get(at)?),
+                        None => None,
+                    };
                     let written =
                         write_output(state, settings, existing, out_id.clone(), spec).await?;
                     if let Some(at) = at {
@@ -272,7 +281,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
                         Some(at) => {
                             outputs.kept[at] = true;
                             state
-                                .teardown_output(outputs.sorted[at].metadata.pointer())
+                                .teardown_output(outputs.sorted[at].metadata().pointer())
                                 .await?
                         }
                         None => true,
@@ -291,7 +300,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
         // Outputs whose input is gone (or maps elsewhere now).
         for (output, kept) in outputs.sorted.iter().zip(&outputs.kept) {
             if !kept {
-                state.teardown_output(output.metadata.pointer()).await?;
+                state.teardown_output(output.metadata().pointer()).await?;
             }
         }
         self.memo = memo;
@@ -304,7 +313,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
 async fn write_output<Out: ResourceSpec>(
     state: &ControllerState,
     settings: &Settings,
-    existing: Option<&Arc<Resource<Out>>>,
+    existing: Option<&Resource<Out>>,
     id: Arc<str>,
     spec: Out,
 ) -> Result<Option<Version>> {
@@ -338,7 +347,9 @@ async fn create_output<Out: ResourceSpec>(
     id: Arc<str>,
     spec: Out,
 ) -> Result<Version> {
-    let fresh = Resource::new_in(settings.output_kind.namespace(), id.clone(), spec.clone());
+    // From the interned output kind: no name lookups per output.
+    let pointer = settings.output_kind.pointer(id.clone());
+    let fresh = Resource::with_metadata(Metadata::new(pointer), spec.clone());
     let options = CreateOptions {
         owner: Some(settings.name.to_string()),
     };
@@ -355,7 +366,10 @@ async fn modify_output<Out: ResourceSpec>(
     id: Arc<str>,
     spec: Out,
 ) -> Result<Version> {
-    let template = Resource::new_in(settings.output_kind.namespace(), id, spec.clone());
+    let template = Resource::with_metadata(
+        Metadata::new(settings.output_kind.pointer(id)),
+        spec.clone(),
+    );
     state
         .modify_output(template, |r| {
             r.spec = spec.clone();
@@ -445,7 +459,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> QueueController for QueueTransform<In,
     async fn reconcile(&self, state: &ControllerState, item: &Pointer) -> Result<Reconciled> {
         let settings = &self.settings;
         let output_pointer = settings.output_kind.pointer(item.shared_id().clone());
-        let input = match state.get_typed::<In>(item).await {
+        let input = match state.get(item).await {
             Ok(input) => input,
             Err(e) if e.is_not_found() => {
                 teardown_owned(state, settings, &output_pointer).await?;
@@ -453,13 +467,18 @@ impl<In: ResourceSpec, Out: ResourceSpec> QueueController for QueueTransform<In,
             }
             Err(e) => return Err(e),
         };
-        let existing = match state.get_typed::<Out>(&output_pointer).await {
-            Ok(o) if o.metadata.owner() == Some(&*settings.name) => Some(o),
+        let input = downcast_ref::<In>(&*input)?;
+        let existing = match state.get(&output_pointer).await {
+            Ok(o) if o.metadata().owner() == Some(&*settings.name) => Some(o),
             Ok(_) => None,
             Err(e) if e.is_not_found() => None,
             Err(e) => return Err(e),
         };
-        let mapped = (self.map)(&input);
+        let existing = match &existing {
+            Some(o) => Some(downcast_ref::<Out>(&**o)?),
+            None => None,
+        };
+        let mapped = (self.map)(input);
         if let Some((id, _)) = &mapped {
             if id != item.shared_id() {
                 return Err(Error::invalid(
@@ -476,7 +495,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> QueueController for QueueTransform<In,
                 if settings.finalizers {
                     hold_finalizer(state, settings, &input.metadata).await?;
                 }
-                write_output(state, settings, existing.as_ref(), id, spec).await?;
+                write_output(state, settings, existing, id, spec).await?;
             }
             _ => {
                 let gone = match &existing {
