@@ -441,6 +441,10 @@ impl Engine {
     /// [`crate::testing::Harness::settle`] combines this with scheduler quiescence.
     pub fn is_idle(&self) -> bool {
         let shared = &self.shared;
+        // Before start and after shutdown nothing runs, whatever is pending.
+        if !shared.started.load(Ordering::SeqCst) || *shared.shutdown_tx.borrow() {
+            return true;
+        }
         let now = Instant::now();
         let slots = shared
             .slots

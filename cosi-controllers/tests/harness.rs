@@ -228,3 +228,18 @@ async fn a_controller_whose_inputs_cannot_be_watched_retries_until_they_can() {
     h.settle().await;
     assert_eq!(h.expect::<B>("x").await.spec.value, 8);
 }
+
+#[tokio::test(start_paused = true)]
+async fn settle_before_start_and_after_shutdown_returns_at_once() {
+    let h = Harness::new();
+    h.register(plus_one()).unwrap();
+    create(&h.state(), "x", A { value: 1 }).await;
+    h.settle().await;
+    h.expect_absent::<B>("x").await;
+    h.start().await;
+    assert_eq!(h.expect::<B>("x").await.spec.value, 2);
+    h.shutdown().await;
+    set(&h.state(), "x", A { value: 5 }).await;
+    h.settle().await;
+    assert_eq!(h.expect::<B>("x").await.spec.value, 2);
+}
