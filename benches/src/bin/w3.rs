@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use benches::args::RunArgs;
+use benches::backend::memory_state;
 use benches::check::{ensure, exit_on_error, WorkloadError};
 use benches::item::{item_id, item_index};
 use cosi_controllers::{Engine, Transform};
@@ -29,7 +30,6 @@ use cosi_core::{
     downcast, downcast_ref, CreateOptions, Event, ListOptions, Resource, ResourceSpec, State,
     UpdateOptions, Watch, WatchKindOptions,
 };
-use cosi_state::{MemoryOptions, MemoryState};
 use serde::{Deserialize, Serialize};
 
 const DEFAULT_ITEMS: usize = 10_000;
@@ -164,7 +164,7 @@ struct ChainRun {
 }
 
 async fn run_chain(variant: Variant, items: usize) -> Result<ChainRun, WorkloadError> {
-    let state: Arc<dyn State> = Arc::new(MemoryState::new(MemoryOptions::default()));
+    let state = memory_state();
     let engine = Engine::new(state.clone());
     let c1 = Transform::<ChainA, ChainB>::same_id("C1", |a: &ChainA| {
         Some(ChainB {
@@ -279,7 +279,7 @@ async fn run_chain(variant: Variant, items: usize) -> Result<ChainRun, WorkloadE
 /// The writes the chain implies, done directly on a fresh store: returns the phase 1 and
 /// phase 2 times.
 async fn raw_writes(items: usize) -> Result<(Duration, Duration), WorkloadError> {
-    let state: Arc<dyn State> = Arc::new(MemoryState::new(MemoryOptions::default()));
+    let state = memory_state();
     let spec = |value: i64, i: usize| (value, format!("item {i}"));
     let start = Instant::now();
     let mut stored: Vec<[cosi_core::SharedResource; 3]> = Vec::with_capacity(items);
