@@ -18,7 +18,6 @@
 //! [`QueueTransform`]: cosi_controllers::QueueTransform
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use benches::args::RunArgs;
