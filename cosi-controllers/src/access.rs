@@ -276,6 +276,13 @@ impl ControllerState {
             ));
         }
         let stored = self.inner.get(pointer).await?;
+        if stored.metadata().version() != proposed.metadata().version() {
+            // The store will reject it as a version conflict (the caller re-reads and
+            // retries); comparing against another version would misjudge the change. When the
+            // versions match, the store accepts the write only if that version is still the
+            // stored one, so the check below is against exactly what gets replaced.
+            return Ok(());
+        }
         let mut expected = proposed.metadata().clone();
         expected.set_version(stored.metadata().version());
         *expected.finalizers_mut() = stored.metadata().finalizers().clone();

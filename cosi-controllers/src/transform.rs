@@ -252,9 +252,14 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
                 Some((out_id, spec)) if running => {
                     let mut input_version = input.metadata.version();
                     if settings.finalizers {
-                        input_version = hold_finalizer(state, settings, &input.metadata)
-                            .await?
-                            .unwrap_or(input_version);
+                        let held = hold_finalizer(state, settings, &input.metadata).await?;
+                        // Versions grow by one per write: exactly one more means nobody but us
+                        // changed the input since it was listed, so the output computed from
+                        // the listed value matches the new version. Otherwise keep the listed
+                        // version: the memo misses next time and the map runs again.
+                        if held == Some(input_version.next()) {
+                            input_version = input_version.next();
+                        }
                     }
                     let at = outputs.find(&out_id);
                     let existing = match at {

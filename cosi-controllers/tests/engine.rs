@@ -673,3 +673,68 @@ async fn the_graph_exports_as_dot_and_text() {
 
 #[allow(dead_code)]
 fn assert_state_is_object_safe(_: &dyn State) {}
+
+/// Adds a finalizer to A/a1 from a copy read before the test changes A/a1 (gated).
+struct StaleFinalizer {
+    gate: Option<tokio::sync::oneshot::Receiver<()>>,
+    result: Arc<Mutex<Option<String>>>,
+}
+
+#[async_trait]
+impl Controller for StaleFinalizer {
+    fn name(&self) -> &str {
+        "StaleFinalizer"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::strong_of::<A>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        let Some(gate) = self.gate.take() else {
+            return Ok(Reconciled::Done);
+        };
+        let read = state.get(&a("a1")).await?;
+        let _ = gate.await;
+        let mut next = (*cosi_core::downcast::<A>(read)?).clone();
+        next.metadata.finalizers_mut().insert("mine".into());
+        let outcome = state
+            .update(
+                next.into_shared(),
+                cosi_core::UpdateOptions {
+                    owner: None,
+                    expected_phase: None,
+                },
+            )
+            .await;
+        *self.result.lock().unwrap() = Some(match outcome {
+            Ok(_) => "written".to_string(),
+            Err(e) => e.to_string(),
+        });
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_finalizer_change_from_a_stale_read_is_a_version_conflict_not_a_denial() {
+    let h = Harness::new();
+    create(&h.state(), "a1", A { value: 1 }).await;
+    let (release, gate) = tokio::sync::oneshot::channel();
+    let result = Arc::new(Mutex::new(None));
+    h.register(StaleFinalizer {
+        gate: Some(gate),
+        result: result.clone(),
+    })
+    .unwrap();
+    h.engine().start();
+    h.quiesce().await;
+    set(&h.state(), "a1", A { value: 2 }).await;
+    release.send(()).unwrap();
+    h.settle().await;
+    assert_eq!(
+        result.lock().unwrap().as_deref(),
+        Some("test/As.test.cosi.dev/a1: version conflict: expected 1, stored 2")
+    );
+    assert!(h.expect::<A>("a1").await.metadata.finalizers().is_empty());
+}

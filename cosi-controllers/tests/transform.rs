@@ -311,3 +311,98 @@ async fn a_queue_transform_rejects_a_mapping_that_changes_the_id() {
 
 #[allow(dead_code)]
 fn uses_state(_: &dyn State) {}
+
+/// The chain on a real multi-threaded runtime (no harness, no paused clock): controllers,
+/// feeds and the writer run in parallel; completion is awaited through a watch, bounded by a
+/// timeout so a lost wake-up fails instead of hanging.
+async fn chain_converges_on_a_multi_threaded_runtime(queued: bool) {
+    use cosi_controllers::Engine;
+    use cosi_core::{Event, WatchKindOptions};
+    use cosi_state::{MemoryOptions, MemoryState};
+    use std::time::Duration;
+
+    let state: Arc<dyn State> = Arc::new(MemoryState::new(MemoryOptions {
+        history: 64,
+        ..MemoryOptions::default()
+    }));
+    let engine = Engine::new(state.clone());
+    if queued {
+        engine.register_queue(a_to_b().into_queue(3)).unwrap();
+        engine.register_queue(b_to_c().into_queue(3)).unwrap();
+    } else {
+        engine.register(a_to_b()).unwrap();
+        engine.register(b_to_c()).unwrap();
+    }
+    engine.start();
+    let mut watch = state
+        .watch_kind(&C::kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    const N: i64 = 500;
+    for i in 0..N {
+        create(&state, &format!("x{i:03}"), A { value: i }).await;
+    }
+    for i in 0..N {
+        set(&state, &format!("x{i:03}"), A { value: i + 1000 }).await;
+    }
+    let converged = async {
+        let mut done = std::collections::HashSet::new();
+        while done.len() < N as usize {
+            let Some(event) = watch.recv().await else {
+                panic!("watch ended")
+            };
+            if let Event::Created { resource, .. } | Event::Updated { resource, .. } = event {
+                let c = cosi_controllers::testing::spec_of::<C>(&*resource);
+                let i: i64 = resource.metadata().id()[1..].parse().unwrap();
+                if c.value == i + 1002 {
+                    done.insert(i);
+                }
+            }
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(20), converged)
+        .await
+        .is_err()
+    {
+        let bs = state.list(&B::kind(), &Default::default()).await.unwrap();
+        let cs = state.list(&C::kind(), &Default::default()).await.unwrap();
+        let as_ = state.list(&A::kind(), &Default::default()).await.unwrap();
+        let mut bad = Vec::new();
+        for ((a, b), c) in as_.iter().zip(&bs).zip(&cs) {
+            let (a, b, c) = (
+                cosi_controllers::testing::spec_of::<A>(&**a),
+                cosi_controllers::testing::spec_of::<B>(&**b),
+                cosi_controllers::testing::spec_of::<C>(&**c),
+            );
+            if b.value != a.value + 1 || c.value != a.value + 2 {
+                bad.push((a.value, b.value, c.value));
+            }
+        }
+        panic!(
+            "not converged: {} A, {} B, {} C; wrong (a, b, c): {:?}; statuses {:?} {:?}; idle {}",
+            as_.len(),
+            bs.len(),
+            cs.len(),
+            &bad[..bad.len().min(10)],
+            engine.status("AtoB"),
+            engine.status("BtoC"),
+            engine.is_idle()
+        );
+    }
+    let report = engine.shutdown().await;
+    assert_eq!(report.aborted, 0);
+    for name in ["AtoB", "BtoC"] {
+        let status = engine.status(name).unwrap();
+        assert_eq!(status.errors, 0, "{name}: {:?}", status.last_error);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chain_converges_on_a_multi_threaded_runtime_level() {
+    chain_converges_on_a_multi_threaded_runtime(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chain_converges_on_a_multi_threaded_runtime_queued() {
+    chain_converges_on_a_multi_threaded_runtime(true).await;
+}
