@@ -192,21 +192,35 @@ impl InputRegistry for Shared {
             .ok_or_else(|| RegistrationError::UnknownController {
                 name: controller.into(),
             })?;
+        let previous = slot
+            .access
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         self.graph
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .set_inputs(controller, &inputs)?;
-        {
-            let mut access = slot.access.write().unwrap_or_else(|e| e.into_inner());
-            *access = Arc::new(Access {
-                inputs: inputs.clone(),
-                outputs: access.outputs.clone(),
-            });
-        }
         self.feeds.unsubscribe(slot.id);
-        self.feeds
+        if let Err(error) = self
+            .feeds
             .subscribe(slot.id, &inputs, slot.target.clone())
-            .await?;
+            .await
+        {
+            // Put everything back as it was, so the controller can simply try again.
+            self.graph
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .set_inputs(controller, &previous.inputs)?;
+            self.feeds
+                .subscribe(slot.id, &previous.inputs, slot.target.clone())
+                .await?;
+            return Err(error);
+        }
+        *slot.access.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Access {
+            inputs,
+            outputs: previous.outputs.clone(),
+        });
         // The new inputs may hold state the controller has not seen yet.
         slot.target.resync();
         Ok(())

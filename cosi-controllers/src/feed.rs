@@ -89,8 +89,22 @@ impl KindFeeds {
     }
 
     /// Subscribes `target` to `inputs`. When this returns, every change stored from now on
-    /// reaches the target, so a reconcile that starts afterwards misses nothing.
+    /// reaches the target, so a reconcile that starts afterwards misses nothing. On error no
+    /// subscription of `owner` is left behind.
     pub(crate) async fn subscribe(
+        &self,
+        owner: usize,
+        inputs: &[Input],
+        target: Arc<dyn FeedTarget>,
+    ) -> cosi_core::Result<()> {
+        let result = self.subscribe_each(owner, inputs, target).await;
+        if result.is_err() {
+            self.unsubscribe(owner);
+        }
+        result
+    }
+
+    async fn subscribe_each(
         &self,
         owner: usize,
         inputs: &[Input],

@@ -738,3 +738,70 @@ async fn a_finalizer_change_from_a_stale_read_is_a_version_conflict_not_a_denial
     );
     assert!(h.expect::<A>("a1").await.metadata.finalizers().is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn statuses_can_be_watched_like_any_resource() {
+    let h = Harness::new();
+    let mut watch = h
+        .state()
+        .watch_kind(
+            &cosi_controllers::ControllerStatus::kind(),
+            cosi_core::WatchKindOptions::default(),
+        )
+        .await
+        .unwrap();
+    h.register(cosi_controllers::Transform::<A, B>::same_id(
+        "PlusOne",
+        |a: &A| Some(B { value: a.value }),
+    ))
+    .unwrap();
+    h.start().await;
+    let event = tokio::time::timeout(Duration::from_secs(5), watch.recv())
+        .await
+        .expect("a status event")
+        .expect("the watch is open");
+    let cosi_core::Event::Created { resource, .. } = event else {
+        panic!("expected a created status, got {event:?}");
+    };
+    assert_eq!(resource.metadata().id(), "PlusOne");
+    assert_eq!(resource.metadata().namespace(), "runtime");
+    assert_eq!(
+        cosi_controllers::testing::spec_of::<cosi_controllers::ControllerStatus>(&*resource)
+            .reconciles,
+        1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn inputs_that_cannot_be_watched_are_rejected_and_the_old_ones_kept() {
+    let h = Harness::with_options(test_options());
+    let runs = Arc::new(AtomicUsize::new(0));
+    h.register(Follower { runs: runs.clone() }).unwrap();
+    h.start().await;
+    create(&h.state(), "a1", A { value: 10 }).await;
+    h.faults().fail_reads(A::kind());
+
+    // When the new input kind cannot be watched
+    create(&h.state(), "selector", Config { value: 1 }).await;
+    h.settle().await;
+
+    // Then set_inputs fails, the controller restarts, and its inputs are unchanged
+    let status = h.status("Follower").await;
+    assert_eq!((status.errors, status.restarts), (1, 1));
+    assert!(status
+        .last_error
+        .unwrap()
+        .contains("injected fault: read failed"));
+    assert_eq!(
+        h.engine().graph().inputs("Follower").unwrap(),
+        vec![Input::weak_of::<Config>().with_id("selector")]
+    );
+
+    // And once the kind can be watched, the retry succeeds
+    h.faults().clear();
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(h.expect::<C>("followed").await.spec.value, 10);
+    set(&h.state(), "a1", A { value: 11 }).await;
+    h.settle().await;
+    assert_eq!(h.expect::<C>("followed").await.spec.value, 11);
+}
