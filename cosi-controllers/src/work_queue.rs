@@ -6,7 +6,7 @@
 //! by the number of events.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use cosi_core::{Pointer, SharedResource};
@@ -18,16 +18,20 @@ use crate::feed::FeedTarget;
 use crate::wake::WakeSignal;
 use crate::Input;
 
+/// An item: the id of a primary resource (all items share the primary kind, so only the id is
+/// hashed and compared).
+type Id = Arc<str>;
+
 #[derive(Default)]
 struct Items {
-    ready: VecDeque<Pointer>,
-    queued: HashSet<Pointer>,
-    running: HashSet<Pointer>,
-    dirty: HashSet<Pointer>,
-    delayed: BTreeMap<(Instant, u64), Pointer>,
-    delayed_at: HashMap<Pointer, (Instant, u64)>,
+    ready: VecDeque<Id>,
+    queued: HashSet<Id>,
+    running: HashSet<Id>,
+    dirty: HashSet<Id>,
+    delayed: BTreeMap<(Instant, u64), Id>,
+    delayed_at: HashMap<Id, (Instant, u64)>,
     seq: u64,
-    failures: HashMap<Pointer, u32>,
+    failures: HashMap<Id, u32>,
     inbox: HashMap<Pointer, SharedResource>,
     relist: bool,
     busy: bool,
@@ -64,8 +68,14 @@ impl WorkQueue {
     }
 
     /// Queues `item` now (deduplicated; deferred until its running reconcile ends; a failed
-    /// item waiting for its backoff keeps waiting).
+    /// item waiting for its backoff keeps waiting). An item of another kind than the primary
+    /// input is ignored with a warning.
     pub(crate) fn add(&self, item: Pointer) {
+        if item.kind() != &self.primary.kind {
+            tracing::warn!(item = %item, primary = %self.primary.kind, "ignoring a queue item that is not of the primary kind");
+            return;
+        }
+        let item: Id = item.shared_id().clone();
         {
             let mut items = self.lock();
             if items.running.contains(&item) {
@@ -90,7 +100,7 @@ impl WorkQueue {
     }
 
     /// Queues `item` after `delay` (kept at the earlier time if already delayed).
-    fn add_after_locked(items: &mut Items, item: Pointer, at: Instant) {
+    fn add_after_locked(items: &mut Items, item: Id, at: Instant) {
         if items.queued.contains(&item) {
             return;
         }
@@ -111,13 +121,15 @@ impl WorkQueue {
         let mut items = self.lock();
         let item = items.ready.pop_front()?;
         items.queued.remove(&item);
-        items.running.insert(item.clone());
-        Some(item)
+        let pointer = self.primary.kind.pointer(item.clone());
+        items.running.insert(item);
+        Some(pointer)
     }
 
     /// Ends the run of `item`. `retry_after` re-queues it after a delay; a change that arrived
     /// while it ran re-queues it now unless `failed` (a failure keeps its backoff).
     pub(crate) fn done(&self, item: &Pointer, retry_after: Option<Duration>, failed: bool) {
+        let item = item.shared_id();
         let mut items = self.lock();
         items.running.remove(item);
         let changed = items.dirty.remove(item);
@@ -141,7 +153,7 @@ impl WorkQueue {
 
     /// Consecutive failures of `item`.
     pub(crate) fn failures(&self, item: &Pointer) -> u32 {
-        self.lock().failures.get(item).copied().unwrap_or(0)
+        self.lock().failures.get(item.id()).copied().unwrap_or(0)
     }
 
     /// Moves due delayed items to ready; returns the next deadline.
@@ -233,6 +245,13 @@ mod tests {
 
     fn queue() -> WorkQueue {
         WorkQueue::new(Input::weak(Kind::new("ns", "T")))
+    }
+
+    #[test]
+    fn an_item_of_another_kind_is_ignored() {
+        let q = queue();
+        q.add(Kind::new("ns", "Other").pointer("a"));
+        assert_eq!(q.pop(), None);
     }
 
     #[test]
