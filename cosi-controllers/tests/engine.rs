@@ -805,3 +805,33 @@ async fn inputs_that_cannot_be_watched_are_rejected_and_the_old_ones_kept() {
     h.settle().await;
     assert_eq!(h.expect::<C>("followed").await.spec.value, 11);
 }
+
+#[tokio::test(start_paused = true)]
+async fn run_until_serves_until_the_signal_then_shuts_down() {
+    let h = Harness::new();
+    let (c, runs) = copier("Copier");
+    h.register(c).unwrap();
+    let (stop, signal) = tokio::sync::oneshot::channel::<()>();
+    let engine = h.engine().clone();
+    let served = tokio::spawn(async move {
+        engine
+            .run_until(async {
+                let _ = signal.await;
+            })
+            .await
+    });
+    h.settle().await;
+    create(&h.state(), "x", A { value: 1 }).await;
+    h.settle().await;
+    assert_eq!(h.expect::<B>("x").await.spec.value, 2);
+    stop.send(()).unwrap();
+    let report = served.await.unwrap();
+    assert_eq!(report.aborted, 0);
+    // The controller's task and the status publisher.
+    assert_eq!(report.stopped, 2);
+    // Stopped: later changes are not reconciled.
+    set(&h.state(), "x", A { value: 5 }).await;
+    h.settle().await;
+    assert_eq!(h.expect::<B>("x").await.spec.value, 2);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
