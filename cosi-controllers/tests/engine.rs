@@ -671,9 +671,6 @@ async fn the_graph_exports_as_dot_and_text() {
         .contains("\"As.test.cosi.dev\" -> \"Copier\" [style=dashed, label=\"test weak\"];"));
 }
 
-#[allow(dead_code)]
-fn assert_state_is_object_safe(_: &dyn State) {}
-
 /// Adds a finalizer to A/a1 from a copy read before the test changes A/a1 (gated).
 struct StaleFinalizer {
     gate: Option<tokio::sync::oneshot::Receiver<()>>,

@@ -14,9 +14,7 @@ use cosi_controllers::testing::Harness;
 use cosi_controllers::{
     Backoff, ControllerState, EngineOptions, Input, Output, QueueController, Reconciled,
 };
-use cosi_core::{
-    Error, Phase, Pointer, Resource, ResourceSpec, Result, SharedResource, State, StateExt,
-};
+use cosi_core::{Error, Phase, Pointer, Resource, Result, SharedResource, State, StateExt};
 
 #[derive(Default)]
 struct Log {
@@ -419,8 +417,3 @@ async fn a_failing_run_hook_restarts_the_queue_controller_with_backoff() {
         (1, 2, 2)
     );
 }
-
-#[allow(dead_code)]
-fn uses(_: &dyn State, _: &dyn ResourceSpecMarker) {}
-trait ResourceSpecMarker {}
-impl<T: ResourceSpec> ResourceSpecMarker for T {}

@@ -309,9 +309,6 @@ async fn a_queue_transform_rejects_a_mapping_that_changes_the_id() {
     assert_eq!(B::kind().namespace(), "test");
 }
 
-#[allow(dead_code)]
-fn uses_state(_: &dyn State) {}
-
 /// The chain on a real multi-threaded runtime (no harness, no paused clock): controllers,
 /// feeds and the writer run in parallel; completion is awaited through a watch, bounded by a
 /// timeout so a lost wake-up fails instead of hanging.
