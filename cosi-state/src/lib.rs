@@ -3,8 +3,10 @@
 //! Implementations of [`cosi_core::State`]: in memory, on disk (redb), a namespaced router that
 //! sends each namespace to its own backend, and (behind the `etcd` feature) a distributed backend.
 
+mod disk;
 mod memory;
 mod router;
 
+pub use disk::{DiskDurability, DiskOptions, DiskState, KnownTypes};
 pub use memory::{MemoryOptions, MemoryState};
 pub use router::NamespaceRouter;

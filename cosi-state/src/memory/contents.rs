@@ -56,6 +56,27 @@ impl KindContents {
         self.resources.get(id).map(|e| &e.resource)
     }
 
+    /// How many resources are stored.
+    pub(crate) fn len(&self) -> usize {
+        self.resources.len()
+    }
+
+    /// Loads a resource that existed before the window starts, without an event: a durable
+    /// backend rebuilding its contents at open. Its creation and last change count as at the
+    /// window's start, which is what every catch-up from a position inside the window needs.
+    /// Replaces a value already loaded under the same id.
+    pub(crate) fn load(&mut self, resource: SharedResource) {
+        let seq = self.window.head();
+        self.resources.insert(
+            resource.metadata().pointer().shared_id().clone(),
+            StoredEntry {
+                resource,
+                created_seq: seq,
+                changed_seq: seq,
+            },
+        );
+    }
+
     /// The stored values passing `filter`, in id order.
     pub(crate) fn list(&self, filter: &WatchFilter) -> Vec<SharedResource> {
         match &filter.ids {

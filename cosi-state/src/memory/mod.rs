@@ -53,7 +53,7 @@ mod destroy_markers;
 mod history;
 mod kind_watch;
 mod watch_filter;
-mod write_rules;
+pub(crate) mod write_rules;
 
 #[cfg(test)]
 mod tests;
