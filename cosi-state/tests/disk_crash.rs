@@ -218,9 +218,16 @@ async fn acknowledged_writes_survive_sigkill_at_random_moments() {
         } else {
             (rng.next() % 400) as usize
         };
+        let started = std::time::Instant::now();
         let acks = run_and_kill(&store, round, kill_after);
+        let killed = started.elapsed();
         total += acks.lines;
         check_round(&store, round, &acks, &mut counters).await;
+        println!(
+            "round {round}: {} acknowledged writes, killed after {killed:?}, checked after {:?}",
+            acks.lines,
+            started.elapsed()
+        );
     }
     println!("{ROUNDS} rounds, {total} acknowledged writes checked");
 }
