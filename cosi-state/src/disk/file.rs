@@ -284,9 +284,40 @@ fn builder(options: &DiskOptions) -> redb::Builder {
 }
 
 fn open_existing(path: &Path, options: &DiskOptions) -> Result<Database> {
-    builder(options)
-        .open(path)
-        .map_err(|e| storage_error(path, "opening the store", e))
+    let damaged = |what: String| Error::Backend {
+        subject: display(path),
+        message: format!("opening the store: the file is damaged (truncated or corrupt): {what}"),
+        retryable: false,
+        source: None,
+    };
+    match std::fs::metadata(path) {
+        // redb would initialize an empty file; here it can only be a store that lost its data.
+        Ok(m) if m.len() == 0 => return Err(damaged("it is empty".into())),
+        Ok(_) => {}
+        Err(e) => {
+            return Err(Error::backend(
+                display(path),
+                format!("opening the store: {e}"),
+                false,
+                e,
+            ))
+        }
+    }
+    // redb asserts on some damaged headers (e.g. a file shorter than its header says) instead
+    // of returning an error; contain that here so that a bad file is an error, never a crash.
+    let opened =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder(options).open(path)));
+    match opened {
+        Ok(result) => result.map_err(|e| storage_error(path, "opening the store", e)),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "redb rejected it".into());
+            Err(damaged(what))
+        }
+    }
 }
 
 /// Creates a store under a temporary name and renames it into place once its format is
@@ -302,7 +333,12 @@ fn create_new(path: &Path, options: &DiskOptions) -> Result<Database> {
     match std::fs::remove_file(&creating) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_error("removing a stale partial store", e)),
+        Err(e) => {
+            return Err(io_error(
+                "creating the store (removing a stale partial one)",
+                e,
+            ))
+        }
     }
     let db = builder(options)
         .create(&creating)
