@@ -16,23 +16,30 @@
 //! - [`State`] is the store API; [`Event`]s and [`Watch`] carry changes to watchers.
 
 mod definition;
+pub mod dynamic;
 mod error;
 mod event;
 mod id_query;
 mod label_query;
+mod label_syntax;
 mod metadata;
 mod pointer;
+pub mod registry;
 mod resource;
+pub mod selector;
 mod state;
 mod state_ext;
+pub mod table;
 
 pub use definition::{PrintColumn, ResourceDefinition, Sensitivity};
 pub use error::{Error, Result, Source};
 pub use event::{Bookmark, Event, EventSource, Watch};
 pub use id_query::IdQuery;
 pub use label_query::{parse_quantity, LabelOp, LabelQueries, LabelQuery, LabelTerm};
+pub use label_syntax::{validate_label_key, validate_label_value, LabelSyntaxError};
 pub use metadata::{Annotations, Finalizers, Labels, Metadata, Phase, Version};
 pub use pointer::{Kind, Pointer};
+pub use registry::Registry;
 pub use resource::{
     downcast, downcast_ref, make_mut, same_content, AnyResource, DynamicResource, Resource,
     ResourceSpec, SharedResource,

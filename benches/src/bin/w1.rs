@@ -1,0 +1,266 @@
+//! W1 — state operations (BENCHMARKS.md): create N = 100,000 resources in the in-memory state
+//! (default options), update each once (read, change, write with the version check), list all,
+//! destroy all. Figures: create ops/s, update ops/s, list ms, destroy ops/s, peak RSS MiB; and,
+//! in the same process, the same four steps on a plain `DashMap` of `Arc`s, as ratios.
+//!
+//! Every step checks its result: versions, values, counts, order, and that nothing is left.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use benches::args::RunArgs;
+use benches::backend::memory_state;
+use benches::check::{ensure, exit_on_error, WorkloadError};
+use benches::item::{item_id, new_item, BenchItem};
+use benches::peak_rss;
+use benches::report::Report;
+use cosi_core::{
+    downcast, downcast_ref, CreateOptions, DestroyOptions, Error, ListOptions, Pointer, Resource,
+    ResourceSpec, State, UpdateOptions, Version,
+};
+use dashmap::DashMap;
+
+const DEFAULT_N: usize = 100_000;
+
+fn main() -> ExitCode {
+    exit_on_error("w1", run())
+}
+
+fn run() -> Result<(), WorkloadError> {
+    let args = RunArgs::from_env()?;
+    let n = args.n.unwrap_or(DEFAULT_N);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| WorkloadError::new(format!("cannot start the tokio runtime: {e}")))?;
+    println!(
+        "# w1: state operations, N = {n}, {} runs, in-memory state with default options",
+        args.runs
+    );
+    let mut report = Report::default();
+    for run in 1..=args.runs {
+        let rss_reset = peak_rss::reset();
+        let store = runtime.block_on(async {
+            let state = memory_state()?;
+            store_steps(&*state, n).await
+        })?;
+        // Read right after the store steps, before the baseline allocates anything.
+        let peak = peak_rss::peak_rss_mib()?;
+        let map = map_steps(n)?;
+        println!(
+            "# run {run}: create {:.0} ms, update {:.0} ms, list {:.1} ms, destroy {:.0} ms, \
+             peak RSS {peak:.1} MiB{}",
+            ms(store.create),
+            ms(store.update),
+            ms(store.list),
+            ms(store.destroy),
+            if rss_reset {
+                ""
+            } else {
+                " (whole process: VmHWM reset refused)"
+            }
+        );
+        report.record_rate("w1.create", n, store.create, "ops/s");
+        report.record_rate("w1.update", n, store.update, "ops/s");
+        report.record_ms("w1.list", store.list);
+        report.record_rate("w1.destroy", n, store.destroy, "ops/s");
+        report.record("w1.peak_rss", peak, "MiB");
+        report.record_rate("w1.map.insert", n, map.create, "ops/s");
+        report.record_rate("w1.map.update", n, map.update, "ops/s");
+        report.record_ms("w1.map.list", map.list);
+        report.record_rate("w1.map.remove", n, map.destroy, "ops/s");
+        // Ratios of store time to map time: how many times slower the store is than a bare map.
+        report.record("w1.create_vs_map", ratio(store.create, map.create), "x");
+        report.record("w1.update_vs_map", ratio(store.update, map.update), "x");
+        report.record("w1.list_vs_map", ratio(store.list, map.list), "x");
+        report.record("w1.destroy_vs_map", ratio(store.destroy, map.destroy), "x");
+    }
+    println!("# *_vs_map: store time / plain DashMap time for the same step (lower is better)");
+    report.print();
+    Ok(())
+}
+
+/// Wall times of the four steps.
+struct StepTimes {
+    create: Duration,
+    update: Duration,
+    list: Duration,
+    destroy: Duration,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn ratio(store: Duration, map: Duration) -> f64 {
+    store.as_secs_f64() / map.as_secs_f64()
+}
+
+async fn store_steps(state: &dyn State, n: usize) -> Result<StepTimes, WorkloadError> {
+    let kind = BenchItem::kind();
+    let pointers: Vec<Pointer> = (0..n).map(|i| kind.pointer(item_id(i))).collect();
+
+    let start = Instant::now();
+    for (i, pointer) in pointers.iter().enumerate() {
+        let stored = state
+            .create(
+                new_item(i, i as i64).into_shared(),
+                CreateOptions::default(),
+            )
+            .await?;
+        ensure(stored.metadata().version() == Version::FIRST, || {
+            format!(
+                "create of {pointer} stored version {}, expected 1",
+                stored.metadata().version()
+            )
+        })?;
+    }
+    let create = start.elapsed();
+
+    let start = Instant::now();
+    for (i, pointer) in pointers.iter().enumerate() {
+        let current = downcast::<BenchItem>(state.get(pointer).await?)?;
+        // Copy-on-write: the stored value is shared and immutable.
+        let mut next = Resource::clone(&current);
+        next.spec.value += 1;
+        let stored = state
+            .update(next.into_shared(), UpdateOptions::default())
+            .await?;
+        ensure(stored.metadata().version() == Version::new(2), || {
+            format!(
+                "update of {pointer} stored version {}, expected 2",
+                stored.metadata().version()
+            )
+        })?;
+        ensure(current.spec.value == i as i64, || {
+            format!(
+                "get of {pointer} read value {}, expected {i}",
+                current.spec.value
+            )
+        })?;
+    }
+    let update = start.elapsed();
+
+    let start = Instant::now();
+    let listed = state.list(&kind, &ListOptions::default()).await?;
+    let list = start.elapsed();
+    ensure(listed.len() == n, || {
+        format!("list returned {} resources, expected {n}", listed.len())
+    })?;
+    for (i, resource) in listed.iter().enumerate() {
+        let item = downcast_ref::<BenchItem>(&**resource)?;
+        let expected_id = item_id(i);
+        ensure(
+            item.metadata.id() == expected_id
+                && item.metadata.version() == Version::new(2)
+                && item.spec.value == i as i64 + 1,
+            || {
+                format!(
+                    "list position {i}: got {} version {} value {}, expected {expected_id} \
+                     version 2 value {}",
+                    item.metadata.id(),
+                    item.metadata.version(),
+                    item.spec.value,
+                    i + 1
+                )
+            },
+        )?;
+    }
+    drop(listed);
+
+    let start = Instant::now();
+    for pointer in &pointers {
+        state.destroy(pointer, DestroyOptions::default()).await?;
+    }
+    let destroy = start.elapsed();
+    let left = state.list(&kind, &ListOptions::default()).await?;
+    ensure(left.is_empty(), || {
+        format!("{} resources left after destroying all", left.len())
+    })?;
+    match state.get(&pointers[0]).await {
+        Err(Error::NotFound { .. }) => {}
+        other => {
+            return Err(WorkloadError::new(format!(
+                "get of destroyed {} returned {other:?}, expected NotFound",
+                pointers[0]
+            )))
+        }
+    }
+
+    Ok(StepTimes {
+        create,
+        update,
+        list,
+        destroy,
+    })
+}
+
+/// The same four steps on a plain concurrent map of `Arc`s: the floor the store is measured
+/// against.
+fn map_steps(n: usize) -> Result<StepTimes, WorkloadError> {
+    let map: DashMap<Arc<str>, Arc<Resource<BenchItem>>> = DashMap::new();
+    let ids: Vec<Arc<str>> = (0..n).map(|i| Arc::from(item_id(i))).collect();
+
+    let start = Instant::now();
+    for (i, id) in ids.iter().enumerate() {
+        let mut item = new_item(i, i as i64);
+        item.metadata.set_version(Version::FIRST);
+        let key = item.metadata.pointer().shared_id().clone();
+        ensure(map.insert(key, Arc::new(item)).is_none(), || {
+            format!("map insert of {id} found a value")
+        })?;
+    }
+    let create = start.elapsed();
+
+    let start = Instant::now();
+    for id in &ids {
+        let current = map
+            .get(id)
+            .map(|entry| Arc::clone(&entry))
+            .ok_or_else(|| WorkloadError::new(format!("map lost {id}")))?;
+        let mut next = Resource::clone(&current);
+        next.spec.value += 1;
+        next.metadata.set_version(current.metadata.version().next());
+        let mut entry = map
+            .get_mut(id)
+            .ok_or_else(|| WorkloadError::new(format!("map lost {id}")))?;
+        ensure(
+            entry.metadata.version() == current.metadata.version(),
+            || format!("map version of {id} changed under the update"),
+        )?;
+        *entry = Arc::new(next);
+    }
+    let update = start.elapsed();
+
+    let start = Instant::now();
+    let mut listed: Vec<Arc<Resource<BenchItem>>> =
+        map.iter().map(|entry| Arc::clone(entry.value())).collect();
+    listed.sort_unstable_by(|a, b| a.metadata.id().cmp(b.metadata.id()));
+    let list = start.elapsed();
+    ensure(
+        listed.len() == n
+            && listed
+                .iter()
+                .enumerate()
+                .all(|(i, r)| r.spec.value == i as i64 + 1),
+        || "map list returned wrong contents".to_string(),
+    )?;
+    drop(listed);
+
+    let start = Instant::now();
+    for id in &ids {
+        ensure(map.remove(id).is_some(), || format!("map lost {id}"))?;
+    }
+    let destroy = start.elapsed();
+    ensure(map.is_empty(), || {
+        "map not empty after removing all".to_string()
+    })?;
+
+    Ok(StepTimes {
+        create,
+        update,
+        list,
+        destroy,
+    })
+}

@@ -1,0 +1,401 @@
+//! W2 — watch fan-out (BENCHMARKS.md): K = 100 kind watchers with the default watch options,
+//! registered before the writer starts; the writer creates 1,000 resources (value 0) then
+//! updates each 10 times in rounds (value = round): 11,000 events. The clock runs from the first
+//! create until every watcher has seen value 10 on all 1,000 resources. Figures: events delivered
+//! per second across all watchers (K × 11,000 / wall time), wall time, whether any watcher had to
+//! catch up (compacted events, resyncs); and, in the same process, the same fan-out through a
+//! `tokio::sync::broadcast` channel of `Arc`s, as a ratio.
+//!
+//! Every watcher checks what it sees: each event's version is its value + 1, exact events move
+//! one version at a time, catch-ups never go backwards, and an exact watcher sees exactly 11,000
+//! events.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use benches::args::RunArgs;
+use benches::backend::memory_state;
+use benches::check::{ensure, exit_on_error, WorkloadError};
+use benches::item::{item_index, new_item, BenchItem};
+use benches::report::Report;
+use cosi_core::{
+    downcast, downcast_ref, CreateOptions, Event, Resource, ResourceSpec, State, UpdateOptions,
+    Version, Watch, WatchKindOptions,
+};
+use tokio::sync::broadcast;
+
+const WATCHERS: usize = 100;
+const DEFAULT_ITEMS: usize = 1_000;
+const ROUNDS: i64 = 10;
+/// Most events a watcher takes per `recv_batch`.
+const BATCH: usize = 1024;
+/// A run that takes longer than this has lost events: fail instead of hanging.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+fn main() -> ExitCode {
+    exit_on_error("w2", run())
+}
+
+fn run() -> Result<(), WorkloadError> {
+    let args = RunArgs::from_env()?;
+    let items = args.n.unwrap_or(DEFAULT_ITEMS);
+    let events_per_watcher = items * (ROUNDS as usize + 1);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| WorkloadError::new(format!("cannot start the tokio runtime: {e}")))?;
+    println!(
+        "# w2: watch fan-out, {WATCHERS} kind watchers (default options), {items} items x \
+         {} events, {} runs, in-memory state with default options",
+        ROUNDS + 1,
+        args.runs
+    );
+    let mut report = Report::default();
+    let mut any_catch_up = false;
+    for run in 1..=args.runs {
+        let store = runtime.block_on(async {
+            let state = memory_state()?;
+            store_fan_out(state, items).await
+        })?;
+        let baseline = runtime.block_on(broadcast_fan_out(items))?;
+        let delivered = (WATCHERS * events_per_watcher) as f64;
+        println!(
+            "# run {run}: wall {:.1} ms, {} of {WATCHERS} watchers caught up \
+             ({} compacted events, {} resyncs), {} events received; broadcast wall {:.1} ms",
+            store.wall.as_secs_f64() * 1e3,
+            store.caught_up_watchers,
+            store.compacted_events,
+            store.resyncs,
+            store.events_received,
+            baseline.as_secs_f64() * 1e3,
+        );
+        any_catch_up |= store.caught_up_watchers > 0;
+        report.record(
+            "w2.events_delivered",
+            delivered / store.wall.as_secs_f64(),
+            "events/s",
+        );
+        report.record("w2.wall", store.wall.as_secs_f64(), "s");
+        report.record(
+            "w2.caught_up_watchers",
+            store.caught_up_watchers as f64,
+            "watchers",
+        );
+        report.record(
+            "w2.compacted_events",
+            store.compacted_events as f64,
+            "events",
+        );
+        report.record("w2.resyncs", store.resyncs as f64, "resyncs");
+        report.record(
+            "w2.broadcast.events_delivered",
+            delivered / baseline.as_secs_f64(),
+            "events/s",
+        );
+        report.record(
+            "w2.vs_broadcast",
+            store.wall.as_secs_f64() / baseline.as_secs_f64(),
+            "x",
+        );
+    }
+    println!(
+        "# catch-up: {}",
+        if any_catch_up {
+            "some watchers fell behind the history window and caught up (see runs above)"
+        } else {
+            "none — every watcher received every event exactly, in every run"
+        }
+    );
+    println!("# w2.vs_broadcast: store wall time / broadcast-channel wall time (lower is better)");
+    report.print();
+    Ok(())
+}
+
+/// What one store run measured.
+struct StoreRun {
+    wall: Duration,
+    caught_up_watchers: usize,
+    compacted_events: usize,
+    resyncs: usize,
+    events_received: usize,
+}
+
+/// What one watcher saw.
+struct WatcherOutcome {
+    finished: Instant,
+    events: usize,
+    compacted: usize,
+    resyncs: usize,
+}
+
+async fn store_fan_out(state: Arc<dyn State>, items: usize) -> Result<StoreRun, WorkloadError> {
+    let kind = BenchItem::kind();
+    let mut watchers = Vec::with_capacity(WATCHERS);
+    for _ in 0..WATCHERS {
+        let watch = state.watch_kind(&kind, WatchKindOptions::default()).await?;
+        watchers.push(tokio::spawn(follow(watch, items)));
+    }
+
+    let start = Instant::now();
+    let writer = tokio::spawn(write_rounds(Arc::clone(&state), items));
+    let outcomes = tokio::time::timeout(DEADLINE, async {
+        let mut outcomes = Vec::with_capacity(WATCHERS);
+        for watcher in watchers {
+            outcomes.push(join(watcher).await?);
+        }
+        Ok::<_, WorkloadError>(outcomes)
+    })
+    .await
+    .map_err(|_| {
+        WorkloadError::new(format!(
+            "watchers did not all see value {ROUNDS} on {items} resources within {DEADLINE:?}"
+        ))
+    })??;
+    join(writer).await?;
+
+    let finished = outcomes.iter().map(|o| o.finished).max().unwrap_or(start);
+    let caught_up_watchers = outcomes
+        .iter()
+        .filter(|o| o.compacted > 0 || o.resyncs > 0)
+        .count();
+    let exact_events = items * (ROUNDS as usize + 1);
+    for (index, outcome) in outcomes.iter().enumerate() {
+        if outcome.compacted == 0 && outcome.resyncs == 0 {
+            ensure(outcome.events == exact_events, || {
+                format!(
+                    "watcher {index} received {} events without catching up, expected exactly \
+                     {exact_events}",
+                    outcome.events
+                )
+            })?;
+        }
+    }
+    Ok(StoreRun {
+        wall: finished - start,
+        caught_up_watchers,
+        compacted_events: outcomes.iter().map(|o| o.compacted).sum(),
+        resyncs: outcomes.iter().map(|o| o.resyncs).sum(),
+        events_received: outcomes.iter().map(|o| o.events).sum(),
+    })
+}
+
+async fn join<T>(
+    handle: tokio::task::JoinHandle<Result<T, WorkloadError>>,
+) -> Result<T, WorkloadError> {
+    handle
+        .await
+        .map_err(|e| WorkloadError::new(format!("task failed: {e}")))?
+}
+
+/// Creates every item with value 0, then updates every item once per round (value = round),
+/// each update carrying the version just stored.
+async fn write_rounds(state: Arc<dyn State>, items: usize) -> Result<(), WorkloadError> {
+    let mut stored = Vec::with_capacity(items);
+    for i in 0..items {
+        let created = state
+            .create(new_item(i, 0).into_shared(), CreateOptions::default())
+            .await?;
+        stored.push(downcast::<BenchItem>(created)?);
+    }
+    for round in 1..=ROUNDS {
+        for current in &mut stored {
+            let mut next = Resource::clone(current);
+            next.spec.value = round;
+            let written = state
+                .update(next.into_shared(), UpdateOptions::default())
+                .await?;
+            *current = downcast::<BenchItem>(written)?;
+            ensure(
+                current.metadata.version() == Version::new(round as u64 + 1),
+                || {
+                    format!(
+                        "update {round} of {} stored version {}",
+                        current.metadata.pointer(),
+                        current.metadata.version()
+                    )
+                },
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Consumes a kind watch until every item has been seen at the last round's value, checking
+/// every event on the way.
+async fn follow(mut watch: Watch, items: usize) -> Result<WatcherOutcome, WorkloadError> {
+    // Last value seen per item; -1 = not seen.
+    let mut seen = vec![-1_i64; items];
+    let mut done = 0;
+    let mut outcome = WatcherOutcome {
+        finished: Instant::now(),
+        events: 0,
+        compacted: 0,
+        resyncs: 0,
+    };
+    // After a resync, the full contents arrive as `Created` events at any value.
+    let mut rebuilding = false;
+    while done < items {
+        let batch = watch.recv_batch(BATCH).await.ok_or_else(|| {
+            WorkloadError::new(format!(
+                "watch ended after {} events with {done} of {items} items done",
+                outcome.events
+            ))
+        })?;
+        for event in batch {
+            let exact = !event.is_compacted() && !rebuilding;
+            let is_created = matches!(event, Event::Created { .. });
+            match event {
+                Event::Created { resource, .. } | Event::Updated { resource, .. } => {
+                    outcome.events += 1;
+                    if !exact {
+                        outcome.compacted += usize::from(!rebuilding);
+                    }
+                    let item = downcast_ref::<BenchItem>(&*resource)?;
+                    let value = item.spec.value;
+                    let index = item_index(item.metadata.id())
+                        .filter(|&i| i < items)
+                        .ok_or_else(|| {
+                            WorkloadError::new(format!("unexpected id {}", item.metadata.id()))
+                        })?;
+                    let previous = seen[index];
+                    ensure(
+                        item.metadata.version() == Version::new(value as u64 + 1),
+                        || {
+                            format!(
+                                "{} has value {value} at version {}, expected version {}",
+                                item.metadata.pointer(),
+                                item.metadata.version(),
+                                value + 1
+                            )
+                        },
+                    )?;
+                    let expected = if exact {
+                        if is_created {
+                            previous == -1 && value == 0
+                        } else {
+                            value == previous + 1
+                        }
+                    } else {
+                        value >= previous
+                    };
+                    ensure(expected, || {
+                        format!(
+                            "{}: saw value {value} after {previous} ({} event{})",
+                            item.metadata.pointer(),
+                            if is_created { "created" } else { "updated" },
+                            if exact { "" } else { ", catch-up" }
+                        )
+                    })?;
+                    if value == ROUNDS && previous != ROUNDS {
+                        done += 1;
+                    }
+                    seen[index] = value;
+                }
+                Event::Resync { .. } => {
+                    outcome.resyncs += 1;
+                    seen.fill(-1);
+                    done = 0;
+                    rebuilding = true;
+                }
+                Event::Bootstrapped { .. } => rebuilding = false,
+                Event::Noop { .. } => {}
+                Event::Destroyed { resource, .. } => {
+                    return Err(WorkloadError::new(format!(
+                        "unexpected destroyed event for {}",
+                        resource.metadata().pointer()
+                    )))
+                }
+                Event::Errored { error } => {
+                    return Err(WorkloadError::new(format!("watch errored: {error}")))
+                }
+                other => {
+                    return Err(WorkloadError::new(format!(
+                        "unexpected {} event",
+                        other.type_name()
+                    )))
+                }
+            }
+        }
+    }
+    outcome.finished = Instant::now();
+    Ok(outcome)
+}
+
+/// The same fan-out through a broadcast channel of `Arc`s (capacity above the 11,000 events, so
+/// no receiver can lag): the floor the store's delivery is measured against. Returns the wall
+/// time from the first send until every receiver has seen the last round on every item.
+async fn broadcast_fan_out(items: usize) -> Result<Duration, WorkloadError> {
+    let total = items * (ROUNDS as usize + 1);
+    let (sender, _) = broadcast::channel::<Arc<Resource<BenchItem>>>(total.next_power_of_two());
+    let mut receivers = Vec::with_capacity(WATCHERS);
+    for _ in 0..WATCHERS {
+        let mut receiver = sender.subscribe();
+        receivers.push(tokio::spawn(async move {
+            let mut seen = vec![-1_i64; items];
+            let mut done = 0;
+            while done < items {
+                let item = receiver
+                    .recv()
+                    .await
+                    .map_err(|e| WorkloadError::new(format!("broadcast receiver: {e}")))?;
+                let index = item_index(item.metadata.id())
+                    .filter(|&i| i < items)
+                    .ok_or_else(|| WorkloadError::new("broadcast: unexpected id"))?;
+                ensure(item.spec.value == seen[index] + 1, || {
+                    format!("broadcast: value {} after {}", item.spec.value, seen[index])
+                })?;
+                seen[index] = item.spec.value;
+                if item.spec.value == ROUNDS {
+                    done += 1;
+                }
+            }
+            Ok::<_, WorkloadError>(Instant::now())
+        }));
+    }
+
+    let start = Instant::now();
+    let writer = tokio::spawn(async move {
+        let mut stored = Vec::with_capacity(items);
+        for i in 0..items {
+            let mut item = new_item(i, 0);
+            item.metadata.set_version(Version::FIRST);
+            let item = Arc::new(item);
+            send(&sender, Arc::clone(&item))?;
+            stored.push(item);
+        }
+        for round in 1..=ROUNDS {
+            for current in &mut stored {
+                let mut next = Resource::clone(current);
+                next.spec.value = round;
+                next.metadata.set_version(current.metadata.version().next());
+                *current = Arc::new(next);
+                send(&sender, Arc::clone(current))?;
+            }
+        }
+        Ok::<_, WorkloadError>(())
+    });
+    let finished = tokio::time::timeout(DEADLINE, async {
+        let mut finished = start;
+        for receiver in receivers {
+            finished = finished.max(join(receiver).await?);
+        }
+        Ok::<_, WorkloadError>(finished)
+    })
+    .await
+    .map_err(|_| {
+        WorkloadError::new(format!("broadcast receivers not done within {DEADLINE:?}"))
+    })??;
+    join(writer).await?;
+    Ok(finished - start)
+}
+
+fn send(
+    sender: &broadcast::Sender<Arc<Resource<BenchItem>>>,
+    item: Arc<Resource<BenchItem>>,
+) -> Result<(), WorkloadError> {
+    sender
+        .send(item)
+        .map(drop)
+        .map_err(|_| WorkloadError::new("broadcast: every receiver is gone"))
+}

@@ -1,0 +1,21 @@
+//! # benches
+//!
+//! The benchmark workloads of `BENCHMARKS.md`, one binary per workload (`src/bin/w1.rs`, ...),
+//! and the conventions they share, kept in this library so every workload reports the same way:
+//!
+//! - [`report`]: figures collected over several runs and printed as medians, one
+//!   `name value unit` line each (lines starting with `#` are commentary);
+//! - [`peak_rss`]: peak resident memory (`VmHWM` from `/proc/self/status`);
+//! - [`args`]: the command line every workload accepts (`--runs N`, `--n N`);
+//! - [`check`]: result checks that fail the workload loudly — a fast wrong answer is a failure;
+//! - [`item`]: the benchmark resource, spec `{ value: i64, label: String }`;
+//! - [`backend`]: the state backends the workloads run against.
+//!
+//! See `benches/README.md` for how to run the workloads and how to add one.
+
+pub mod args;
+pub mod backend;
+pub mod check;
+pub mod item;
+pub mod peak_rss;
+pub mod report;

@@ -1,0 +1,556 @@
+//! The dynamic form of resources: every resource as a `{metadata, spec}` document in YAML or JSON,
+//! and the way back into typed resources through a [`Registry`].
+//!
+//! This is the only module of the workspace that touches YAML (`serde_yaml`, the maintained
+//! `serde_norway` fork), so a change of YAML library is a change of this file.
+//!
+//! # The document
+//!
+//! ```yaml
+//! metadata:
+//!   namespace: runtime
+//!   type: Services.runtime.cosi.dev
+//!   id: etcd
+//!   version: 3
+//!   owner: ServiceController          # absent for user-owned resources
+//!   phase: running                    # or tearingDown
+//!   created: 2026-01-02T03:04:05.123456789Z
+//!   updated: 2026-01-02T03:04:06.000000000Z
+//!   labels: {role: control-plane}     # labels, annotations and finalizers are
+//!   annotations: {note: hand-made}    # left out when empty
+//!   finalizers: [VolumeController]
+//! spec:
+//!   image: etcd:3.5
+//! ```
+//!
+//! Timestamps are RFC 3339 in UTC with nanoseconds, so they round-trip exactly; times before
+//! 1970 or after 9999 cannot be written and give an error. Spec fields are written in key order
+//! (the spec passes through [`serde_json::Value`]). A float spec field holding NaN or an infinity
+//! is written as `null` (JSON has no such numbers) and does not decode back.
+//!
+//! # Decoding
+//!
+//! Decoding is strict: unknown fields in the document or its metadata are rejected, and a
+//! malformed document gives [`Error::InvalidArgument`] whose field is the path of the offending
+//! value (`metadata.version`, `spec.ports[1]`). `type` may be any name the registry
+//! [resolves](Registry::resolve) (`mc`); the decoded resource carries the full type name. When
+//! absent, `namespace` is the type's default namespace, `version` 0, `phase` running and the
+//! timestamps the Unix epoch; `id` and `type` are required. A type the registry does not know is
+//! an error, unless the [`Decoder`] is asked to keep it as a [`DynamicResource`]. Decoding a
+//! stream is all or nothing: the first bad document fails the call.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::registry::spec_field;
+use crate::{
+    Annotations, AnyResource, DynamicResource, Error, Finalizers, Labels, Metadata, Phase, Pointer,
+    Registry, Result, SharedResource, Version,
+};
+
+#[derive(Serialize)]
+struct DocumentOut<'r> {
+    metadata: MetadataOut<'r>,
+    spec: serde_json::Value,
+}
+
+#[derive(Serialize)]
+struct MetadataOut<'r> {
+    namespace: &'r str,
+    #[serde(rename = "type")]
+    resource_type: &'r str,
+    id: &'r str,
+    version: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<&'r str>,
+    phase: Phase,
+    created: String,
+    updated: String,
+    #[serde(skip_serializing_if = "Labels::is_empty")]
+    labels: &'r Labels,
+    #[serde(skip_serializing_if = "Annotations::is_empty")]
+    annotations: &'r Annotations,
+    #[serde(skip_serializing_if = "Finalizers::is_empty")]
+    finalizers: &'r Finalizers,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename = "Document")]
+struct DocumentIn {
+    metadata: MetadataIn,
+    #[serde(default)]
+    spec: SpecValue,
+}
+
+/// A string map in which a repeated key is an error rather than a silent overwrite.
+fn unique_keys<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<std::collections::BTreeMap<String, String>, D::Error> {
+    struct UniqueKeys;
+    impl<'de> serde::de::Visitor<'de> for UniqueKeys {
+        type Value = std::collections::BTreeMap<String, String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map of strings to strings")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut entries = Self::Value::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if entries.contains_key(&key) {
+                    return Err(serde::de::Error::custom(format!("duplicate key {key:?}")));
+                }
+                let value = map.next_value()?;
+                entries.insert(key, value);
+            }
+            Ok(entries)
+        }
+    }
+    deserializer.deserialize_map(UniqueKeys)
+}
+
+/// A spec in dynamic form, read strictly: a map with a repeated key or a float that JSON cannot
+/// hold (NaN, infinities) is an error instead of a silently dropped or nulled value.
+#[derive(Default)]
+struct SpecValue(serde_json::Value);
+
+impl<'de> Deserialize<'de> for SpecValue {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(SpecVisitor).map(SpecValue)
+    }
+}
+
+struct SpecVisitor;
+
+impl<'de> serde::de::Visitor<'de> for SpecVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a null, boolean, number, string, list or map with string keys")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        serde_json::Number::from_f64(v)
+            .map(serde_json::Value::Number)
+            .ok_or_else(|| E::custom(format!("{v} is not a number JSON can hold")))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(SpecVisitor)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(SpecValue(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(serde_json::Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut entries = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if entries.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!("duplicate key {key:?}")));
+            }
+            let SpecValue(value) = map.next_value()?;
+            entries.insert(key, value);
+        }
+        Ok(serde_json::Value::Object(entries))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename = "Metadata")]
+struct MetadataIn {
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(rename = "type")]
+    resource_type: String,
+    id: String,
+    #[serde(default)]
+    version: u64,
+    #[serde(default)]
+    owner: Option<String>,
+    #[serde(default)]
+    phase: Phase,
+    #[serde(default)]
+    created: Option<String>,
+    #[serde(default)]
+    updated: Option<String>,
+    #[serde(default, deserialize_with = "unique_keys")]
+    labels: Labels,
+    #[serde(default, deserialize_with = "unique_keys")]
+    annotations: Annotations,
+    #[serde(default)]
+    finalizers: Finalizers,
+}
+
+/// Seconds from the epoch to the first instant after year 9999: the end of what RFC 3339 writes.
+const RFC3339_END_SECS: u64 = 253_402_300_800;
+
+fn timestamp(resource: &dyn AnyResource, field: &str, time: SystemTime) -> Result<String> {
+    let writable = time
+        .duration_since(UNIX_EPOCH)
+        .is_ok_and(|since| since < Duration::from_secs(RFC3339_END_SECS));
+    if !writable {
+        return Err(Error::invalid(
+            resource.metadata().pointer().to_string(),
+            field,
+            format!("{time:?} is outside the years 1970 to 9999 that RFC 3339 can write"),
+        ));
+    }
+    Ok(humantime::format_rfc3339_nanos(time).to_string())
+}
+
+fn document(resource: &dyn AnyResource) -> Result<DocumentOut<'_>> {
+    let md = resource.metadata();
+    Ok(DocumentOut {
+        metadata: MetadataOut {
+            namespace: md.namespace(),
+            resource_type: md.resource_type(),
+            id: md.id(),
+            version: md.version().get(),
+            owner: md.owner(),
+            phase: md.phase(),
+            created: timestamp(resource, "metadata.created", md.created())?,
+            updated: timestamp(resource, "metadata.updated", md.updated())?,
+            labels: md.labels(),
+            annotations: md.annotations(),
+            finalizers: md.finalizers(),
+        },
+        spec: resource.spec_value()?,
+    })
+}
+
+fn write_error(resource: &dyn AnyResource, format: &str, err: impl std::fmt::Display) -> Error {
+    Error::invalid(
+        resource.metadata().pointer().to_string(),
+        "document",
+        format!("cannot be written as {format}: {err}"),
+    )
+}
+
+/// The resource as a `{metadata, spec}` JSON value (the form [`to_yaml`] and [`to_json`] write).
+///
+/// ```
+/// use cosi_core::{dynamic, DynamicResource, Metadata, Pointer};
+/// let r = DynamicResource {
+///     metadata: Metadata::new(Pointer::new("ns", "Notes.test.cosi.dev", "n1")),
+///     spec: serde_json::json!({"text": "hi"}),
+/// };
+/// let value = dynamic::to_value(&r).unwrap();
+/// assert_eq!(value["metadata"]["type"], "Notes.test.cosi.dev");
+/// assert_eq!(value["spec"]["text"], "hi");
+/// ```
+pub fn to_value(resource: &dyn AnyResource) -> Result<serde_json::Value> {
+    serde_json::to_value(document(resource)?).map_err(|e| write_error(resource, "JSON", e))
+}
+
+/// The resource as one YAML document (without a leading `---`).
+///
+/// ```
+/// use cosi_core::{dynamic, Resource, ResourceSpec};
+/// # use serde::{Deserialize, Serialize};
+/// #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+/// struct Service { image: String }
+/// impl ResourceSpec for Service {
+///     const TYPE: &'static str = "Services.runtime.cosi.dev";
+///     const DEFAULT_NAMESPACE: &'static str = "runtime";
+/// }
+/// let mut r = Resource::new("etcd", Service { image: "etcd:3.5".into() });
+/// r.metadata.labels_mut().insert("role".into(), "control-plane".into());
+/// assert_eq!(dynamic::to_yaml(&r).unwrap(), "\
+/// metadata:
+///   namespace: runtime
+///   type: Services.runtime.cosi.dev
+///   id: etcd
+///   version: 0
+///   phase: running
+///   created: 1970-01-01T00:00:00.000000000Z
+///   updated: 1970-01-01T00:00:00.000000000Z
+///   labels:
+///     role: control-plane
+/// spec:
+///   image: etcd:3.5
+/// ");
+/// ```
+pub fn to_yaml(resource: &dyn AnyResource) -> Result<String> {
+    serde_yaml::to_string(&document(resource)?).map_err(|e| write_error(resource, "YAML", e))
+}
+
+/// The resource as pretty-printed JSON.
+///
+/// ```
+/// use cosi_core::{dynamic, DynamicResource, Metadata, Pointer};
+/// let r = DynamicResource {
+///     metadata: Metadata::new(Pointer::new("ns", "Notes.test.cosi.dev", "n1")),
+///     spec: serde_json::json!(null),
+/// };
+/// let json = dynamic::to_json(&r).unwrap();
+/// assert!(json.starts_with("{\n  \"metadata\": {\n    \"namespace\": \"ns\","));
+/// ```
+pub fn to_json(resource: &dyn AnyResource) -> Result<String> {
+    serde_json::to_string_pretty(&document(resource)?).map_err(|e| write_error(resource, "JSON", e))
+}
+
+/// What to do with a document whose type the registry does not know.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum UnknownTypes {
+    /// Fail, naming the type (the default).
+    #[default]
+    Reject,
+    /// Keep the document as a [`DynamicResource`]; its namespace must then be given.
+    KeepDynamic,
+}
+
+/// Decodes `{metadata, spec}` documents into resources, with the types of a [`Registry`].
+/// [`Registry::decode_yaml`] and [`Registry::decode_json`] are the shorthand for the default
+/// decoder.
+///
+/// ```
+/// use cosi_core::dynamic::{Decoder, UnknownTypes};
+/// use cosi_core::{DynamicResource, Registry};
+/// let registry = Registry::new();
+/// let yaml = "metadata: {namespace: ns, type: Notes.test.cosi.dev, id: n1}\nspec: {text: hi}\n";
+///
+/// let err = registry.decode_yaml(yaml).unwrap_err();
+/// assert_eq!(err.to_string(), "YAML document 1: invalid metadata.type: \
+///     \"Notes.test.cosi.dev\": invalid resource type: \
+///     no registered type has this full name, plural, singular or alias");
+///
+/// let decoded = Decoder::new(&registry).unknown_types(UnknownTypes::KeepDynamic).decode_yaml(yaml).unwrap();
+/// let note = decoded[0].as_any().downcast_ref::<DynamicResource>().unwrap();
+/// assert_eq!(note.spec["text"], "hi");
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Decoder<'r> {
+    registry: &'r Registry,
+    unknown_types: UnknownTypes,
+}
+
+impl<'r> Decoder<'r> {
+    /// A decoder that rejects unknown types.
+    pub fn new(registry: &'r Registry) -> Self {
+        Decoder {
+            registry,
+            unknown_types: UnknownTypes::Reject,
+        }
+    }
+
+    /// Sets what happens to documents of types the registry does not know.
+    pub fn unknown_types(mut self, unknown_types: UnknownTypes) -> Self {
+        self.unknown_types = unknown_types;
+        self
+    }
+
+    /// Decodes a YAML stream: one or more documents separated by `---`; empty documents are
+    /// skipped. Errors name the document (`YAML document 2`, counting from 1) or, once its
+    /// identity is known, the resource.
+    pub fn decode_yaml(&self, text: &str) -> Result<Vec<SharedResource>> {
+        let mut resources = Vec::new();
+        for (i, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+            let subject = format!("YAML document {}", i + 1);
+            let parsed: Option<DocumentIn> =
+                serde_path_to_error::deserialize(document).map_err(|err| {
+                    let path = err.path().to_string();
+                    let inner = err.into_inner();
+                    let field = match (path.as_str(), inner.location()) {
+                        (".", Some(at)) => format!("line {} column {}", at.line(), at.column()),
+                        (".", None) => "document".to_string(),
+                        _ => path,
+                    };
+                    let message = without_path_prefix(&field, inner.to_string());
+                    Error::invalid(subject.as_str(), field, message)
+                })?;
+            if let Some(parsed) = parsed {
+                resources.push(self.build(&subject, parsed)?);
+            }
+        }
+        Ok(resources)
+    }
+
+    /// Decodes JSON: one or more document objects one after another (JSON Lines works). Errors
+    /// name the document (`JSON document 2`, counting from 1) or, once its identity is known,
+    /// the resource.
+    pub fn decode_json(&self, text: &str) -> Result<Vec<SharedResource>> {
+        // First pass: the syntax of the whole stream, and how many values it holds.
+        let mut count = 0usize;
+        let stream = serde_json::Deserializer::from_str(text).into_iter::<serde::de::IgnoredAny>();
+        for value in stream {
+            value.map_err(|e| {
+                Error::invalid(
+                    format!("JSON document {}", count + 1),
+                    format!("line {} column {}", e.line(), e.column()),
+                    e.to_string(),
+                )
+            })?;
+            count += 1;
+        }
+        // Second pass on one deserializer, so positions in messages count from the start.
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let mut resources = Vec::with_capacity(count);
+        for i in 1..=count {
+            let subject = format!("JSON document {i}");
+            let parsed: DocumentIn =
+                serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+                    let path = err.path().to_string();
+                    let field = if path == "." { "document".into() } else { path };
+                    Error::invalid(subject.as_str(), field, err.into_inner().to_string())
+                })?;
+            resources.push(self.build(&subject, parsed)?);
+        }
+        Ok(resources)
+    }
+
+    fn build(&self, subject: &str, document: DocumentIn) -> Result<SharedResource> {
+        let DocumentIn {
+            metadata: md,
+            spec: SpecValue(spec),
+        } = document;
+        let invalid = |field: &str, message: String| Error::invalid(subject, field, message);
+
+        let (resource_type, default_namespace) = match self.registry.resolve(&md.resource_type) {
+            Ok(definition) => (
+                definition.resource_type.as_str(),
+                Some(definition.default_namespace.as_str()),
+            ),
+            Err(_)
+                if self.unknown_types == UnknownTypes::KeepDynamic
+                    && !self.registry.knows_name(&md.resource_type)
+                    && !md.resource_type.is_empty() =>
+            {
+                (md.resource_type.as_str(), None)
+            }
+            Err(err) => return Err(invalid("metadata.type", err.to_string())),
+        };
+        let namespace = match (md.namespace.as_deref(), default_namespace) {
+            (Some(""), _) => return Err(invalid("metadata.namespace", "must not be empty".into())),
+            (Some(namespace), _) | (None, Some(namespace)) => namespace,
+            (None, None) => {
+                return Err(invalid(
+                    "metadata.namespace",
+                    format!("required: {resource_type:?} is not a registered type, so it has no default namespace"),
+                ))
+            }
+        };
+        if md.id.is_empty() {
+            return Err(invalid("metadata.id", "must not be empty".into()));
+        }
+
+        let mut metadata = Metadata::new(Pointer::new(namespace, resource_type, md.id));
+        metadata.set_version(Version::new(md.version));
+        metadata.set_owner(md.owner);
+        metadata.set_phase(md.phase);
+        let created = parse_timestamp(subject, "metadata.created", md.created)?;
+        let updated = parse_timestamp(subject, "metadata.updated", md.updated)?;
+        metadata.set_timestamps(created, updated);
+        *metadata.labels_mut() = md.labels;
+        *metadata.annotations_mut() = md.annotations;
+        *metadata.finalizers_mut() = md.finalizers;
+
+        if default_namespace.is_none() {
+            return Ok(std::sync::Arc::new(DynamicResource { metadata, spec }));
+        }
+        self.registry
+            .decode_spec(metadata, spec)
+            .map_err(|err| match err {
+                // Already names the resource and the spec path.
+                Error::InvalidArgument { .. } => err,
+                other => invalid(&spec_field("."), other.to_string()),
+            })
+    }
+}
+
+/// `serde_yaml` starts its messages with its own idea of the path (`metadata.version: ...`);
+/// the error's field already says where, so that prefix goes.
+fn without_path_prefix(field: &str, message: String) -> String {
+    let Some((prefix, rest)) = message.split_once(": ") else {
+        return message;
+    };
+    let is_path_prefix = field == prefix
+        || field
+            .strip_prefix(prefix)
+            .is_some_and(|tail| tail.starts_with(['.', '[']));
+    if is_path_prefix {
+        rest.to_string()
+    } else {
+        message
+    }
+}
+
+fn parse_timestamp(subject: &str, field: &str, text: Option<String>) -> Result<SystemTime> {
+    let Some(text) = text else {
+        return Ok(UNIX_EPOCH);
+    };
+    humantime::parse_rfc3339(&text).map_err(|e| {
+        Error::invalid(
+            subject,
+            field,
+            format!(
+                "{text:?} is not an RFC 3339 UTC timestamp like 2026-01-02T03:04:05.123456789Z: {e}"
+            ),
+        )
+    })
+}
+
+impl Registry {
+    /// Decodes a YAML stream with the default [`Decoder`] (unknown types are errors).
+    ///
+    /// ```
+    /// use cosi_core::{dynamic, Registry, Resource, ResourceSpec, same_content};
+    /// # use serde::{Deserialize, Serialize};
+    /// #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+    /// struct Port { port: u16 }
+    /// impl ResourceSpec for Port {
+    ///     const TYPE: &'static str = "Ports.net.cosi.dev";
+    ///     const DEFAULT_NAMESPACE: &'static str = "network";
+    /// }
+    /// let mut registry = Registry::new();
+    /// registry.register::<Port>().unwrap();
+    ///
+    /// let original = Resource::new("http", Port { port: 80 });
+    /// let yaml = dynamic::to_yaml(&original).unwrap();
+    /// let decoded = registry.decode_yaml(&yaml).unwrap();
+    /// assert!(same_content(&*decoded[0], &original));
+    ///
+    /// let err = registry.decode_yaml("metadata: {type: ports, id: x, version: -1}").unwrap_err();
+    /// assert!(err.to_string().starts_with("YAML document 1: invalid metadata.version: invalid type: integer `-1`, expected u64"));
+    /// let err = registry.decode_yaml("metadata: {type: port, id: x}\nspec: {port: high}").unwrap_err();
+    /// assert!(err.to_string().starts_with("network/Ports.net.cosi.dev/x: invalid spec.port: invalid type: string \"high\""));
+    /// ```
+    pub fn decode_yaml(&self, text: &str) -> Result<Vec<SharedResource>> {
+        Decoder::new(self).decode_yaml(text)
+    }
+
+    /// Decodes JSON documents with the default [`Decoder`] (unknown types are errors).
+    ///
+    /// ```
+    /// use cosi_core::Registry;
+    /// let err = Registry::new().decode_json(r#"{"metadata": {"type": "x", "id": "a", "colour": 1}}"#).unwrap_err();
+    /// assert!(err.to_string().starts_with("JSON document 1: invalid metadata.colour: unknown field `colour`"), "{err}");
+    /// ```
+    pub fn decode_json(&self, text: &str) -> Result<Vec<SharedResource>> {
+        Decoder::new(self).decode_json(text)
+    }
+}

@@ -1,0 +1,424 @@
+//! The definitions registry: which resource types a process knows, the names they answer to, and
+//! how to turn a dynamic spec back into a typed resource.
+//!
+//! A type answers, case-insensitively, to its full name (`MachineConfigs.config.cosi.dev`), its
+//! plural (`MachineConfigs`), its singular (`MachineConfig`) and its aliases (`mc`). A full name
+//! always wins; any other name that fits several types is an error naming every one of them.
+//! Registration refuses a type registered twice and a name of one type that is the full name of
+//! another (it could never be resolved). The YAML/JSON decoding built on the registry lives in
+//! [`dynamic`](crate::dynamic); this module knows no text format.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::{Error, Metadata, Resource, ResourceDefinition, ResourceSpec, Result, SharedResource};
+
+/// Builds a typed resource from metadata and a spec in dynamic form.
+type SpecDecoder = fn(Metadata, serde_json::Value) -> Result<SharedResource>;
+
+#[derive(Clone, Debug)]
+struct Entry {
+    definition: ResourceDefinition,
+    decode: SpecDecoder,
+}
+
+/// Known resource types, looked up by any of their names.
+///
+/// ```
+/// use cosi_core::registry::Registry;
+/// use cosi_core::{ResourceDefinition, ResourceSpec};
+/// # use serde::{Deserialize, Serialize};
+/// #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+/// struct MachineConfig { hostname: String }
+///
+/// impl ResourceSpec for MachineConfig {
+///     const TYPE: &'static str = "MachineConfigs.config.cosi.dev";
+///     const DEFAULT_NAMESPACE: &'static str = "config";
+///     fn definition() -> ResourceDefinition {
+///         ResourceDefinition::new(Self::TYPE, Self::DEFAULT_NAMESPACE)
+///             .with_aliases(["mc"])
+///             .with_print_column("Hostname", ".hostname")
+///     }
+/// }
+///
+/// let mut registry = Registry::new();
+/// registry.register::<MachineConfig>().unwrap();
+/// for name in ["MachineConfigs.config.cosi.dev", "machineconfigs", "MachineConfig", "MC"] {
+///     assert_eq!(registry.resolve(name).unwrap().resource_type, MachineConfig::TYPE);
+/// }
+/// let err = registry.resolve("mcs").unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "\"mcs\": invalid resource type: no registered type has this full name, plural, singular or alias"
+/// );
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Registry {
+    /// By full type name.
+    entries: BTreeMap<String, Entry>,
+    /// Lowercased full type name → full type name.
+    full_names: BTreeMap<String, String>,
+    /// Lowercased plural, singular or alias → the full type names it belongs to.
+    short_names: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `S`: its [`definition`](ResourceSpec::definition) and how to decode its spec.
+    ///
+    /// Fails, registering nothing, when the type is already registered (compared
+    /// case-insensitively), when a name of `S` is another type's full name or the other way
+    /// round, when the type name or an alias is empty or contains whitespace or `/`, when a print
+    /// column path does not parse, or when the definition's type is not `S::TYPE`.
+    ///
+    /// ```
+    /// use cosi_core::registry::Registry;
+    /// use cosi_core::ResourceSpec;
+    /// # use serde::{Deserialize, Serialize};
+    /// # #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+    /// # struct Hostname(String);
+    /// # impl ResourceSpec for Hostname {
+    /// #     const TYPE: &'static str = "Hostnames.net.cosi.dev";
+    /// #     const DEFAULT_NAMESPACE: &'static str = "network";
+    /// # }
+    /// let mut registry = Registry::new();
+    /// registry.register::<Hostname>().unwrap();
+    /// let err = registry.register::<Hostname>().unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "Hostnames.net.cosi.dev: invalid resource type: already registered as Hostnames.net.cosi.dev"
+    /// );
+    /// ```
+    pub fn register<S: ResourceSpec>(&mut self) -> Result<()> {
+        let definition = S::definition();
+        if definition.resource_type != S::TYPE {
+            return Err(Error::invalid(
+                S::TYPE,
+                "resource type",
+                format!(
+                    "the definition names type {:?}, the spec declares {:?}",
+                    definition.resource_type,
+                    S::TYPE
+                ),
+            ));
+        }
+        self.insert(definition, decode_typed::<S>)
+    }
+
+    fn insert(&mut self, definition: ResourceDefinition, decode: SpecDecoder) -> Result<()> {
+        let full = definition.resource_type.clone();
+        let invalid = |field: &str, message: String| Error::invalid(full.as_str(), field, message);
+        check_name(&full).map_err(|m| invalid("resource type", m))?;
+        if definition.plural().is_empty() {
+            return Err(invalid(
+                "resource type",
+                "the plural (the part before the first '.') is empty".into(),
+            ));
+        }
+        for (i, alias) in definition.aliases.iter().enumerate() {
+            check_name(alias).map_err(|m| invalid(&format!("aliases[{i}]"), m))?;
+        }
+        for (i, column) in definition.print_columns.iter().enumerate() {
+            crate::table::check_path(&column.path)
+                .map_err(|m| invalid(&format!("printColumns[{i}].path"), m))?;
+        }
+
+        let full_lower = full.to_lowercase();
+        if let Some(existing) = self.full_names.get(&full_lower) {
+            return Err(invalid(
+                "resource type",
+                format!("already registered as {existing}"),
+            ));
+        }
+        if let Some(owners) = self.short_names.get(&full_lower) {
+            return Err(invalid(
+                "resource type",
+                format!("the name is already a name of {}", join(owners)),
+            ));
+        }
+        let short = short_names(&definition);
+        for name in &short {
+            if let Some(other) = self.full_names.get(name) {
+                return Err(invalid(
+                    "aliases",
+                    format!("{name:?} is the full name of {other}, so it could never resolve here"),
+                ));
+            }
+        }
+
+        for name in short {
+            self.short_names
+                .entry(name)
+                .or_default()
+                .insert(full.clone());
+        }
+        self.full_names.insert(full_lower, full.clone());
+        self.entries.insert(full, Entry { definition, decode });
+        Ok(())
+    }
+
+    /// The definition registered under exactly this full type name.
+    ///
+    /// ```
+    /// use cosi_core::registry::Registry;
+    /// assert!(Registry::new().get("Hostnames.net.cosi.dev").is_none());
+    /// ```
+    pub fn get(&self, resource_type: &str) -> Option<&ResourceDefinition> {
+        self.entries.get(resource_type).map(|e| &e.definition)
+    }
+
+    /// Finds the one type `name` refers to: a full name, plural, singular or alias, any case.
+    ///
+    /// Errors ([`Error::InvalidArgument`], field `resource type`) name `name` and say whether no
+    /// type or several types (listed) answer to it.
+    pub fn resolve(&self, name: &str) -> Result<&ResourceDefinition> {
+        let lower = name.to_lowercase();
+        let full = match self.full_names.get(&lower) {
+            Some(full) => full,
+            None => match self.short_names.get(&lower) {
+                Some(owners) if owners.len() == 1 => {
+                    // Non-empty by the guard.
+                    owners.iter().next().expect("one owner")
+                }
+                Some(owners) => {
+                    return Err(Error::invalid(
+                        format!("{name:?}"),
+                        "resource type",
+                        format!("ambiguous, it names {}", join(owners)),
+                    ))
+                }
+                None => {
+                    return Err(Error::invalid(
+                        format!("{name:?}"),
+                        "resource type",
+                        "no registered type has this full name, plural, singular or alias",
+                    ))
+                }
+            },
+        };
+        // Every name in the indexes belongs to a registered entry.
+        Ok(&self.entries[full].definition)
+    }
+
+    /// Whether `name` is any name of any registered type (even an ambiguous one).
+    pub(crate) fn knows_name(&self, name: &str) -> bool {
+        let lower = name.to_lowercase();
+        self.full_names.contains_key(&lower) || self.short_names.contains_key(&lower)
+    }
+
+    /// Every registered definition, ordered by type name.
+    ///
+    /// ```
+    /// use cosi_core::registry::Registry;
+    /// assert_eq!(Registry::new().definitions().count(), 0);
+    /// ```
+    pub fn definitions(&self) -> impl Iterator<Item = &ResourceDefinition> {
+        self.entries.values().map(|e| &e.definition)
+    }
+
+    /// Builds the typed resource of `metadata`'s type from a spec in dynamic form (the value
+    /// [`AnyResource::spec_value`](crate::AnyResource::spec_value) gives). Backends that store
+    /// resources as data use it on load.
+    ///
+    /// Errors when the type is not registered (exact full name) or the spec does not decode; the
+    /// error's field is the path into the spec, e.g. `spec.ports[1]`.
+    ///
+    /// ```
+    /// use cosi_core::registry::Registry;
+    /// use cosi_core::{downcast_ref, Metadata, ResourceSpec};
+    /// # use serde::{Deserialize, Serialize};
+    /// #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+    /// struct Port { port: u16 }
+    /// impl ResourceSpec for Port {
+    ///     const TYPE: &'static str = "Ports.net.cosi.dev";
+    ///     const DEFAULT_NAMESPACE: &'static str = "network";
+    /// }
+    ///
+    /// let mut registry = Registry::new();
+    /// registry.register::<Port>().unwrap();
+    /// let md = Metadata::new(Port::kind().pointer("http"));
+    /// let r = registry.decode_spec(md.clone(), serde_json::json!({"port": 80})).unwrap();
+    /// assert_eq!(downcast_ref::<Port>(&*r).unwrap().spec, Port { port: 80 });
+    ///
+    /// let err = registry.decode_spec(md, serde_json::json!({"port": 70000})).unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "network/Ports.net.cosi.dev/http: invalid spec.port: \
+    ///      invalid value: integer `70000`, expected u16"
+    /// );
+    /// ```
+    pub fn decode_spec(
+        &self,
+        metadata: Metadata,
+        spec: serde_json::Value,
+    ) -> Result<SharedResource> {
+        match self.entries.get(metadata.resource_type()) {
+            Some(entry) => (entry.decode)(metadata, spec),
+            None => Err(Error::invalid(
+                metadata.pointer().to_string(),
+                "metadata.type",
+                format!("type {:?} is not registered", metadata.resource_type()),
+            )),
+        }
+    }
+}
+
+fn decode_typed<S: ResourceSpec>(
+    metadata: Metadata,
+    spec: serde_json::Value,
+) -> Result<SharedResource> {
+    match serde_path_to_error::deserialize::<_, S>(spec) {
+        Ok(spec) => Ok(Resource::with_metadata(metadata, spec).into_shared()),
+        Err(err) => Err(Error::invalid(
+            metadata.pointer().to_string(),
+            spec_field(&err.path().to_string()),
+            err.into_inner().to_string(),
+        )),
+    }
+}
+
+/// `spec` followed by a path as `serde_path_to_error` writes it (`.` for the root).
+pub(crate) fn spec_field(path: &str) -> String {
+    match path {
+        "." => "spec".to_string(),
+        p if p.starts_with('[') => format!("spec{p}"),
+        p => format!("spec.{p}"),
+    }
+}
+
+/// The lowercased plural, singular and aliases of a definition.
+fn short_names(definition: &ResourceDefinition) -> BTreeSet<String> {
+    [definition.plural(), definition.display_type()]
+        .into_iter()
+        .chain(definition.aliases.iter().map(String::as_str))
+        .map(str::to_lowercase)
+        .collect()
+}
+
+fn check_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if let Some(c) = name.chars().find(|c| c.is_whitespace() || *c == '/') {
+        return Err(format!(
+            "{name:?} contains {c:?}: names have no whitespace or '/'"
+        ));
+    }
+    Ok(())
+}
+
+fn join(names: &BTreeSet<String>) -> String {
+    names.iter().cloned().collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::{Deserialize, Serialize};
+
+    macro_rules! spec {
+        ($name:ident, $type:literal, [$($alias:literal),*]) => {
+            #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+            struct $name;
+            impl ResourceSpec for $name {
+                const TYPE: &'static str = $type;
+                const DEFAULT_NAMESPACE: &'static str = "ns";
+                fn definition() -> ResourceDefinition {
+                    ResourceDefinition::new(Self::TYPE, Self::DEFAULT_NAMESPACE)
+                        .with_aliases(Vec::<String>::from([$($alias.to_string()),*]))
+                }
+            }
+        };
+    }
+
+    spec!(MachineConfig, "MachineConfigs.config.cosi.dev", ["mc"]);
+    spec!(MemberCount, "MemberCounts.cluster.cosi.dev", ["mc"]);
+    spec!(MachineConfigOther, "MachineConfigs.other.cosi.dev", []);
+    spec!(
+        Shadow,
+        "Shadows.test.cosi.dev",
+        ["memberCounts.cluster.cosi.dev"]
+    );
+    spec!(Upper, "MACHINECONFIGS.CONFIG.COSI.DEV", []);
+    spec!(Spaced, "Bad Types.test.cosi.dev", []);
+
+    fn registry() -> Registry {
+        let mut r = Registry::new();
+        r.register::<MachineConfig>().unwrap();
+        r.register::<MemberCount>().unwrap();
+        r
+    }
+
+    #[test]
+    fn ambiguous_alias_is_an_error_naming_every_candidate() {
+        let err = registry().resolve("MC").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "\"MC\": invalid resource type: ambiguous, it names \
+             MachineConfigs.config.cosi.dev, MemberCounts.cluster.cosi.dev"
+        );
+    }
+
+    #[test]
+    fn same_plural_in_two_groups_is_ambiguous_but_full_names_resolve() {
+        let mut r = registry();
+        r.register::<MachineConfigOther>().unwrap();
+        assert!(r.resolve("machineconfig").is_err());
+        assert_eq!(
+            r.resolve("machineconfigs.other.cosi.dev")
+                .unwrap()
+                .resource_type,
+            MachineConfigOther::TYPE
+        );
+    }
+
+    #[test]
+    fn registering_a_type_twice_or_in_other_case_fails() {
+        let mut r = registry();
+        assert!(r.register::<MachineConfig>().is_err());
+        let err = r.register::<Upper>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "MACHINECONFIGS.CONFIG.COSI.DEV: invalid resource type: \
+             already registered as MachineConfigs.config.cosi.dev"
+        );
+    }
+
+    #[test]
+    fn alias_equal_to_another_full_name_fails_and_registers_nothing() {
+        let mut r = registry();
+        let err = r.register::<Shadow>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Shadows.test.cosi.dev: invalid aliases: \"membercounts.cluster.cosi.dev\" is the \
+             full name of MemberCounts.cluster.cosi.dev, so it could never resolve here"
+        );
+        assert!(r.get(Shadow::TYPE).is_none());
+        assert!(r.resolve("shadows").is_err());
+    }
+
+    #[test]
+    fn type_name_with_whitespace_is_rejected() {
+        let err = Registry::new().register::<Spaced>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Bad Types.test.cosi.dev: invalid resource type: \"Bad Types.test.cosi.dev\" \
+             contains ' ': names have no whitespace or '/'"
+        );
+    }
+
+    #[test]
+    fn unknown_type_in_decode_spec_is_an_error_naming_it() {
+        let md = Metadata::new(crate::Pointer::new("ns", "Nopes.test.cosi.dev", "x"));
+        let err = registry()
+            .decode_spec(md, serde_json::Value::Null)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "ns/Nopes.test.cosi.dev/x: invalid metadata.type: type \"Nopes.test.cosi.dev\" is not registered"
+        );
+    }
+}
