@@ -14,3 +14,9 @@ pub fn memory_state() -> Result<Arc<dyn State>, WorkloadError> {
         "the in-memory backend (cosi_state::MemoryState) is not in this build yet",
     ))
 }
+
+/// The disk backend with default options (full durability), on a new store file at `path`.
+pub async fn disk_state(path: &std::path::Path) -> Result<cosi_state::DiskState, WorkloadError> {
+    let types = cosi_state::KnownTypes::new().with::<crate::item::BenchItem>();
+    Ok(cosi_state::DiskState::open(path, cosi_state::DiskOptions::default(), types).await?)
+}
