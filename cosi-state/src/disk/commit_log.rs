@@ -44,9 +44,8 @@ pub(crate) struct WriteRequest {
     pub(crate) reply: oneshot::Sender<Result<SharedResource>>,
 }
 
-/// A write that passed its checks and waits for the commit.
-struct Staged {
-    change: Change,
+/// Where a checked write goes once its batch is committed: its collection and its writer.
+struct Waiting {
     collection: Arc<Collection>,
     reply: oneshot::Sender<Result<SharedResource>>,
 }
@@ -74,47 +73,49 @@ impl Committer {
     async fn commit(&mut self, batch: Vec<WriteRequest>) {
         let now = SystemTime::now();
         let mut pending = Pending::default();
-        let mut staged = Vec::with_capacity(batch.len());
+        let mut changes = Vec::with_capacity(batch.len());
+        let mut waiting = Vec::with_capacity(batch.len());
         for request in batch {
             match self.stage(request.op, &mut pending, now) {
-                Ok((change, collection)) => staged.push(Staged {
-                    change,
-                    collection,
-                    reply: request.reply,
-                }),
+                Ok((change, collection)) => {
+                    changes.push(change);
+                    waiting.push(Waiting {
+                        collection,
+                        reply: request.reply,
+                    });
+                }
                 Err(error) => {
                     // The writer may have given up waiting; nothing to do then.
                     let _ = request.reply.send(Err(error));
                 }
             }
         }
-        if staged.is_empty() {
+        if changes.is_empty() {
             return;
         }
-        let written = self.write(&staged).await;
-        match written {
-            Ok(()) => publish(staged),
+        match self.write(changes).await {
+            Ok(changes) => publish(changes, waiting),
             Err(error) => {
                 // redb refuses further writes on a handle that saw an I/O failure; the file is as
                 // the last good commit left it, and so is memory, since nothing was published.
                 self.file.reset();
-                tracing::warn!(path = %self.path.display(), %error, writes = staged.len(), "commit failed; batch rejected");
-                for s in staged {
-                    let _ = s.reply.send(Err(error.clone()));
+                tracing::warn!(path = %self.path.display(), %error, writes = waiting.len(), "commit failed; batch rejected");
+                for w in waiting {
+                    let _ = w.reply.send(Err(error.clone()));
                 }
             }
         }
     }
 
-    async fn write(&mut self, staged: &[Staged]) -> Result<()> {
+    /// Commits the batch; hands the changes back for publication.
+    async fn write(&mut self, changes: Vec<Change>) -> Result<Vec<Change>> {
         let db = self.file.database(&self.options)?;
-        let changes: Vec<Change> = staged.iter().map(|s| s.change.clone()).collect();
         let path = self.path.clone();
         let durability = self.options.durability;
         let retained = self.options.retained_changes;
         // The commit blocks on fsync: keep it off the async workers.
         tokio::task::spawn_blocking(move || {
-            file::write_batch(&db, &path, &changes, durability, retained)
+            file::write_batch(&db, &path, &changes, durability, retained).map(|()| changes)
         })
         .await
         .unwrap_or_else(|join| {
@@ -221,15 +222,10 @@ impl Pending {
 
 /// Applies a committed batch to memory in order, wakes the watchers of every kind it touched,
 /// and acknowledges the writers — only now, so that a writer's next read sees its write.
-fn publish(staged: Vec<Staged>) {
+fn publish(changes: Vec<Change>, waiting: Vec<Waiting>) {
     let mut touched: Vec<Arc<Collection>> = Vec::new();
-    let mut replies = Vec::with_capacity(staged.len());
-    for s in staged {
-        let Staged {
-            change,
-            collection,
-            reply,
-        } = s;
+    let mut replies = Vec::with_capacity(changes.len());
+    for (change, Waiting { collection, reply }) in changes.into_iter().zip(waiting) {
         let applied = {
             let mut contents = collection.write();
             match change.op {
