@@ -349,3 +349,79 @@ async fn a_dynamic_write_of_a_registered_type_is_stored_typed() {
         .unwrap_err()
         .is_not_found());
 }
+
+#[tokio::test]
+async fn the_durable_change_log_keeps_only_the_retained_changes_per_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let options = DiskOptions {
+        retained_changes: 3,
+        ..DiskOptions::default()
+    };
+    let state = open(&path, options, KnownTypes::new()).await;
+    for i in 0..10 {
+        create(&state, &format!("w{i}"), Widget { size: i }).await;
+    }
+    create(
+        &state,
+        "g",
+        Gadget {
+            name: "only".into(),
+        },
+    )
+    .await;
+    state.close().await;
+
+    let db = redb::Database::open(&path).unwrap();
+    let read = db.begin_read().unwrap();
+    let log = read
+        .open_table(redb::TableDefinition::<(&str, &str, u64), &[u8]>::new(
+            "cosi.changes",
+        ))
+        .unwrap();
+    let keys: Vec<(String, u64)> = redb::ReadableTable::iter(&log)
+        .unwrap()
+        .map(|row| {
+            let (key, _) = row.unwrap();
+            let (_, resource_type, seq) = key.value();
+            (resource_type.to_string(), seq)
+        })
+        .collect();
+    let gadgets = Gadget::TYPE.to_string();
+    let widgets = Widget::TYPE.to_string();
+    assert_eq!(
+        keys,
+        [
+            (gadgets, 1),
+            (widgets.clone(), 8),
+            (widgets.clone(), 9),
+            (widgets, 10)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn writes_with_eventual_durability_are_in_the_file_after_a_clean_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let relaxed = DiskOptions {
+        durability: cosi_state::DiskDurability::Eventual,
+        ..DiskOptions::default()
+    };
+    let state = open(&path, relaxed, KnownTypes::new()).await;
+    for i in 0..5 {
+        create(&state, &format!("w{i}"), Widget { size: i }).await;
+    }
+    state.close().await;
+
+    let state = open(&path, DiskOptions::default(), KnownTypes::new()).await;
+    let kind = Widget::kind();
+    assert_eq!(
+        state
+            .list(&kind, &ListOptions::default())
+            .await
+            .unwrap()
+            .len(),
+        5
+    );
+}

@@ -50,9 +50,10 @@ fn run() -> Result<(), WorkloadError> {
     for run in 1..=args.runs {
         let dir = tempfile::tempdir_in(&base).map_err(io("temporary directory"))?;
         let fsync = fsync_loop(&dir.path().join("fsync"))?;
+        // Each store load right next to its raw twin: the disk's speed drifts on a shared machine.
         let store1 = runtime.block_on(store_load(&dir.path().join("store1.redb"), 1, n))?;
-        let store8 = runtime.block_on(store_load(&dir.path().join("store8.redb"), WRITERS, n))?;
         let raw1 = raw_load(&dir.path().join("raw1.redb"), 1, n)?;
+        let store8 = runtime.block_on(store_load(&dir.path().join("store8.redb"), WRITERS, n))?;
         let raw8 = raw_load(&dir.path().join("raw8.redb"), WRITERS, n)?;
         let rate = |writers: usize, d: Duration| (writers * n) as f64 / d.as_secs_f64();
         println!(
