@@ -149,3 +149,152 @@ impl State for NamespaceRouter {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use cosi_core::{DynamicResource, Event, Metadata};
+
+    use super::*;
+    use crate::MemoryState;
+
+    fn resource(namespace: &str, id: &str) -> SharedResource {
+        Arc::new(DynamicResource {
+            metadata: Metadata::new(Pointer::new(namespace, "Things.test.cosi.dev", id)),
+            spec: serde_json::json!({ "n": 1 }),
+        })
+    }
+
+    fn kind(namespace: &str) -> Kind {
+        Kind::new(namespace, "Things.test.cosi.dev")
+    }
+
+    fn backends() -> (Arc<MemoryState>, Arc<MemoryState>) {
+        (
+            Arc::new(MemoryState::default()),
+            Arc::new(MemoryState::default()),
+        )
+    }
+
+    #[tokio::test]
+    async fn each_namespace_goes_to_its_own_backend() {
+        let (config, runtime) = backends();
+        let router = NamespaceRouter::new(
+            [
+                ("config", config.clone() as Arc<dyn State>),
+                ("runtime", runtime.clone() as Arc<dyn State>),
+            ],
+            None,
+        )
+        .unwrap();
+        router
+            .create(resource("config", "a"), CreateOptions::default())
+            .await
+            .unwrap();
+        router
+            .create(resource("runtime", "b"), CreateOptions::default())
+            .await
+            .unwrap();
+        let ids = |v: Vec<SharedResource>| -> Vec<String> {
+            v.iter().map(|r| r.metadata().id().to_string()).collect()
+        };
+        let in_config = config.list(&kind("config"), &ListOptions::default()).await;
+        assert_eq!(ids(in_config.unwrap()), ["a"]);
+        let in_runtime = runtime
+            .list(&kind("runtime"), &ListOptions::default())
+            .await;
+        assert_eq!(ids(in_runtime.unwrap()), ["b"]);
+        assert!(config
+            .list(&kind("runtime"), &ListOptions::default())
+            .await
+            .unwrap()
+            .is_empty());
+        let through_router = router.list(&kind("runtime"), &ListOptions::default()).await;
+        assert_eq!(ids(through_router.unwrap()), ["b"]);
+    }
+
+    #[tokio::test]
+    async fn watch_kind_delegates_by_the_kinds_namespace() {
+        let (config, runtime) = backends();
+        let router = NamespaceRouter::new(
+            [("config", config as Arc<dyn State>)],
+            Some(runtime.clone() as Arc<dyn State>),
+        )
+        .unwrap();
+        let mut watch = router
+            .watch_kind(&kind("runtime"), WatchKindOptions::default())
+            .await
+            .unwrap();
+        runtime
+            .create(resource("runtime", "b"), CreateOptions::default())
+            .await
+            .unwrap();
+        let event = tokio::time::timeout(Duration::from_secs(5), watch.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(&event, Event::Created { resource, .. } if resource.metadata().id() == "b"),
+            "{event:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unrouted_namespace_without_fallback_is_an_error_naming_it() {
+        let (config, _) = backends();
+        let router = NamespaceRouter::new([("config", config as Arc<dyn State>)], None).unwrap();
+        let err = router
+            .create(resource("secrets", "a"), CreateOptions::default())
+            .await
+            .unwrap_err();
+        match err {
+            Error::InvalidArgument {
+                subject,
+                field,
+                message,
+            } => {
+                assert_eq!(subject, "secrets/Things.test.cosi.dev/a");
+                assert_eq!(field, "namespace");
+                assert_eq!(
+                    message,
+                    "no backend serves namespace \"secrets\" (routed: config; no fallback)"
+                );
+            }
+            other => panic!("expected an invalid argument, got {other}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unrouted_namespace_goes_to_the_fallback() {
+        let (config, fallback) = backends();
+        let router = NamespaceRouter::new(
+            [("config", config as Arc<dyn State>)],
+            Some(fallback.clone() as Arc<dyn State>),
+        )
+        .unwrap();
+        router
+            .create(resource("other", "a"), CreateOptions::default())
+            .await
+            .unwrap();
+        let pointer = Pointer::new("other", "Things.test.cosi.dev", "a");
+        assert!(fallback.get(&pointer).await.is_ok());
+    }
+
+    #[test]
+    fn a_namespace_routed_twice_is_rejected() {
+        let (a, b) = backends();
+        let err = NamespaceRouter::new(
+            [
+                ("config", a as Arc<dyn State>),
+                ("config", b as Arc<dyn State>),
+            ],
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("\"config\" is routed twice"),
+            "{err}"
+        );
+    }
+}

@@ -9,7 +9,7 @@
 //! wait for a watcher.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::SystemTime;
 
@@ -32,6 +32,8 @@ pub(crate) struct WatchWake {
     /// How many watchers are between "checked for news" and "woken": a writer with no one
     /// waiting skips the notification entirely.
     waiting: AtomicUsize,
+    /// Set when the store is gone: no change can come any more, so watches end.
+    closed: AtomicBool,
 }
 
 impl WatchWake {
@@ -43,6 +45,17 @@ impl WatchWake {
         if self.waiting.load(Ordering::SeqCst) > 0 {
             self.notify.notify_waiters();
         }
+    }
+
+    /// Ends the watches: after delivering what they already have, they return `None`.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    /// Whether [`WatchWake::close`] was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
     }
 
     pub(crate) fn notify(&self) -> &Notify {
@@ -103,7 +116,7 @@ impl Collection {
     /// Shared access to the contents (for reads and for checking a write before persisting it).
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, KindContents> {
         // A panic while holding the lock cannot leave the contents half-changed: every apply
-        // step checks before it mutates, and nothing user-supplied runs under the lock.
+        // step checks before it mutates, so a poisoned lock still guards consistent contents.
         self.contents.read().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -118,6 +131,12 @@ impl Collection {
     /// Wakes the watchers after a change.
     pub(crate) fn wake(&self) {
         self.wake.wake();
+    }
+
+    /// Ends every watch of this collection once it has delivered what is already stored in its
+    /// window (called when the owning store is dropped: no change can follow).
+    pub(crate) fn close(&self) {
+        self.wake.close();
     }
 
     pub(crate) fn watch_wake(&self) -> &WatchWake {
@@ -157,30 +176,15 @@ impl Collection {
         let now = SystemTime::now();
         // Copy a shared value before taking the lock, so stamping under it never deep-copies.
         make_mut(&mut resource);
-        {
-            let mut contents = self.write();
-            let pointer = resource.metadata().pointer();
-            let stored = contents.get(pointer.id()).ok_or_else(|| Error::NotFound {
-                pointer: pointer.clone(),
-            })?;
-            write_rules::check_update(&**stored, &*resource, &options)?;
-            write_rules::stamp_update(&**stored, &mut resource, now);
-            contents.apply_update(resource.clone())?;
-        }
+        self.write()
+            .check_and_update(&mut resource, &options, now)?;
         self.wake();
         Ok(resource)
     }
 
     /// Checks and removes a resource.
     pub(crate) fn destroy(&self, pointer: &Pointer, options: &DestroyOptions) -> Result<()> {
-        {
-            let mut contents = self.write();
-            let stored = contents.get(pointer.id()).ok_or_else(|| Error::NotFound {
-                pointer: pointer.clone(),
-            })?;
-            write_rules::check_destroy(&**stored, options)?;
-            contents.apply_destroy(pointer)?;
-        }
+        self.write().check_and_destroy(pointer, options)?;
         self.wake();
         Ok(())
     }

@@ -99,6 +99,9 @@ impl KindWatcher {
             if self.fill(max) {
                 return true;
             }
+            if wake.is_closed() {
+                return false;
+            }
             notified.await;
         }
     }

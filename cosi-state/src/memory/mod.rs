@@ -36,16 +36,18 @@
 //! # Reuse by other backends
 //!
 //! The machinery is synchronous and backend-neutral, in `pub(crate)` modules:
-//! - `write_rules`: `prepare_create`, `check_update` + `stamp_update`, `check_destroy` — the
+//! - [`write_rules`]: `prepare_create`, `check_update` + `stamp_update`, `check_destroy` — the
 //!   rules of `State` as pure functions of the stored value and the write.
-//! - `Collection` (one kind): `read()`/`write()` give the `KindContents` under the kind lock,
-//!   whose `apply_create`/`apply_update`/`apply_destroy` publish an already checked and
-//!   stamped write (appending it to the window and markers); `wake()` must follow the guard's
-//!   drop. `watch_kind`/`watch_pointer` return the `KindWatcher` event source.
-//!   `Collection::resumed_at` continues a persisted sequence.
+//! - [`Collection`] (one kind): `read()`/`write()` give the [`KindContents`] under
+//!   the kind lock; its `apply_create`/`apply_update`/`apply_destroy` publish an already checked
+//!   and stamped write (window, markers, sequence number); [`Collection::wake`] must follow the write guard's drop.
+//!   `watch_kind`/`watch_pointer` return the [`KindWatcher`] event source, which
+//!   serves bootstrap, tail, resume, filters, catch-up, resync and strict mode.
+//!   [`Collection::resumed_at`] continues a persisted sequence, so bookmarks survive restarts.
 //!
-//! A durable backend checks a write against `read()`, persists it, then applies it under
-//! `write()` and wakes — holding its own per-kind write serialization across the three steps.
+//! A durable backend serializes its writes per kind, checks each against `read()`, persists
+//! it, then applies it under `write()` and wakes. The in-memory backend does the check and the
+//! apply under one write lock instead ([`Collection::create`] and friends).
 
 mod collection;
 mod contents;
@@ -110,6 +112,8 @@ impl Default for MemoryOptions {
 
 /// The in-memory [`State`] backend.
 ///
+/// Dropping it ends its watches once they have delivered the events already stored.
+///
 /// ```
 /// use cosi_core::{CreateOptions, Resource, ResourceSpec, State};
 /// use cosi_state::{MemoryOptions, MemoryState};
@@ -158,6 +162,16 @@ impl MemoryState {
             .or_insert_with(|| Arc::new(Collection::new(kind.clone(), &self.options)))
             .clone();
         f(&collection)
+    }
+}
+
+impl Drop for MemoryState {
+    fn drop(&mut self) {
+        // Watches hold their collection, not the store: without this they would wait forever
+        // for changes that can no longer come.
+        for collection in self.kinds.iter() {
+            collection.close();
+        }
     }
 }
 

@@ -808,3 +808,456 @@ async fn filters_apply_to_the_catch_up() {
         ]
     );
 }
+
+// ---- model test: a lagging watcher's view always converges to the store ----
+
+mod convergence {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Create(u8, bool),
+        Update(u8, bool),
+        Destroy(u8),
+        Drain,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0u8..6, any::<bool>()).prop_map(|(id, web)| Op::Create(id, web)),
+            4 => (0u8..6, any::<bool>()).prop_map(|(id, web)| Op::Update(id, web)),
+            2 => (0u8..6).prop_map(Op::Destroy),
+            1 => Just(Op::Drain),
+        ]
+    }
+
+    /// What the watcher believes the (filtered) contents are, built only from its events.
+    #[derive(Default)]
+    struct View {
+        resources: BTreeMap<String, SharedResource>,
+        in_bootstrap: bool,
+        caught_up: bool,
+    }
+
+    impl View {
+        /// Applies one event, checking the rules an exact (non-compacted) event must satisfy.
+        fn apply(&mut self, event: Event, filtered: bool) {
+            if event.is_compacted() {
+                self.caught_up = true;
+            }
+            match event {
+                Event::Resync { .. } => {
+                    self.resources.clear();
+                    self.in_bootstrap = true;
+                }
+                Event::Bootstrapped { .. } => {
+                    assert!(self.in_bootstrap, "bootstrapped without a resync");
+                    self.in_bootstrap = false;
+                }
+                Event::Created { resource, .. } => {
+                    let id = resource.metadata().id().to_string();
+                    let previous = self.resources.insert(id.clone(), resource);
+                    assert!(previous.is_none(), "created {id}, which the view holds");
+                }
+                Event::Updated {
+                    old,
+                    resource,
+                    compacted,
+                    ..
+                } => {
+                    let id = resource.metadata().id().to_string();
+                    let previous = self.resources.insert(id.clone(), resource);
+                    match (compacted, previous) {
+                        (false, Some(previous)) => {
+                            let old = old.expect("an exact update carries the old state");
+                            assert!(
+                                Arc::ptr_eq(&old, &previous),
+                                "old of {id} is not the view's"
+                            );
+                        }
+                        (false, None) => panic!("exact update of {id}, unknown to the view"),
+                        (true, previous) => assert!(
+                            filtered || previous.is_some(),
+                            "compacted update of {id}, unknown to an unfiltered view"
+                        ),
+                    }
+                }
+                Event::Destroyed {
+                    resource,
+                    compacted,
+                    ..
+                } => {
+                    let id = resource.metadata().id();
+                    let removed = self.resources.remove(id);
+                    assert!(
+                        removed.is_some() || (compacted && filtered),
+                        "destroyed {id}, unknown to the view"
+                    );
+                }
+                other => panic!("unexpected event {other:?}"),
+            }
+        }
+    }
+
+    async fn drain(watch: &mut Watch, view: &mut View, filtered: bool) {
+        // On the paused clock the timeout fires only once nothing else can run: the watcher
+        // has taken everything available.
+        while let Ok(batch) =
+            tokio::time::timeout(Duration::from_secs(1), watch.recv_batch(3)).await
+        {
+            for event in batch.expect("the watch stays open") {
+                view.apply(event, filtered);
+            }
+        }
+    }
+
+    async fn run(history: usize, markers: usize, filtered: bool, ops: Vec<Op>) -> bool {
+        let state = small(history, markers);
+        let labels = if filtered {
+            web_only()
+        } else {
+            Default::default()
+        };
+        let mut watch = state
+            .watch_kind(
+                &kind(),
+                WatchKindOptions {
+                    bootstrap: true,
+                    labels: labels.clone(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        let mut view = View {
+            in_bootstrap: true,
+            ..View::default()
+        };
+        for (n, op) in ops.into_iter().enumerate() {
+            let label = |web: bool| if web { Some("web") } else { None };
+            match op {
+                Op::Create(id, web) => {
+                    let _ = state
+                        .create(
+                            labelled(&format!("r{id}"), n as i64, label(web)),
+                            CreateOptions::default(),
+                        )
+                        .await;
+                }
+                Op::Update(id, web) => {
+                    if state.get(&pointer(&format!("r{id}"))).await.is_ok() {
+                        relabel(&state, &format!("r{id}"), n as i64, label(web)).await;
+                    }
+                }
+                Op::Destroy(id) => {
+                    let _ = state
+                        .destroy(&pointer(&format!("r{id}")), DestroyOptions::default())
+                        .await;
+                }
+                Op::Drain => drain(&mut watch, &mut view, filtered).await,
+            }
+        }
+        drain(&mut watch, &mut view, filtered).await;
+        let listed = state
+            .list(&kind(), &ListOptions { labels, ids: None })
+            .await
+            .unwrap();
+        let expected: Vec<&str> = listed.iter().map(|r| r.metadata().id()).collect();
+        let seen: Vec<&str> = view.resources.keys().map(String::as_str).collect();
+        assert_eq!(seen, expected);
+        for (stored, held) in listed.iter().zip(view.resources.values()) {
+            assert!(
+                Arc::ptr_eq(stored, held),
+                "{} is stale",
+                stored.metadata().id()
+            );
+        }
+        view.caught_up
+    }
+
+    proptest! {
+        #[test]
+        fn a_lagging_watchers_view_converges_to_the_store(
+            history in 1usize..6,
+            markers in 0usize..6,
+            filtered in any::<bool>(),
+            ops in proptest::collection::vec(op(), 0..60),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            runtime.block_on(run(history, markers, filtered, ops));
+        }
+    }
+
+    #[test]
+    fn a_large_window_delivers_everything_exactly() {
+        // The same model with a window larger than the run: no event may be compacted.
+        let ops: Vec<Op> = (0..50u8)
+            .map(|i| match i % 4 {
+                0 => Op::Create(i % 6, true),
+                1 => Op::Update(i % 6, i % 3 == 0),
+                2 => Op::Destroy((i + 3) % 6),
+                _ => Op::Drain,
+            })
+            .collect();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let caught_up = runtime.block_on(run(1000, 1000, false, ops));
+        assert!(!caught_up);
+    }
+}
+
+// ---- lifecycle and reuse ----
+
+#[tokio::test]
+async fn dropping_the_state_ends_its_watches_after_what_they_have() {
+    let state = MemoryState::default();
+    let mut watch = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    create(&state, "a", 1).await;
+    drop(state);
+    assert_eq!(describe(&recv(&mut watch).await), "created a 1 - @1");
+    let end = tokio::time::timeout(Duration::from_secs(5), watch.recv())
+        .await
+        .expect("the watch ends instead of waiting");
+    assert!(end.is_none());
+}
+
+#[tokio::test]
+async fn a_collection_resumed_at_a_head_continues_its_sequence() {
+    // Given a collection resumed by a durable backend at bookmark 41, with one resource
+    let collection = Arc::new(super::Collection::resumed_at(
+        kind(),
+        &MemoryOptions::default(),
+        Bookmark(41),
+    ));
+    collection
+        .create(counter("a", 1), CreateOptions::default())
+        .unwrap();
+    // When a watcher resumes at 42 and one before 41
+    let watcher_at = |since| {
+        Watch::new(
+            collection
+                .watch_kind(WatchKindOptions {
+                    since: Some(Bookmark(since)),
+                    ..Default::default()
+                })
+                .unwrap(),
+        )
+    };
+    let mut current = watcher_at(42);
+    let mut older = watcher_at(40);
+    collection
+        .create(counter("b", 2), CreateOptions::default())
+        .unwrap();
+    // Then the current one continues exactly; the older one, which nothing is known about,
+    // gets a resync
+    assert_eq!(describe(&recv(&mut current).await), "created b 2 - @43");
+    assert_eq!(
+        describe_all(&recv_batch(&mut older, 10).await),
+        [
+            "resync @43",
+            "created a 1 - @43",
+            "created b 2 - @43",
+            "bootstrapped @43"
+        ]
+    );
+}
+
+// ---- more watch options ----
+
+#[tokio::test]
+async fn events_carry_the_stored_values_not_copies() {
+    let state = MemoryState::default();
+    let mut first = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    let mut second = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    let stored = create(&state, "a", 1).await;
+    for watch in [&mut first, &mut second] {
+        let event = recv(watch).await;
+        assert!(Arc::ptr_eq(event.resource().unwrap(), &stored));
+    }
+}
+
+#[tokio::test]
+async fn tail_beyond_the_window_delivers_the_whole_window() {
+    let state = small(2, 16);
+    for i in 0..5 {
+        create(&state, &format!("r{i}"), i).await;
+    }
+    let mut watch = state
+        .watch_kind(
+            &kind(),
+            WatchKindOptions {
+                tail: Some(100),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        describe_all(&recv_batch(&mut watch, 10).await),
+        ["created r3 3 - @4", "created r4 4 - @5"]
+    );
+}
+
+#[tokio::test]
+async fn bootstrap_with_tail_or_since_is_an_invalid_argument() {
+    let state = MemoryState::default();
+    for (tail, since, field) in [(Some(1), None, "tail"), (None, Some(Bookmark(0)), "since")] {
+        let err = state
+            .watch_kind(
+                &kind(),
+                WatchKindOptions {
+                    bootstrap: true,
+                    tail,
+                    since,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidArgument { field: f, .. } if f == field),
+            "{err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn bootstrap_with_a_label_filter_delivers_only_matching_resources() {
+    let state = MemoryState::default();
+    for (id, label) in [("a", Some("web")), ("b", None), ("c", Some("web"))] {
+        state
+            .create(labelled(id, 0, label), CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    let mut watch = state
+        .watch_kind(
+            &kind(),
+            WatchKindOptions {
+                bootstrap: true,
+                labels: web_only(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        describe_all(&recv_batch(&mut watch, 10).await),
+        ["created a 0 - @3", "created c 0 - @3", "bootstrapped @3"]
+    );
+}
+
+#[tokio::test]
+async fn a_pointer_watch_behind_the_window_catches_up_on_its_resource_only() {
+    let state = small(1, 16);
+    create(&state, "a", 1).await;
+    let mut watch = state
+        .watch(&pointer("a"), WatchOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(describe(&recv(&mut watch).await), "created a 1 - @1");
+    create(&state, "b", 1).await;
+    set(&state, "a", 2).await;
+    set(&state, "a", 3).await;
+    set(&state, "b", 2).await;
+    assert_eq!(
+        describe_all(&recv_batch(&mut watch, 10).await),
+        ["updated a ?->3 c @5"]
+    );
+}
+
+#[tokio::test]
+async fn a_strict_pointer_watch_that_falls_behind_ends_with_an_overrun() {
+    let state = small(1, 16);
+    let mut watch = state
+        .watch(&pointer("a"), WatchOptions { strict: true })
+        .await
+        .unwrap();
+    recv(&mut watch).await; // the tombstone
+    create(&state, "a", 1).await;
+    set(&state, "a", 2).await;
+    let event = recv(&mut watch).await;
+    assert!(
+        matches!(
+            event,
+            Event::Errored {
+                error: Error::WatchOverrun { position: 0, .. }
+            }
+        ),
+        "{event:?}"
+    );
+    let end = tokio::time::timeout(Duration::from_secs(5), watch.recv())
+        .await
+        .unwrap();
+    assert!(end.is_none());
+}
+
+#[tokio::test]
+async fn published_writes_reach_watchers_like_direct_ones() {
+    // Given a collection fed the way a durable backend feeds it: check, (persist), apply, wake
+    let collection = Arc::new(super::Collection::new(kind(), &MemoryOptions::default()));
+    let mut watch = Watch::new(collection.watch_kind(WatchKindOptions::default()).unwrap());
+    let now = std::time::SystemTime::now();
+    let mut v1 = counter("a", 1);
+    super::write_rules::prepare_create(&mut v1, None, now).unwrap();
+    collection.write().apply_create(v1.clone()).unwrap();
+    collection.wake();
+    let mut v2 = {
+        let mut copy = cosi_core::downcast_ref::<Counter>(&*v1).unwrap().clone();
+        copy.spec.value = 2;
+        copy.into_shared()
+    };
+    {
+        let contents = collection.read();
+        let stored = contents.get("a").unwrap();
+        super::write_rules::check_update(&**stored, &*v2, &UpdateOptions::default()).unwrap();
+        super::write_rules::stamp_update(&**stored, &mut v2, now);
+    }
+    collection.write().apply_update(v2).unwrap();
+    collection.wake();
+    collection.write().apply_destroy(&pointer("a")).unwrap();
+    collection.wake();
+    // Then the watcher sees the three changes in order
+    assert_eq!(
+        describe_all(&recv_batch(&mut watch, 10).await),
+        [
+            "created a 1 - @1",
+            "updated a 1->2 - @2",
+            "destroyed a - @3"
+        ]
+    );
+    // And publishing a create of an existing id or an update of a missing one is refused
+    let mut again = counter("b", 1);
+    super::write_rules::prepare_create(&mut again, None, now).unwrap();
+    collection.write().apply_create(again.clone()).unwrap();
+    assert!(collection
+        .write()
+        .apply_create(again)
+        .unwrap_err()
+        .is_already_exists());
+    assert!(collection
+        .write()
+        .apply_update(counter("zz", 1))
+        .unwrap_err()
+        .is_not_found());
+}

@@ -70,7 +70,10 @@ pub(crate) fn stamp_update(
     let stored_md = stored.metadata();
     let metadata = make_mut(resource).metadata_mut();
     metadata.set_version(stored_md.version().next());
-    metadata.set_owner(stored_md.owner().map(str::to_string));
+    // A value read from the store already carries its owner: only a differing one costs a copy.
+    if metadata.owner() != stored_md.owner() {
+        metadata.set_owner(stored_md.owner().map(str::to_string));
+    }
     metadata.set_timestamps(stored_md.created(), now);
 }
 
