@@ -1,18 +1,23 @@
-//! The state backends the workloads run against, built with their default options.
+//! The state backends the workloads run against, each built with its default options.
 
 use std::sync::Arc;
 
 use cosi_core::State;
-
-use crate::check::WorkloadError;
+use cosi_state::{MemoryOptions, MemoryState};
 
 /// The in-memory backend with default options (`MemoryState::new(MemoryOptions::default())`).
-pub fn memory_state() -> Result<Arc<dyn State>, WorkloadError> {
-    // The in-memory backend is being written on the `memory` branch; this turns into
-    // `Ok(Arc::new(MemoryState::new(MemoryOptions::default())))` when it is merged.
-    Err(WorkloadError::new(
-        "the in-memory backend (cosi_state::MemoryState) is not in this build yet",
-    ))
+pub fn memory_state() -> Arc<dyn State> {
+    Arc::new(MemoryState::new(MemoryOptions::default()))
+}
+
+/// The in-memory backend with an exact history window of `history` events per kind (the
+/// reference's W2 figures were taken with its history raised to 16,384; this builds the same
+/// setting for a side-by-side run).
+pub fn memory_state_with_history(history: usize) -> Arc<dyn State> {
+    Arc::new(MemoryState::new(MemoryOptions {
+        history,
+        ..MemoryOptions::default()
+    }))
 }
 
 /// The disk backend with default options (full durability), on a new store file at `path`.

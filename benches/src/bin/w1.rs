@@ -41,8 +41,9 @@ fn run() -> Result<(), WorkloadError> {
     let mut report = Report::default();
     for run in 1..=args.runs {
         let rss_reset = peak_rss::reset();
+        let rss_before = peak_rss::peak_rss_mib()?;
         let store = runtime.block_on(async {
-            let state = memory_state()?;
+            let state = memory_state();
             store_steps(&*state, n).await
         })?;
         // Read right after the store steps, before the baseline allocates anything.
@@ -50,7 +51,7 @@ fn run() -> Result<(), WorkloadError> {
         let map = map_steps(n)?;
         println!(
             "# run {run}: create {:.0} ms, update {:.0} ms, list {:.1} ms, destroy {:.0} ms, \
-             peak RSS {peak:.1} MiB{}",
+             peak RSS {peak:.1} MiB (at start {rss_before:.1} MiB){}",
             ms(store.create),
             ms(store.update),
             ms(store.list),
