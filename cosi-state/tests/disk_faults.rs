@@ -324,3 +324,32 @@ async fn a_store_on_a_read_only_file_system_fails_to_open_and_is_left_as_it_was(
     assert_eq!(ids(&state).await, ["a", "b", "c"]);
     state.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_racing_to_create_one_file_leave_one_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let racers: Vec<_> = (0..4)
+        .map(|_| {
+            let path = path.clone();
+            tokio::spawn(async move { open(&path).await })
+        })
+        .collect();
+    let mut opened = Vec::new();
+    for racer in racers {
+        match racer.await.unwrap() {
+            Ok(state) => opened.push(state),
+            Err(err) => {
+                assert!(backend_message(&err).contains("locked"), "{err}");
+                assert!(err.is_retryable(), "{err}");
+            }
+        }
+    }
+    assert_eq!(opened.len(), 1, "exactly one store holds the file");
+    let state = opened.pop().unwrap();
+    create(&state, "a", 10).await.unwrap();
+    state.close().await;
+    let reopened = open(&path).await.unwrap();
+    assert_eq!(ids(&reopened).await, ["a"]);
+    assert!(!dir.path().join("store.redb.creating").exists());
+}

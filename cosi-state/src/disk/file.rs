@@ -320,9 +320,13 @@ fn open_existing(path: &Path, options: &DiskOptions) -> Result<Database> {
     }
 }
 
-/// Creates a store under a temporary name and renames it into place once its format is
+/// Creates a store under a temporary name and links it into place once its format is
 /// committed, so that a file at `path` is always a complete store: an empty or partial file
 /// there is damage to report, never a store to start afresh in.
+///
+/// Two processes creating the same store at once cannot both win: the temporary file is locked
+/// by redb while it is being prepared, and it is linked to `path` with `hard_link`, which never
+/// replaces an existing file. The loser opens (or finds locked) the winner's store.
 fn create_new(path: &Path, options: &DiskOptions) -> Result<Database> {
     let mut creating = path.as_os_str().to_owned();
     creating.push(".creating");
@@ -330,19 +334,28 @@ fn create_new(path: &Path, options: &DiskOptions) -> Result<Database> {
     let io_error = |doing: &str, e: std::io::Error| {
         Error::backend(display(path), format!("{doing}: {e}"), false, e)
     };
-    match std::fs::remove_file(&creating) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(io_error(
-                "creating the store (removing a stale partial one)",
-                e,
+    let remove_partial = || match std::fs::remove_file(&creating) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_error("creating the store (removing a partial one)", e)),
+    };
+    let db = match builder(options).create(&creating) {
+        Ok(db) => db,
+        Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+            return Err(storage_error(
+                path,
+                "creating the store",
+                redb::DatabaseError::DatabaseAlreadyOpen,
             ))
         }
-    }
-    let db = builder(options)
-        .create(&creating)
-        .map_err(|e| storage_error(path, "creating the store", e))?;
+        // Unlocked and unreadable: what a creation that crashed early leaves. Start over.
+        Err(_) => {
+            remove_partial()?;
+            builder(options)
+                .create(&creating)
+                .map_err(|e| storage_error(path, "creating the store", e))?
+        }
+    };
     // redb::Error is large, but it is built at most once per failed call.
     #[allow(clippy::result_large_err)]
     let init = || -> std::result::Result<(), redb::Error> {
@@ -358,7 +371,17 @@ fn create_new(path: &Path, options: &DiskOptions) -> Result<Database> {
         Ok(())
     };
     init().map_err(|e| storage_error(path, "initializing the store", e))?;
-    std::fs::rename(&creating, path).map_err(|e| io_error("moving the new store into place", e))?;
+    match std::fs::hard_link(&creating, path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // Another process created the store first: use (or be refused) theirs.
+            drop(db);
+            remove_partial()?;
+            return open_existing(path, options);
+        }
+        Err(e) => return Err(io_error("moving the new store into place", e)),
+    }
+    remove_partial()?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
