@@ -232,6 +232,42 @@ mod tests {
         assert!(err.to_string().contains("encoding tag 9"), "{err}");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_decode_to_a_resource_or_an_error_never_a_panic(
+            tagged in proptest::bool::ANY,
+            mut bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..256),
+        ) {
+            if tagged {
+                // Reach the JSON decoder, not only the tag check.
+                bytes.insert(0, RECORD_JSON_V1);
+            }
+            let pointer = stored_widget().metadata.pointer().clone();
+            let _ = decode_resource(&bytes, pointer, &KnownTypes::new().with::<Widget>());
+        }
+
+        #[test]
+        fn any_metadata_and_spec_round_trip(
+            version in 1u64..u64::MAX,
+            owner in proptest::option::of("[a-z.]{1,12}"),
+            finalizers in proptest::collection::btree_set("\\PC{0,8}", 0..4),
+            labels in proptest::collection::btree_map("\\PC{0,8}", "\\PC{0,8}", 0..4),
+            created in 0u64..u64::MAX,
+            size in proptest::num::u32::ANY,
+        ) {
+            let mut original = Resource::new("w", Widget { size });
+            original.metadata.set_version(Version::new(version));
+            original.metadata.set_owner(owner);
+            *original.metadata.finalizers_mut() = finalizers;
+            *original.metadata.labels_mut() = labels;
+            original.metadata.set_timestamps(from_nanos(created), from_nanos(created / 2));
+            let bytes = encode_resource(&original).unwrap();
+            let types = KnownTypes::new().with::<Widget>();
+            let decoded = decode_resource(&bytes, original.metadata.pointer().clone(), &types).unwrap();
+            proptest::prop_assert_eq!(cosi_core::downcast_ref::<Widget>(&*decoded).unwrap(), &original);
+        }
+    }
+
     #[test]
     fn a_truncated_record_is_refused() {
         let bytes = encode_resource(&stored_widget()).unwrap();
