@@ -7,10 +7,11 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::time::Duration;
 
 use cosi_core::{
-    AnyResource, CreateOptions, DynamicResource, Kind, ListOptions, Metadata, Pointer, State,
-    UpdateOptions, Version,
+    AnyResource, Bookmark, CreateOptions, DynamicResource, Event, Kind, ListOptions, Metadata,
+    Pointer, State, UpdateOptions, Version, WatchKindOptions,
 };
 use cosi_state::{DiskOptions, DiskState, KnownTypes};
 
@@ -122,7 +123,88 @@ fn value(resource: &dyn AnyResource) -> u64 {
     })
 }
 
-async fn check_round(store: &Path, round: u64, acks: &Acks, counters: &mut BTreeMap<String, u64>) {
+/// What the change log must replay: the kind's contents (id → version) at a bookmark.
+#[derive(Default)]
+struct LogPosition {
+    bookmark: Bookmark,
+    contents: BTreeMap<String, u64>,
+}
+
+/// The durable change log survives the crash consistently with the resources: a watch resumed
+/// at the previous round's bookmark replays every change of this round exactly (no resync, no
+/// catch-up, contiguous bookmarks), and applying them to the previous contents gives the stored
+/// contents.
+async fn check_change_log(
+    state: &DiskState,
+    round: u64,
+    previous: &LogPosition,
+    stored: &BTreeMap<String, Arc<dyn AnyResource>>,
+) -> LogPosition {
+    let kind = Kind::new(NAMESPACE, TYPE);
+    let guard = Duration::from_secs(10);
+    let options = WatchKindOptions {
+        since: Some(previous.bookmark),
+        ..WatchKindOptions::default()
+    };
+    let mut watch = state.watch_kind(&kind, options).await.unwrap();
+    let mut contents = previous.contents.clone();
+    let mut bookmark = previous.bookmark;
+    while contents.len() != stored.len()
+        || contents
+            .iter()
+            .any(|(id, v)| stored.get(id).map(|r| r.metadata().version().get()) != Some(*v))
+    {
+        let event = tokio::time::timeout(guard, watch.recv())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "round {round}: the change log ends at {bookmark} before the stored contents"
+                )
+            })
+            .unwrap();
+        assert!(!event.is_compacted(), "round {round}: {event:?}");
+        let next = event.bookmark().unwrap();
+        assert_eq!(next.0, bookmark.0 + 1, "round {round}: {event:?}");
+        bookmark = next;
+        match event {
+            Event::Created { resource, .. } | Event::Updated { resource, .. } => {
+                let id = resource.metadata().id().to_string();
+                contents.insert(id, resource.metadata().version().get());
+            }
+            Event::Destroyed { resource, .. } => {
+                contents.remove(resource.metadata().id());
+            }
+            other => panic!("round {round}: unexpected {other:?}"),
+        }
+    }
+    // ... and it ends exactly at the kind's head.
+    let bootstrap = WatchKindOptions {
+        bootstrap: true,
+        ..WatchKindOptions::default()
+    };
+    let mut watch = state.watch_kind(&kind, bootstrap).await.unwrap();
+    let head = loop {
+        match tokio::time::timeout(guard, watch.recv())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Event::Bootstrapped { bookmark } => break bookmark,
+            Event::Created { .. } => {}
+            other => panic!("round {round}: unexpected {other:?}"),
+        }
+    };
+    assert_eq!(bookmark, head, "round {round}: replay end vs head");
+    LogPosition { bookmark, contents }
+}
+
+async fn check_round(
+    store: &Path,
+    round: u64,
+    acks: &Acks,
+    counters: &mut BTreeMap<String, u64>,
+    log: &mut LogPosition,
+) {
     let state = DiskState::open(store, DiskOptions::default(), KnownTypes::new())
         .await
         .unwrap_or_else(|e| panic!("round {round}: reopen after SIGKILL failed: {e}"));
@@ -182,6 +264,8 @@ async fn check_round(store: &Path, round: u64, acks: &Acks, counters: &mut BTree
         }
     }
 
+    *log = check_change_log(&state, round, log, &stored).await;
+
     // The store keeps working: a create and an update after recovery.
     let probe = Pointer::new(NAMESPACE, "Probes.test.cosi.dev", format!("after-{round}"));
     let fresh = Arc::new(DynamicResource {
@@ -209,6 +293,7 @@ async fn acknowledged_writes_survive_sigkill_at_random_moments() {
     println!("crash test seed {seed}");
     let mut rng = Rng(seed);
     let mut counters = BTreeMap::new();
+    let mut log = LogPosition::default();
     let mut total = 0;
     for round in 0..ROUNDS {
         // Round 0 is killed before any acknowledgement (possibly while the file is created);
@@ -222,7 +307,7 @@ async fn acknowledged_writes_survive_sigkill_at_random_moments() {
         let acks = run_and_kill(&store, round, kill_after);
         let killed = started.elapsed();
         total += acks.lines;
-        check_round(&store, round, &acks, &mut counters).await;
+        check_round(&store, round, &acks, &mut counters, &mut log).await;
         println!(
             "round {round}: {} acknowledged writes, killed after {killed:?}, checked after {:?}",
             acks.lines,
