@@ -225,6 +225,10 @@ impl KindContents {
                     .cloned()
                     .map(created),
             ),
+            // Unfiltered: exact-size, so `out` grows once (see `list`).
+            IdFilter::All if !filter.has_labels() => {
+                out.extend(self.resources.values().map(|e| created(e.resource.clone())))
+            }
             _ => out.extend(
                 self.resources
                     .values()
