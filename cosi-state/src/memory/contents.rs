@@ -61,14 +61,6 @@ impl KindContents {
         self.resources.get(id).map(|e| &e.resource)
     }
 
-    /// The stored value of `pointer` (its id; the kind is the caller's to match), searched
-    /// with the fast id comparison.
-    pub(crate) fn get_pointer(&self, pointer: &Pointer) -> Option<&SharedResource> {
-        self.resources
-            .get_shared(pointer.shared_id())
-            .map(|e| &e.resource)
-    }
-
     /// The stored values passing `filter`, in id order.
     pub(crate) fn list(&self, filter: &WatchFilter) -> Vec<SharedResource> {
         match &filter.ids {
@@ -93,6 +85,14 @@ impl KindContents {
                 .map(|e| e.resource.clone())
                 .collect(),
         }
+    }
+
+    /// The stored value of `pointer` (its id; the kind is the caller's to match), searched
+    /// with the fast id comparison.
+    pub(crate) fn get_pointer(&self, pointer: &Pointer) -> Option<&SharedResource> {
+        self.resources
+            .get_shared(pointer.shared_id())
+            .map(|e| &e.resource)
     }
 
     /// Stores a new resource (already stamped); fails if the id exists. Returns the sequence
