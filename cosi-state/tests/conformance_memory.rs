@@ -42,6 +42,9 @@ mod suite_detects_broken_backends {
         DestroyIgnoresFinalizers,
         WatchDropsUpdates,
         WatchIgnoresResumePosition,
+        WatchIgnoresLabels,
+        WatchIgnoresStrict,
+        ListIgnoresIds,
     }
 
     /// The memory backend with one rule broken.
@@ -82,6 +85,9 @@ mod suite_detects_broken_backends {
             let mut options = options.clone();
             if self.bug == Bug::ListIgnoresLabels {
                 options.labels = LabelQueries::default();
+            }
+            if self.bug == Bug::ListIgnoresIds {
+                options.ids = None;
             }
             let mut listed = self.inner.list(kind, &options).await?;
             if self.bug == Bug::ListUnsorted {
@@ -147,8 +153,11 @@ mod suite_detects_broken_backends {
         }
 
         async fn watch_kind(&self, kind: &Kind, mut options: WatchKindOptions) -> Result<Watch> {
-            if self.bug == Bug::WatchIgnoresResumePosition {
-                options.since = None;
+            match self.bug {
+                Bug::WatchIgnoresResumePosition => options.since = None,
+                Bug::WatchIgnoresLabels => options.labels = LabelQueries::default(),
+                Bug::WatchIgnoresStrict => options.strict = false,
+                _ => {}
             }
             let watch = self.inner.watch_kind(kind, options).await?;
             Ok(match self.bug {
@@ -197,6 +206,9 @@ mod suite_detects_broken_backends {
         watch_losing_updates: WatchDropsUpdates fails single_watch_starts_with_current_state;
         kind_watch_losing_updates: WatchDropsUpdates fails kind_watch_tails_recent_events;
         watch_without_resume: WatchIgnoresResumePosition fails kind_watch_resumes_after_every_bookmark;
+        watch_without_label_filter: WatchIgnoresLabels fails label_operators_select_on_watch;
+        watch_without_strict_mode: WatchIgnoresStrict fails strict_watcher_behind_window_gets_overrun_error;
+        list_without_id_filter: ListIgnoresIds fails id_regex_selects_on_list;
     }
 
     macro_rules! model_detects {

@@ -151,7 +151,10 @@ macro_rules! conformance_tests {
             id_regex_selects_on_list,
             id_regex_selects_on_watch,
             watcher_behind_window_receives_compacted_catch_up,
-            strict_watcher_behind_window_gets_overrun_error
+            watch_resumed_from_bookmark_behind_window_converges,
+            strict_watcher_behind_window_gets_overrun_error,
+            single_watch_behind_window_catches_up_to_latest_state,
+            strict_single_watch_behind_window_gets_overrun_error
         );
         $crate::conformance_tests!(@rules $factory,
             [::tokio::test(flavor = "multi_thread", worker_threads = 2)];
@@ -176,4 +179,39 @@ macro_rules! conformance_tests {
             }
         )*
     };
+}
+
+#[cfg(test)]
+mod tests {
+    /// A rule function left out of `conformance_tests!` would silently never run for any backend.
+    #[test]
+    fn every_rule_function_is_generated_by_the_macro() {
+        let this = include_str!("mod.rs");
+        let start = this
+            .find("macro_rules! conformance_tests")
+            .expect("the macro is defined in this file");
+        let generated: Vec<&str> = this[start..]
+            .lines()
+            .map(|l| l.trim().trim_end_matches(','))
+            .collect();
+        let rule_files = [
+            include_str!("concurrency.rs"),
+            include_str!("crud.rs"),
+            include_str!("lifecycle.rs"),
+            include_str!("query.rs"),
+            include_str!("watch.rs"),
+        ];
+        let mut rules = 0;
+        for line in rule_files.iter().flat_map(|f| f.lines()) {
+            if let Some(rest) = line.strip_prefix("pub async fn ") {
+                let name = rest.split('(').next().unwrap_or(rest);
+                assert!(
+                    generated.contains(&name),
+                    "rule {name} is missing from conformance_tests!"
+                );
+                rules += 1;
+            }
+        }
+        assert!(rules >= 40, "only {rules} rule functions found");
+    }
 }

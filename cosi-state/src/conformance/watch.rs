@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use cosi_core::{
     Bookmark, DestroyOptions, Error, Event, LabelOp, LabelQuery, LabelTerm, ListOptions, Phase,
-    ResourceSpec, SharedResource, State, UpdateOptions, WatchKindOptions, WatchOptions,
+    ResourceSpec, SharedResource, State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
 };
 
 use super::crud::with_value;
@@ -464,19 +464,26 @@ async fn create_pre_existing(rule: &str, state: &dyn State) -> View {
     view
 }
 
-/// A watcher paused past the history window is not ended: it receives a catch-up (events
-/// marked compacted, at most one per resource) after which its view equals the store's, and
-/// then continues with exact live events.
-pub async fn watcher_behind_window_receives_compacted_catch_up(subject: &Subject) {
-    const RULE: &str = "watcher_behind_window_receives_compacted_catch_up";
-    let state = subject.state();
-    let mut view = create_pre_existing(RULE, state).await;
-    let mut watch = watch_kind(RULE, state, WatchKindOptions::default()).await;
-    write_past_the_window(RULE, state).await;
+/// Whether a rule insists on a compacted catch-up, or also accepts the exact events.
+#[derive(Clone, Copy, PartialEq)]
+enum CatchUp {
+    Required,
+    ExactAllowed,
+}
 
+/// Reads a watch that fell behind until the sentinel, applying every event to `view`; then
+/// checks the catch-up (if `catch_up` requires one, there was one) carried at most one event per
+/// resource, and that `view` equals the store.
+async fn catch_up_matches_store(
+    rule: &str,
+    state: &dyn State,
+    watch: &mut Watch,
+    mut view: View,
+    catch_up: CatchUp,
+) {
     let mut compacted_ids = Vec::new();
     loop {
-        let event = next_event(RULE, &mut watch).await;
+        let event = next_event(rule, watch).await;
         if event.is_compacted() {
             compacted_ids.push(event.resource().map(|r| r.metadata().id().to_string()));
         }
@@ -488,9 +495,9 @@ pub async fn watcher_behind_window_receives_compacted_catch_up(subject: &Subject
                 view.remove(resource.metadata().id());
             }
             Event::Resync { .. } => panic!(
-                "{RULE}: a catch-up was computable (one destroy, markers kept) but got a resync"
+                "{rule}: a catch-up was computable (one destroy, markers kept) but got a resync"
             ),
-            Event::Errored { error } => panic!("{RULE}: a non-strict watch ended with {error:?}"),
+            Event::Errored { error } => panic!("{rule}: a non-strict watch ended with {error:?}"),
             _ => {}
         }
         if event
@@ -501,18 +508,18 @@ pub async fn watcher_behind_window_receives_compacted_catch_up(subject: &Subject
         }
     }
     assert!(
-        !compacted_ids.is_empty(),
-        "{RULE}: writing {} events past a window of {HISTORY_WINDOW} must produce a compacted catch-up",
+        catch_up == CatchUp::ExactAllowed || !compacted_ids.is_empty(),
+        "{rule}: writing {} events past a window of {HISTORY_WINDOW} must produce a compacted catch-up",
         2 * HISTORY_WINDOW + 4
     );
     let unique: BTreeSet<_> = compacted_ids.iter().collect();
     assert_eq!(
         unique.len(),
         compacted_ids.len(),
-        "{RULE}: a catch-up carries at most one event per resource: {compacted_ids:?}"
+        "{rule}: a catch-up carries at most one event per resource: {compacted_ids:?}"
     );
     let listed = expect_ok(
-        RULE,
+        rule,
         "list",
         state.list(&widgets(), &ListOptions::default()).await,
     );
@@ -522,17 +529,67 @@ pub async fn watcher_behind_window_receives_compacted_catch_up(subject: &Subject
         .collect();
     assert_eq!(
         view, store,
-        "{RULE}: the watcher's view after the catch-up must equal the store"
+        "{rule}: the watcher's view after the catch-up must equal the store"
     );
+}
 
-    update_value(RULE, state, "pre-c", 1).await;
-    let live = next_event(RULE, &mut watch).await;
+/// After a catch-up the watch continues with exact live events.
+async fn continues_live(rule: &str, state: &dyn State, watch: &mut Watch) {
+    update_value(rule, state, "pre-c", 1).await;
+    let live = next_event(rule, watch).await;
     assert_eq!(
         seen(&live),
         Seen::updated("pre-c", 2),
-        "{RULE}: live event after the catch-up"
+        "{rule}: live event after the catch-up"
     );
-    super::fixture::assert_updated_has_old(RULE, &live);
+    super::fixture::assert_updated_has_old(rule, &live);
+}
+
+/// A watcher paused past the history window is not ended: it receives a catch-up (events
+/// marked compacted, at most one per resource) after which its view equals the store's, and
+/// then continues with exact live events.
+pub async fn watcher_behind_window_receives_compacted_catch_up(subject: &Subject) {
+    const RULE: &str = "watcher_behind_window_receives_compacted_catch_up";
+    let state = subject.state();
+    let view = create_pre_existing(RULE, state).await;
+    let mut watch = watch_kind(RULE, state, WatchKindOptions::default()).await;
+    write_past_the_window(RULE, state).await;
+
+    catch_up_matches_store(RULE, state, &mut watch, view, CatchUp::Required).await;
+    continues_live(RULE, state, &mut watch).await;
+}
+
+/// A watch resumed after a bookmark that has left the history window is not refused: it
+/// receives a compacted catch-up from that position (or, from a backend that still holds the
+/// exact history there, such as etcd before compaction, the exact events), after which its view
+/// equals the store's, then live events.
+pub async fn watch_resumed_from_bookmark_behind_window_converges(subject: &Subject) {
+    const RULE: &str = "watch_resumed_from_bookmark_behind_window_converges";
+    let state = subject.state();
+    let view = create_pre_existing(RULE, state).await;
+    let bootstrap = WatchKindOptions {
+        bootstrap: true,
+        ..WatchKindOptions::default()
+    };
+    let mut first = watch_kind(RULE, state, bootstrap).await;
+    let expected = [
+        Seen::created("pre-a", 1),
+        Seen::created("pre-b", 1),
+        Seen::created("pre-c", 1),
+        Seen::bootstrapped(),
+    ];
+    let events = expect_events(RULE, &mut first, &expected, "bootstrap").await;
+    let position = bookmark_of(RULE, &events[3]);
+    drop(first);
+    write_past_the_window(RULE, state).await;
+
+    let resumed = WatchKindOptions {
+        since: Some(position),
+        ..WatchKindOptions::default()
+    };
+    let mut watch = watch_kind(RULE, state, resumed).await;
+    catch_up_matches_store(RULE, state, &mut watch, view, CatchUp::ExactAllowed).await;
+    continues_live(RULE, state, &mut watch).await;
 }
 
 /// A strict watcher that falls behind the window receives the exact events it can, then an
@@ -571,6 +628,88 @@ pub async fn strict_watcher_behind_window_gets_overrun_error(subject: &Subject) 
         }
         other => panic!("{RULE}: expected WatchOverrun, got {other:?}"),
     }
+    let end = tokio::time::timeout(TIMEOUT, watch.recv()).await;
+    assert!(
+        matches!(end, Ok(None)),
+        "{RULE}: the watch must end after the overrun error, got {end:?}"
+    );
+}
+
+/// A single-resource watch paused past the history window is not ended: it catches up
+/// (compacted) to the resource's latest state, then continues with exact live events.
+pub async fn single_watch_behind_window_catches_up_to_latest_state(subject: &Subject) {
+    const RULE: &str = "single_watch_behind_window_catches_up_to_latest_state";
+    let state = subject.state();
+    create_ok(state, RULE, widget("w", 0), None).await;
+    let pointer = widget_pointer("w");
+    let mut watch = expect_ok(
+        RULE,
+        "watch",
+        state.watch(&pointer, WatchOptions::default()).await,
+    );
+    let writes = 2 * HISTORY_WINDOW as u64;
+    for value in 1..=writes {
+        update_value(RULE, state, "w", value).await;
+    }
+
+    let latest = writes + 1;
+    let mut compacted = 0;
+    loop {
+        let event = next_event(RULE, &mut watch).await;
+        compacted += usize::from(event.is_compacted());
+        match &event {
+            Event::Created { resource, .. } | Event::Updated { resource, .. } => {
+                let md = resource.metadata();
+                assert_eq!(md.pointer(), &pointer, "{RULE}: event of another resource");
+                if md.version().get() == latest {
+                    assert_eq!(view_entry(resource).1, writes, "{RULE}: latest value");
+                    break;
+                }
+            }
+            other => panic!("{RULE}: unexpected event {other:?}"),
+        }
+    }
+    assert!(
+        compacted > 0,
+        "{RULE}: {writes} writes past a window of {HISTORY_WINDOW} must produce a compacted catch-up"
+    );
+    update_value(RULE, state, "w", 0).await;
+    let live = next_event(RULE, &mut watch).await;
+    assert_eq!(
+        seen(&live),
+        Seen::updated("w", latest + 1),
+        "{RULE}: live event after the catch-up"
+    );
+}
+
+/// A strict single-resource watch that falls behind the window ends with an explicit
+/// `WatchOverrun` error for the resource's kind.
+pub async fn strict_single_watch_behind_window_gets_overrun_error(subject: &Subject) {
+    const RULE: &str = "strict_single_watch_behind_window_gets_overrun_error";
+    let state = subject.state();
+    create_ok(state, RULE, widget("w", 0), None).await;
+    let strict = WatchOptions { strict: true };
+    let mut watch = expect_ok(
+        RULE,
+        "watch",
+        state.watch(&widget_pointer("w"), strict).await,
+    );
+    for value in 1..=(2 * HISTORY_WINDOW as u64) {
+        update_value(RULE, state, "w", value).await;
+    }
+    let error = loop {
+        match next_event(RULE, &mut watch).await {
+            Event::Errored { error } => break error,
+            event if event.is_compacted() || matches!(event, Event::Resync { .. }) => {
+                panic!("{RULE}: a strict watcher must not be caught up, got {event:?}")
+            }
+            _ => {}
+        }
+    };
+    assert!(
+        matches!(&error, Error::WatchOverrun { kind, .. } if *kind == widgets()),
+        "{RULE}: expected WatchOverrun for the widget kind, got {error:?}"
+    );
     let end = tokio::time::timeout(TIMEOUT, watch.recv()).await;
     assert!(
         matches!(end, Ok(None)),
