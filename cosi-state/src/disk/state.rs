@@ -9,7 +9,6 @@ use cosi_core::{
     CreateOptions, DestroyOptions, Error, Kind, ListOptions, Pointer, Result, SharedResource,
     State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
 };
-use dashmap::DashMap;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -18,14 +17,14 @@ use super::file::StoreFile;
 use super::recovery;
 use super::types::KnownTypes;
 use super::DiskOptions;
-use crate::memory::{Collection, WatchFilter};
+use crate::memory::{Collection, KindMap, WatchFilter};
 use crate::MemoryOptions;
 
 /// The per-kind collections of a disk store: shared by readers, watchers and the committer
 /// (their only writer).
 #[derive(Debug)]
 pub(crate) struct Collections {
-    kinds: DashMap<Kind, Arc<Collection>>,
+    kinds: KindMap<Arc<Collection>>,
     options: MemoryOptions,
 }
 
@@ -110,7 +109,7 @@ impl DiskState {
                 })??
         };
         let collections = Arc::new(Collections {
-            kinds: DashMap::new(),
+            kinds: KindMap::default(),
             options: options.memory.clone(),
         });
         for (kind, contents) in loaded {
