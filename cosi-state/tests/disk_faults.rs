@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
 use cosi_core::{
     CreateOptions, Error, ListOptions, Resource, ResourceSpec, State, StateExt, UpdateOptions,
@@ -271,6 +272,21 @@ async fn a_full_disk_fails_the_write_and_changes_nothing() {
         .unwrap_err()
         .is_not_found());
     assert_eq!(ids(&state).await, stored);
+
+    // Concurrent writers sharing the failing commits all get the error, and none is visible.
+    let state = Arc::new(state);
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            let state = state.clone();
+            tokio::spawn(async move { create(&state, &format!("late-{w}"), 64 * 1024).await })
+        })
+        .collect();
+    for writer in writers {
+        let err = writer.await.unwrap().unwrap_err();
+        assert!(backend_message(&err).contains("No space left"), "{err}");
+    }
+    assert_eq!(ids(&state).await, stored);
+    let state = Arc::try_unwrap(state).expect("the writers are done");
 
     // and once space is available again the store keeps working, from where it was.
     fs.remount("size=64m");
