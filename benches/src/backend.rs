@@ -19,3 +19,11 @@ pub fn memory_state_with_history(history: usize) -> Arc<dyn State> {
         ..MemoryOptions::default()
     }))
 }
+
+/// The disk backend with default options (full durability), on a new store file at `path`.
+pub async fn disk_state(
+    path: &std::path::Path,
+) -> Result<cosi_state::DiskState, crate::check::WorkloadError> {
+    let types = cosi_state::KnownTypes::new().with::<crate::item::BenchItem>();
+    Ok(cosi_state::DiskState::open(path, cosi_state::DiskOptions::default(), types).await?)
+}

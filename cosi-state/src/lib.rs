@@ -5,12 +5,14 @@
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod disk;
 mod memory;
 mod router;
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
 
+pub use disk::{DiskDurability, DiskOptions, DiskState, KnownTypes};
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdOptions, EtcdState};
 pub use memory::{MemoryOptions, MemoryState};

@@ -146,7 +146,7 @@ impl Collection {
     /// The stored value of `pointer`.
     pub(crate) fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
         self.read()
-            .get(pointer.id())
+            .get_pointer(pointer)
             .cloned()
             .ok_or_else(|| Error::NotFound {
                 pointer: pointer.clone(),
@@ -251,7 +251,7 @@ impl Collection {
         let contents = self.read();
         let head = contents.head();
         let bookmark = Bookmark(head);
-        let first = match contents.get(pointer.id()) {
+        let first = match contents.get_pointer(pointer) {
             Some(resource) => Event::Created {
                 resource: resource.clone(),
                 bookmark,

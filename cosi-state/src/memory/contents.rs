@@ -4,8 +4,7 @@
 //! bootstrap, and the catch-up of a watcher that fell behind.
 
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
 use std::time::SystemTime;
 
 use cosi_core::{
@@ -14,6 +13,7 @@ use cosi_core::{
 
 use super::destroy_markers::{DestroyMarker, DestroyMarkers};
 use super::history::{ChangeOp, HistoryWindow};
+use super::id_map::IdMap;
 use super::watch_filter::{IdFilter, WatchFilter};
 use super::write_rules;
 
@@ -31,7 +31,7 @@ pub(crate) struct StoredEntry {
 /// Everything one kind holds.
 #[derive(Debug)]
 pub(crate) struct KindContents {
-    resources: BTreeMap<Arc<str>, StoredEntry>,
+    resources: IdMap<StoredEntry>,
     window: HistoryWindow,
     markers: DestroyMarkers,
 }
@@ -40,7 +40,7 @@ impl KindContents {
     /// Empty contents whose first change gets sequence `head + 1`.
     pub(crate) fn new(history: usize, max_destroy_markers: usize, head: u64) -> Self {
         KindContents {
-            resources: BTreeMap::new(),
+            resources: IdMap::default(),
             window: HistoryWindow::new(history, head),
             markers: DestroyMarkers::new(max_destroy_markers, head),
         }
@@ -61,6 +61,27 @@ impl KindContents {
         self.resources.get(id).map(|e| &e.resource)
     }
 
+    /// How many resources are stored.
+    pub(crate) fn len(&self) -> usize {
+        self.resources.len()
+    }
+
+    /// Loads a resource that existed before the window starts, without an event: a durable
+    /// backend rebuilding its contents at open. Its creation and last change count as at the
+    /// window's start, which is what every catch-up from a position inside the window needs.
+    /// Replaces a value already loaded under the same id.
+    pub(crate) fn load(&mut self, resource: SharedResource) {
+        let seq = self.window.head();
+        self.resources.insert(
+            resource.metadata().pointer().shared_id().clone(),
+            StoredEntry {
+                resource,
+                created_seq: seq,
+                changed_seq: seq,
+            },
+        );
+    }
+
     /// The stored values passing `filter`, in id order.
     pub(crate) fn list(&self, filter: &WatchFilter) -> Vec<SharedResource> {
         match &filter.ids {
@@ -70,6 +91,14 @@ impl KindContents {
                 .cloned()
                 .into_iter()
                 .collect(),
+            // Unfiltered: an exact-size iterator, so the result is allocated once at its final
+            // size (not grown by doubling, which copies and briefly holds up to twice as much),
+            // and no stored value is read beyond its reference count.
+            IdFilter::All if !filter.has_labels() => self
+                .resources
+                .values()
+                .map(|e| e.resource.clone())
+                .collect(),
             _ => self
                 .resources
                 .values()
@@ -77,6 +106,14 @@ impl KindContents {
                 .map(|e| e.resource.clone())
                 .collect(),
         }
+    }
+
+    /// The stored value of `pointer` (its id; the kind is the caller's to match), searched
+    /// with the fast id comparison.
+    pub(crate) fn get_pointer(&self, pointer: &Pointer) -> Option<&SharedResource> {
+        self.resources
+            .get_shared(pointer.shared_id())
+            .map(|e| &e.resource)
     }
 
     /// Stores a new resource (already stamped); fails if the id exists. Returns the sequence
@@ -105,7 +142,10 @@ impl KindContents {
         options: &UpdateOptions,
         now: SystemTime,
     ) -> Result<u64> {
-        let Some(entry) = self.resources.get_mut(resource.metadata().id()) else {
+        let Some(entry) = self
+            .resources
+            .get_mut_shared(resource.metadata().pointer().shared_id())
+        else {
             return Err(Error::NotFound {
                 pointer: resource.metadata().pointer().clone(),
             });
@@ -142,7 +182,7 @@ impl KindContents {
     #[allow(dead_code)] // The publishing path of durable backends; memory uses check_and_*.
     pub(crate) fn apply_update(&mut self, resource: SharedResource) -> Result<u64> {
         let pointer = resource.metadata().pointer();
-        let Some(entry) = self.resources.get_mut(pointer.id()) else {
+        let Some(entry) = self.resources.get_mut_shared(pointer.shared_id()) else {
             return Err(Error::NotFound {
                 pointer: pointer.clone(),
             });
@@ -157,7 +197,7 @@ impl KindContents {
     /// sequence number of the change.
     #[allow(dead_code)] // The publishing path of durable backends; memory uses check_and_*.
     pub(crate) fn apply_destroy(&mut self, pointer: &Pointer) -> Result<u64> {
-        let Some(entry) = self.resources.remove(pointer.id()) else {
+        let Some(entry) = self.resources.remove_shared(pointer.shared_id()) else {
             return Err(Error::NotFound {
                 pointer: pointer.clone(),
             });
@@ -217,6 +257,10 @@ impl KindContents {
                     .cloned()
                     .map(created),
             ),
+            // Unfiltered: exact-size, so `out` grows once (see `list`).
+            IdFilter::All if !filter.has_labels() => {
+                out.extend(self.resources.values().map(|e| created(e.resource.clone())))
+            }
             _ => out.extend(
                 self.resources
                     .values()
@@ -301,7 +345,7 @@ impl KindContents {
         }
         let mut destroyed: Vec<(&str, &SharedResource)> = gone
             .into_iter()
-            .filter(|(id, (existed, _))| *existed && !self.resources.contains_key(*id))
+            .filter(|(id, (existed, _))| *existed && !self.resources.contains_key(id))
             .map(|(id, (_, last))| (id, last))
             .collect();
         if destroyed.is_empty() {

@@ -61,6 +61,7 @@ mod collection;
 mod contents;
 mod destroy_markers;
 mod history;
+mod id_map;
 mod kind_map;
 mod kind_watch;
 mod watch_filter;

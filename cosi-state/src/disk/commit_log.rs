@@ -1,0 +1,264 @@
+//! Group commit: the single committer that orders, validates, persists and publishes writes.
+//!
+//! Writers send requests through a bounded queue and wait for their acknowledgement. The
+//! committer takes everything queued (up to `max_batch`) as one batch and, in arrival order,
+//! checks each write with the crate's write rules against the committed state plus the writes
+//! before it in the batch, stamping versions and assigning each change the next sequence of its
+//! kind. A write that fails its check is answered at once and takes no part in the batch. The
+//! rest is written as one redb transaction on a blocking thread; only once it is committed is the
+//! batch applied to memory (in order, so watchers see exactly the committed order) and every
+//! writer acknowledged. If the commit fails, every writer in the batch gets the error and
+//! neither memory nor the file has changed.
+//!
+//! Being the only writer of the disk store's collections is what keeps this exact: between the
+//! check of a batch and its publication nothing else can change what was checked.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use cosi_core::{
+    make_mut, CreateOptions, DestroyOptions, Error, Kind, Pointer, Result, SharedResource,
+    UpdateOptions,
+};
+use tokio::sync::{mpsc, oneshot};
+
+use super::file::{self, Change, StoreFile};
+use super::record::{self, ChangeOp};
+use super::state::Collections;
+use super::types::KnownTypes;
+use super::DiskOptions;
+use crate::memory::{write_rules, Collection};
+
+/// A write waiting for the committer.
+pub(crate) enum WriteOp {
+    Create(SharedResource, CreateOptions),
+    Update(SharedResource, UpdateOptions),
+    Destroy(Pointer, DestroyOptions),
+}
+
+/// A write and where to send its outcome (the stored value; the last one for a destroy).
+pub(crate) struct WriteRequest {
+    pub(crate) op: WriteOp,
+    pub(crate) reply: oneshot::Sender<Result<SharedResource>>,
+}
+
+/// Where a checked write goes once its batch is committed: its collection and its writer.
+struct Waiting {
+    collection: Arc<Collection>,
+    reply: oneshot::Sender<Result<SharedResource>>,
+}
+
+/// The committer's state; it runs as one task per store.
+pub(crate) struct Committer {
+    pub(crate) file: StoreFile,
+    pub(crate) path: PathBuf,
+    pub(crate) collections: Arc<Collections>,
+    pub(crate) options: DiskOptions,
+    pub(crate) types: KnownTypes,
+}
+
+impl Committer {
+    /// Serves the queue until every sender is gone, then releases the file.
+    pub(crate) async fn run(mut self, mut queue: mpsc::Receiver<WriteRequest>) {
+        let max = self.options.max_batch.max(1);
+        let mut batch = Vec::with_capacity(max);
+        while queue.recv_many(&mut batch, max).await > 0 {
+            self.commit(std::mem::take(&mut batch)).await;
+            // The writers just acknowledged are about to send their next writes: let them run
+            // first, so that the next batch takes them all instead of the first one or two.
+            tokio::task::yield_now().await;
+        }
+        self.file.close();
+    }
+
+    async fn commit(&mut self, batch: Vec<WriteRequest>) {
+        let now = SystemTime::now();
+        let mut pending = Pending::default();
+        let mut changes = Vec::with_capacity(batch.len());
+        let mut waiting = Vec::with_capacity(batch.len());
+        for request in batch {
+            match self.stage(request.op, &mut pending, now) {
+                Ok((change, collection)) => {
+                    changes.push(change);
+                    waiting.push(Waiting {
+                        collection,
+                        reply: request.reply,
+                    });
+                }
+                Err(error) => {
+                    // The writer may have given up waiting; nothing to do then.
+                    let _ = request.reply.send(Err(error));
+                }
+            }
+        }
+        if changes.is_empty() {
+            return;
+        }
+        match self.write(changes).await {
+            Ok(changes) => publish(changes, waiting),
+            Err(error) => {
+                // redb refuses further writes on a handle that saw an I/O failure; the file is as
+                // the last good commit left it, and so is memory, since nothing was published.
+                self.file.reset();
+                tracing::warn!(path = %self.path.display(), %error, writes = waiting.len(), "commit failed; batch rejected");
+                for w in waiting {
+                    let _ = w.reply.send(Err(error.clone()));
+                }
+            }
+        }
+    }
+
+    /// Commits the batch; hands the changes back for publication.
+    async fn write(&mut self, changes: Vec<Change>) -> Result<Vec<Change>> {
+        let db = self.file.database(&self.options)?;
+        let path = self.path.clone();
+        let durability = self.options.durability;
+        let retained = self.options.retained_changes;
+        // The commit blocks on fsync: keep it off the async workers.
+        tokio::task::spawn_blocking(move || {
+            file::write_batch(&db, &path, &changes, durability, retained).map(|()| changes)
+        })
+        .await
+        .unwrap_or_else(|join| {
+            Err(Error::Backend {
+                subject: self.path.display().to_string(),
+                message: format!("the commit thread failed: {join}"),
+                retryable: true,
+                source: None,
+            })
+        })
+    }
+
+    /// Checks one write against the committed state and the batch so far; stamps it and
+    /// encodes it.
+    fn stage(
+        &self,
+        op: WriteOp,
+        pending: &mut Pending,
+        now: SystemTime,
+    ) -> Result<(Change, Arc<Collection>)> {
+        let (op, resource, old) = match op {
+            WriteOp::Create(resource, options) => {
+                let mut resource = self.types.normalize(resource)?;
+                write_rules::prepare_create(&mut resource, options.owner, now)?;
+                let pointer = resource.metadata().pointer();
+                if pending.current(&self.collections, pointer).is_some() {
+                    return Err(Error::AlreadyExists {
+                        pointer: pointer.clone(),
+                    });
+                }
+                (ChangeOp::Created, resource, None)
+            }
+            WriteOp::Update(resource, options) => {
+                let mut resource = self.types.normalize(resource)?;
+                let pointer = resource.metadata().pointer().clone();
+                let stored = pending
+                    .current(&self.collections, &pointer)
+                    .ok_or(Error::NotFound { pointer })?;
+                write_rules::check_update(&*stored, &*resource, &options)?;
+                make_mut(&mut resource);
+                write_rules::stamp_update(&*stored, &mut resource, now);
+                (ChangeOp::Updated, resource, Some(stored))
+            }
+            WriteOp::Destroy(pointer, options) => {
+                let stored = pending
+                    .current(&self.collections, &pointer)
+                    .ok_or(Error::NotFound { pointer })?;
+                write_rules::check_destroy(&*stored, &options)?;
+                (ChangeOp::Destroyed, stored, None)
+            }
+        };
+        let record = match op {
+            ChangeOp::Destroyed => Vec::new(),
+            _ => record::encode_resource(&*resource)?,
+        };
+        let entry = file::encode_entry(op, &resource, old.as_ref())?;
+        let pointer = resource.metadata().pointer().clone();
+        let collection = self.collections.get_or_create(pointer.kind());
+        let seq = pending.next_seq(&collection);
+        pending.values.insert(
+            pointer,
+            (op != ChangeOp::Destroyed).then(|| resource.clone()),
+        );
+        Ok((
+            Change {
+                seq,
+                op,
+                resource,
+                record,
+                entry,
+            },
+            collection,
+        ))
+    }
+}
+
+/// The batch so far: the latest value of every resource it writes (`None` once destroyed) and
+/// the last sequence it assigned per kind.
+#[derive(Default)]
+struct Pending {
+    values: HashMap<Pointer, Option<SharedResource>>,
+    heads: HashMap<Kind, u64>,
+}
+
+impl Pending {
+    fn current(&self, collections: &Collections, pointer: &Pointer) -> Option<SharedResource> {
+        match self.values.get(pointer) {
+            Some(value) => value.clone(),
+            None => collections
+                .get(pointer.kind())
+                .and_then(|c| c.read().get(pointer.id()).cloned()),
+        }
+    }
+
+    fn next_seq(&mut self, collection: &Collection) -> u64 {
+        let head = self
+            .heads
+            .entry(collection.kind().clone())
+            .or_insert_with(|| collection.read().head());
+        *head += 1;
+        *head
+    }
+}
+
+/// Applies a committed batch to memory in order, wakes the watchers of every kind it touched,
+/// and acknowledges the writers — only now, so that a writer's next read sees its write.
+fn publish(changes: Vec<Change>, waiting: Vec<Waiting>) {
+    let mut touched: Vec<Arc<Collection>> = Vec::new();
+    let mut replies = Vec::with_capacity(changes.len());
+    for (change, Waiting { collection, reply }) in changes.into_iter().zip(waiting) {
+        let applied = {
+            let mut contents = collection.write();
+            match change.op {
+                ChangeOp::Created => contents.apply_create(change.resource.clone()),
+                ChangeOp::Updated => contents.apply_update(change.resource.clone()),
+                ChangeOp::Destroyed => contents.apply_destroy(change.pointer()),
+            }
+        };
+        let outcome = match applied {
+            Ok(seq) if seq == change.seq => Ok(change.resource),
+            // Unreachable while the committer is the collections' only writer; if it ever
+            // happens the write is durable but memory disagrees, which must be loud.
+            Ok(seq) => {
+                tracing::error!(resource = %change.pointer(), expected = change.seq, seq, "published sequence differs from the committed one");
+                Ok(change.resource)
+            }
+            Err(error) => {
+                tracing::error!(resource = %change.pointer(), %error, "a committed write did not apply to memory");
+                Err(error)
+            }
+        };
+        if !touched.iter().any(|c| Arc::ptr_eq(c, &collection)) {
+            touched.push(collection);
+        }
+        replies.push((reply, outcome));
+    }
+    for collection in touched {
+        collection.wake();
+    }
+    for (reply, outcome) in replies {
+        let _ = reply.send(outcome);
+    }
+}

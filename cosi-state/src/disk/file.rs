@@ -1,0 +1,461 @@
+//! The store file: redb tables, the store format version, opening (creating, checking, loading)
+//! and the one write path, [`write_batch`], that turns a batch of changes into one transaction.
+//!
+//! This module owns every byte on disk and every redb call. It does not decide what to write
+//! (validation lives in the commit log) nor serve reads (memory does).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cosi_core::{Error, Kind, Pointer, Result, SharedResource};
+use redb::{Database, ReadableTable, TableDefinition};
+
+use super::record::{self, ChangeEntry, ChangeOp};
+use super::types::KnownTypes;
+use super::{DiskDurability, DiskOptions};
+
+/// The store format this build writes and the newest it reads. Bump it when the meaning of a
+/// table or of a record changes in a way an older build must not misread.
+pub(crate) const STORE_FORMAT: u64 = 1;
+
+/// `"format"` → [`STORE_FORMAT`] of the file.
+const META: TableDefinition<&str, u64> = TableDefinition::new("cosi.meta");
+/// `(namespace, type, id)` → record bytes.
+const RESOURCES: TableDefinition<(&str, &str, &str), &[u8]> =
+    TableDefinition::new("cosi.resources");
+/// `(namespace, type, sequence)` → change entry bytes; the last `retained_changes` per kind.
+const CHANGES: TableDefinition<(&str, &str, u64), &[u8]> = TableDefinition::new("cosi.changes");
+/// `(namespace, type)` → the kind's last change sequence (its bookmark).
+const KINDS: TableDefinition<(&str, &str), u64> = TableDefinition::new("cosi.kinds");
+
+const FORMAT_KEY: &str = "format";
+
+/// One change, ready to be written: the event it becomes and its encoded forms.
+#[derive(Debug, Clone)]
+pub(crate) struct Change {
+    /// The kind's change sequence of this change (the watchers' bookmark).
+    pub(crate) seq: u64,
+    pub(crate) op: ChangeOp,
+    /// The new state, or the last state for a destroy.
+    pub(crate) resource: SharedResource,
+    /// Record bytes of `resource` (unused for a destroy).
+    pub(crate) record: Vec<u8>,
+    /// Change-log entry bytes.
+    pub(crate) entry: Vec<u8>,
+}
+
+impl Change {
+    pub(crate) fn pointer(&self) -> &Pointer {
+        self.resource.metadata().pointer()
+    }
+}
+
+/// One change read back from the log at open.
+#[derive(Debug, Clone)]
+pub(crate) struct LoadedChange {
+    pub(crate) seq: u64,
+    pub(crate) op: ChangeOp,
+    pub(crate) resource: SharedResource,
+    pub(crate) old: Option<SharedResource>,
+}
+
+/// Everything the file holds for one kind.
+#[derive(Debug, Default)]
+pub(crate) struct LoadedKind {
+    /// The live resources, sorted by id.
+    pub(crate) resources: Vec<SharedResource>,
+    /// The kind's last change sequence.
+    pub(crate) last_seq: u64,
+    /// The retained change log, oldest first.
+    pub(crate) changes: Vec<LoadedChange>,
+}
+
+/// The open file.
+pub(crate) struct StoreFile {
+    path: PathBuf,
+    db: Option<Arc<Database>>,
+}
+
+fn display(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// Maps a redb error to a store error about `path`.
+fn storage_error(path: &Path, doing: &str, error: impl Into<redb::Error>) -> Error {
+    let error: redb::Error = error.into();
+    let retryable = matches!(error, redb::Error::DatabaseAlreadyOpen);
+    let message = match &error {
+        redb::Error::DatabaseAlreadyOpen => {
+            format!("{doing}: the file is locked: another process (or another store in this process) has it open")
+        }
+        redb::Error::Corrupted(m) => format!("{doing}: the file is corrupt: {m}"),
+        redb::Error::UpgradeRequired(v) => {
+            format!("{doing}: the file uses redb file format {v}, which this build cannot open")
+        }
+        redb::Error::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            format!("{doing}: the file is truncated ({e})")
+        }
+        other => format!("{doing}: {other}"),
+    };
+    match error {
+        redb::Error::Io(io) => Error::backend(display(path), message, retryable, io),
+        _ => Error::Backend {
+            subject: display(path),
+            message,
+            retryable,
+            source: None,
+        },
+    }
+}
+
+impl StoreFile {
+    /// Opens the store at `path`, creating it if absent, and loads its contents.
+    pub(crate) fn open(
+        path: &Path,
+        options: &DiskOptions,
+        types: &KnownTypes,
+    ) -> Result<(StoreFile, BTreeMap<Kind, LoadedKind>)> {
+        let db = if path.exists() {
+            open_existing(path, options)?
+        } else {
+            create_new(path, options)?
+        };
+        let mut file = StoreFile {
+            path: path.to_path_buf(),
+            db: Some(Arc::new(db)),
+        };
+        let loaded = file.load(options, types)?;
+        Ok((file, loaded))
+    }
+
+    /// The database, reopening it if a failed write closed it.
+    pub(crate) fn database(&mut self, options: &DiskOptions) -> Result<Arc<Database>> {
+        if let Some(db) = &self.db {
+            return Ok(db.clone());
+        }
+        let db = Arc::new(open_existing(&self.path, options)?);
+        self.db = Some(db.clone());
+        Ok(db)
+    }
+
+    /// Forgets the database after an I/O failure: redb refuses every later write on that handle,
+    /// so the next batch reopens the file (which is exactly as the last good commit left it).
+    pub(crate) fn reset(&mut self) {
+        self.db = None;
+    }
+
+    /// Releases the file (and its lock) once every in-flight write holding it is done.
+    pub(crate) fn close(&mut self) {
+        self.db = None;
+    }
+
+    fn load(
+        &mut self,
+        options: &DiskOptions,
+        types: &KnownTypes,
+    ) -> Result<BTreeMap<Kind, LoadedKind>> {
+        let path = self.path.clone();
+        let db = self.database(options)?;
+        let read = db
+            .begin_read()
+            .map_err(|e| storage_error(&path, "reading the store", e))?;
+        let meta = read.open_table(META).map_err(|e| match e {
+            redb::TableError::TableDoesNotExist(_) => Error::Backend {
+                subject: display(&path),
+                message:
+                    "not a cosi store: the file is a redb database without the cosi.meta table"
+                        .into(),
+                retryable: false,
+                source: None,
+            },
+            other => storage_error(&path, "reading the store format", other),
+        })?;
+        let format = meta
+            .get(FORMAT_KEY)
+            .map_err(|e| storage_error(&path, "reading the store format", e))?
+            .map(|v| v.value());
+        match format {
+            Some(STORE_FORMAT) => {}
+            Some(newer) if newer > STORE_FORMAT => {
+                return Err(Error::Unsupported {
+                    subject: display(&path),
+                    message: format!(
+                        "store format {newer} was written by a newer version; this build reads up to format {STORE_FORMAT}"
+                    ),
+                })
+            }
+            other => {
+                return Err(Error::Backend {
+                    subject: display(&path),
+                    message: format!("not a cosi store: unknown store format {other:?}"),
+                    retryable: false,
+                    source: None,
+                })
+            }
+        }
+
+        let mut kinds: BTreeMap<Kind, LoadedKind> = BTreeMap::new();
+        let read_err = |e: redb::StorageError| storage_error(&path, "loading resources", e);
+        let resources = open_read_table(&read, RESOURCES, &path)?;
+        if let Some(table) = resources {
+            for row in table.iter().map_err(read_err)? {
+                let (key, value) = row.map_err(read_err)?;
+                let (namespace, resource_type, id) = key.value();
+                let pointer = Pointer::new(namespace, resource_type, id);
+                let resource = record::decode_resource(value.value(), pointer.clone(), types)?;
+                kinds
+                    .entry(pointer.kind().clone())
+                    .or_default()
+                    .resources
+                    .push(resource);
+            }
+        }
+        let sequences = open_read_table(&read, KINDS, &path)?;
+        if let Some(table) = sequences {
+            for row in table.iter().map_err(read_err)? {
+                let (key, value) = row.map_err(read_err)?;
+                let (namespace, resource_type) = key.value();
+                kinds
+                    .entry(Kind::new(namespace, resource_type))
+                    .or_default()
+                    .last_seq = value.value();
+            }
+        }
+        let changes = open_read_table(&read, CHANGES, &path)?;
+        if let Some(table) = changes {
+            for row in table.iter().map_err(read_err)? {
+                let (key, value) = row.map_err(read_err)?;
+                let (namespace, resource_type, seq) = key.value();
+                let kind = Kind::new(namespace, resource_type);
+                let subject = format!("{kind} change {seq}");
+                let entry = record::decode_change(value.value(), &subject)?;
+                let loaded = kinds.entry(kind.clone()).or_default();
+                if seq > loaded.last_seq {
+                    return Err(Error::Backend {
+                        subject: display(&path),
+                        message: format!(
+                            "the change log of {kind} holds sequence {seq}, beyond the kind's last sequence {}",
+                            loaded.last_seq
+                        ),
+                        retryable: false,
+                        source: None,
+                    });
+                }
+                let pointer = kind.pointer(entry.id.as_str());
+                loaded.changes.push(LoadedChange {
+                    seq,
+                    op: entry.op,
+                    resource: entry.resource.into_resource(pointer.clone(), types),
+                    old: entry.old.map(|old| old.into_resource(pointer, types)),
+                });
+            }
+        }
+        for loaded in kinds.values_mut() {
+            // Keys are ordered by (namespace, type, id): resources already sorted by id, the log by
+            // sequence. A log longer than the (possibly lowered) retention keeps its newest part.
+            let excess = loaded
+                .changes
+                .len()
+                .saturating_sub(options.retained_changes);
+            loaded.changes.drain(..excess);
+        }
+        Ok(kinds)
+    }
+}
+
+fn open_read_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    read: &redb::ReadTransaction,
+    table: TableDefinition<K, V>,
+    path: &Path,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>> {
+    match read.open_table(table) {
+        Ok(t) => Ok(Some(t)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(storage_error(path, "opening a table", e)),
+    }
+}
+
+fn builder(options: &DiskOptions) -> redb::Builder {
+    let mut builder = Database::builder();
+    builder.set_cache_size(options.cache_size);
+    builder.create_with_file_format_v3(true);
+    builder
+}
+
+fn open_existing(path: &Path, options: &DiskOptions) -> Result<Database> {
+    let damaged = |what: String| Error::Backend {
+        subject: display(path),
+        message: format!("opening the store: the file is damaged (truncated or corrupt): {what}"),
+        retryable: false,
+        source: None,
+    };
+    match std::fs::metadata(path) {
+        // redb would initialize an empty file; here it can only be a store that lost its data.
+        Ok(m) if m.len() == 0 => return Err(damaged("it is empty".into())),
+        Ok(_) => {}
+        Err(e) => {
+            return Err(Error::backend(
+                display(path),
+                format!("opening the store: {e}"),
+                false,
+                e,
+            ))
+        }
+    }
+    // redb asserts on some damaged headers (e.g. a file shorter than its header says) instead
+    // of returning an error; contain that here so that a bad file is an error, never a crash.
+    let opened =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder(options).open(path)));
+    match opened {
+        Ok(result) => result.map_err(|e| storage_error(path, "opening the store", e)),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "redb rejected it".into());
+            Err(damaged(what))
+        }
+    }
+}
+
+/// Creates a store under a temporary name and links it into place once its format is
+/// committed, so that a file at `path` is always a complete store: an empty or partial file
+/// there is damage to report, never a store to start afresh in.
+///
+/// Two processes creating the same store at once cannot both win: the temporary file is locked
+/// by redb while it is being prepared, and it is linked to `path` with `hard_link`, which never
+/// replaces an existing file. The loser opens (or finds locked) the winner's store.
+fn create_new(path: &Path, options: &DiskOptions) -> Result<Database> {
+    let mut creating = path.as_os_str().to_owned();
+    creating.push(".creating");
+    let creating = PathBuf::from(creating);
+    let io_error = |doing: &str, e: std::io::Error| {
+        Error::backend(display(path), format!("{doing}: {e}"), false, e)
+    };
+    let remove_partial = || match std::fs::remove_file(&creating) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_error("creating the store (removing a partial one)", e)),
+    };
+    let db = match builder(options).create(&creating) {
+        Ok(db) => db,
+        Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+            return Err(storage_error(
+                path,
+                "creating the store",
+                redb::DatabaseError::DatabaseAlreadyOpen,
+            ))
+        }
+        // Unlocked and unreadable: what a creation that crashed early leaves. Start over.
+        Err(_) => {
+            remove_partial()?;
+            builder(options)
+                .create(&creating)
+                .map_err(|e| storage_error(path, "creating the store", e))?
+        }
+    };
+    // redb::Error is large, but it is built at most once per failed call.
+    #[allow(clippy::result_large_err)]
+    let init = || -> std::result::Result<(), redb::Error> {
+        let mut txn = db.begin_write()?;
+        txn.set_durability(redb::Durability::Immediate);
+        {
+            txn.open_table(META)?.insert(FORMAT_KEY, STORE_FORMAT)?;
+            txn.open_table(RESOURCES)?;
+            txn.open_table(CHANGES)?;
+            txn.open_table(KINDS)?;
+        }
+        txn.commit()?;
+        Ok(())
+    };
+    init().map_err(|e| storage_error(path, "initializing the store", e))?;
+    match std::fs::hard_link(&creating, path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // Another process created the store first: use (or be refused) theirs.
+            drop(db);
+            remove_partial()?;
+            return open_existing(path, options);
+        }
+        Err(e) => return Err(io_error("moving the new store into place", e)),
+    }
+    remove_partial()?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io_error("syncing the store directory", e))?;
+    }
+    Ok(db)
+}
+
+/// Writes a batch of changes as one transaction: all of it is durable when this returns `Ok`,
+/// none of it is visible in the file when it returns `Err`.
+pub(crate) fn write_batch(
+    db: &Database,
+    path: &Path,
+    changes: &[Change],
+    durability: DiskDurability,
+    retained_changes: usize,
+) -> Result<()> {
+    // redb::Error is large, but it is built at most once per failed commit.
+    #[allow(clippy::result_large_err)]
+    let write = || -> std::result::Result<(), redb::Error> {
+        let mut txn = db.begin_write()?;
+        txn.set_durability(match durability {
+            DiskDurability::Immediate => redb::Durability::Immediate,
+            DiskDurability::Eventual => redb::Durability::Eventual,
+        });
+        {
+            let mut resources = txn.open_table(RESOURCES)?;
+            let mut log = txn.open_table(CHANGES)?;
+            let mut kinds = txn.open_table(KINDS)?;
+            let mut last: BTreeMap<&Kind, u64> = BTreeMap::new();
+            for change in changes {
+                let pointer = change.pointer();
+                let (namespace, resource_type) = (pointer.namespace(), pointer.resource_type());
+                let key = (namespace, resource_type, pointer.id());
+                match change.op {
+                    ChangeOp::Created | ChangeOp::Updated => {
+                        resources.insert(key, change.record.as_slice())?;
+                    }
+                    ChangeOp::Destroyed => {
+                        resources.remove(key)?;
+                    }
+                }
+                log.insert(
+                    (namespace, resource_type, change.seq),
+                    change.entry.as_slice(),
+                )?;
+                // Sequences are contiguous per kind, so dropping exactly one old entry per new one
+                // keeps the log at its retained length.
+                if let Some(expired) = change.seq.checked_sub(retained_changes as u64) {
+                    log.remove((namespace, resource_type, expired))?;
+                }
+                last.insert(pointer.kind(), change.seq);
+            }
+            for (kind, seq) in last {
+                kinds.insert((kind.namespace(), kind.resource_type()), seq)?;
+            }
+        }
+        txn.commit()?;
+        Ok(())
+    };
+    write().map_err(|e| storage_error(path, "committing writes", e))
+}
+
+/// Encodes a change-log entry for `change`.
+pub(crate) fn encode_entry(
+    op: ChangeOp,
+    resource: &SharedResource,
+    old: Option<&SharedResource>,
+) -> Result<Vec<u8>> {
+    let entry = ChangeEntry {
+        op,
+        id: resource.metadata().id().to_string(),
+        resource: record::RecordBody::of(&**resource)?,
+        old: old.map(|o| record::RecordBody::of(&**o)).transpose()?,
+    };
+    record::encode_change(&entry, resource.metadata().pointer())
+}

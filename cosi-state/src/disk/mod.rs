@@ -1,0 +1,86 @@
+//! The disk backend: a [`cosi_core::State`] kept in a redb file, served from memory.
+//!
+//! The file is the source of truth at open: [`DiskState::open`] loads every resource and the
+//! retained change log into the in-memory machinery of this crate, which then serves every read
+//! and watch. Writes go through a single committer ([`commit_log`]): it validates each write in
+//! arrival order against the committed state plus the writes before it in the same batch, writes
+//! the whole batch as one redb transaction, and only after the commit is durable publishes the
+//! batch to memory (and so to watchers) and acknowledges each writer. Concurrent writers thus
+//! share one fsync (group commit), readers never see a write that is not yet durable, and a
+//! failed commit changes nothing, neither in the file nor in memory.
+//!
+//! The on-disk format and the commit protocol are written down in `docs/disk-format.md`.
+//!
+//! Modules: [`record`] (bytes of one resource / change), [`types`] (which specs decode typed),
+//! [`file`] (tables, open, load, the one write path), [`commit_log`] (batching, validation,
+//! publication), [`state`] (the `State` impl).
+
+mod commit_log;
+mod file;
+mod record;
+mod recovery;
+mod state;
+mod types;
+
+use crate::MemoryOptions;
+
+pub use state::DiskState;
+pub use types::KnownTypes;
+
+/// When a write counts as done.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DiskDurability {
+    /// A write returns after its transaction is on stable storage (redb
+    /// `Durability::Immediate`: the commit is fsynced). Survives a process crash and a power
+    /// loss. The default.
+    #[default]
+    Immediate,
+    /// Relaxed: a write returns after its transaction is handed to the operating system, without
+    /// waiting for the fsync (redb `Durability::Eventual`). An acknowledged write survives a
+    /// crash of this process, but a power loss or kernel crash may lose the last writes acknowledged
+    /// before it. The file is still never half-written: after such a loss it opens at an earlier,
+    /// consistent state.
+    Eventual,
+}
+
+/// Options of [`DiskState::open`].
+///
+/// ```
+/// use cosi_state::{DiskDurability, DiskOptions};
+/// let options = DiskOptions {
+///     durability: DiskDurability::Eventual,
+///     ..DiskOptions::default()
+/// };
+/// assert_eq!(options.retained_changes, DiskOptions::default().retained_changes);
+/// ```
+#[derive(Clone, Debug)]
+pub struct DiskOptions {
+    /// When a write is acknowledged. Default: [`DiskDurability::Immediate`].
+    pub durability: DiskDurability,
+    /// How many changes per kind the durable change log keeps, so that a watch can resume after
+    /// a bookmark taken before a restart. An older bookmark gets a resync. Default: 4096.
+    pub retained_changes: usize,
+    /// The most writes one transaction takes. Default: 1024.
+    pub max_batch: usize,
+    /// How many writes may wait for the committer before writers wait to enqueue. Default: 4096.
+    pub queue_capacity: usize,
+    /// redb's page cache, in bytes. Reads are served from memory, so this only speeds up writes.
+    /// Default: 16 MiB.
+    pub cache_size: usize,
+    /// Sizing of the in-memory collections that serve reads and watches (history window,
+    /// destroy markers). Default: [`MemoryOptions::default`].
+    pub memory: MemoryOptions,
+}
+
+impl Default for DiskOptions {
+    fn default() -> Self {
+        DiskOptions {
+            durability: DiskDurability::Immediate,
+            retained_changes: 4096,
+            max_batch: 1024,
+            queue_capacity: 4096,
+            cache_size: 16 << 20,
+            memory: MemoryOptions::default(),
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! [`DiskState`]: the [`State`] implementation of the disk backend. Reads and watches go to the
+//! in-memory collections; writes go to the committer and return once it acknowledges them.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use cosi_core::{
+    CreateOptions, DestroyOptions, Error, Kind, ListOptions, Pointer, Result, SharedResource,
+    State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::commit_log::{Committer, WriteOp, WriteRequest};
+use super::file::StoreFile;
+use super::recovery;
+use super::types::KnownTypes;
+use super::DiskOptions;
+use crate::memory::{Collection, KindMap, WatchFilter};
+use crate::MemoryOptions;
+
+/// The per-kind collections of a disk store: shared by readers, watchers and the committer
+/// (their only writer).
+#[derive(Debug)]
+pub(crate) struct Collections {
+    kinds: KindMap<Arc<Collection>>,
+    options: MemoryOptions,
+}
+
+impl Collections {
+    pub(crate) fn get(&self, kind: &Kind) -> Option<Arc<Collection>> {
+        self.kinds.get(kind).map(|c| c.clone())
+    }
+
+    pub(crate) fn get_or_create(&self, kind: &Kind) -> Arc<Collection> {
+        if let Some(collection) = self.kinds.get(kind) {
+            return collection.clone();
+        }
+        self.kinds
+            .entry(kind.clone())
+            .or_insert_with(|| Arc::new(Collection::new(kind.clone(), &self.options)))
+            .clone()
+    }
+}
+
+/// A [`State`] kept in a redb file and served from memory.
+///
+/// Every write returns only once it is durable (see [`super::DiskDurability`]); concurrent writes
+/// share commits. Resources of types not registered in the [`KnownTypes`] given at open load as
+/// [`cosi_core::DynamicResource`] and are kept as they are.
+///
+/// ```
+/// use cosi_core::{CreateOptions, Resource, ResourceSpec, State, StateExt};
+/// use cosi_state::{DiskOptions, DiskState, KnownTypes};
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
+/// # struct Hostname { name: String }
+/// # impl ResourceSpec for Hostname {
+/// #     const TYPE: &'static str = "Hostnames.net.cosi.dev";
+/// #     const DEFAULT_NAMESPACE: &'static str = "network";
+/// # }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("state.redb");
+/// let types = KnownTypes::new().with::<Hostname>();
+///
+/// let state = DiskState::open(&path, DiskOptions::default(), types.clone()).await.unwrap();
+/// let hostname = Resource::new("hostname", Hostname { name: "node-1".into() });
+/// state.create(hostname.into_shared(), CreateOptions::default()).await.unwrap();
+/// state.close().await;
+///
+/// // The file is the source of truth: a reopened store has the resource, typed.
+/// let state = DiskState::open(&path, DiskOptions::default(), types).await.unwrap();
+/// let pointer = Hostname::kind().pointer("hostname");
+/// assert_eq!(state.get_typed::<Hostname>(&pointer).await.unwrap().spec.name, "node-1");
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct DiskState {
+    path: PathBuf,
+    collections: Arc<Collections>,
+    queue: mpsc::Sender<WriteRequest>,
+    committer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl DiskState {
+    /// Opens the store at `path`, creating it if it does not exist, and loads it into memory.
+    ///
+    /// Fails with a clear error, changing nothing, when the file is corrupt or truncated, was
+    /// written by a newer format version ([`Error::Unsupported`]), is locked by another open
+    /// store (a retryable [`Error::Backend`]), or cannot be created or read. Must be called
+    /// within a tokio runtime: the store's committer runs as a task of it.
+    pub async fn open(
+        path: impl AsRef<Path>,
+        options: DiskOptions,
+        types: KnownTypes,
+    ) -> Result<DiskState> {
+        let path = path.as_ref().to_path_buf();
+        let (file, loaded) = {
+            let (at, options, types) = (path.clone(), options.clone(), types.clone());
+            tokio::task::spawn_blocking(move || StoreFile::open(&at, &options, &types))
+                .await
+                .map_err(|e| Error::Backend {
+                    subject: path.display().to_string(),
+                    message: format!("opening the store failed: {e}"),
+                    retryable: false,
+                    source: None,
+                })??
+        };
+        let collections = Arc::new(Collections {
+            kinds: KindMap::default(),
+            options: options.memory.clone(),
+        });
+        for (kind, contents) in loaded {
+            let collection = recovery::restore(kind.clone(), contents, &options.memory);
+            collections.kinds.insert(kind, collection);
+        }
+        let (queue, requests) = mpsc::channel(options.queue_capacity.max(1));
+        let committer = Committer {
+            file,
+            path: path.clone(),
+            collections: collections.clone(),
+            options,
+            types,
+        };
+        let committer = tokio::spawn(committer.run(requests));
+        Ok(DiskState {
+            path,
+            collections,
+            queue,
+            committer: Mutex::new(Some(committer)),
+        })
+    }
+
+    /// The store file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Finishes the writes already accepted, then releases the file (and its lock), so that it
+    /// can be reopened in this process. Dropping the store releases it too, but asynchronously.
+    pub async fn close(self) {
+        let DiskState {
+            queue, committer, ..
+        } = self;
+        drop(queue);
+        let handle = committer
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(handle) = handle {
+            // A committer that panicked has already dropped the file; nothing more to release.
+            let _ = handle.await;
+        }
+    }
+
+    async fn submit(&self, op: WriteOp, subject: impl Fn() -> String) -> Result<SharedResource> {
+        let (reply, outcome) = oneshot::channel();
+        let closed = || Error::Backend {
+            subject: subject(),
+            message: format!("the store {} is closed", self.path.display()),
+            retryable: false,
+            source: None,
+        };
+        self.queue
+            .send(WriteRequest { op, reply })
+            .await
+            .map_err(|_| closed())?;
+        outcome.await.map_err(|_| closed())?
+    }
+}
+
+#[async_trait]
+impl State for DiskState {
+    async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
+        match self.collections.get(pointer.kind()) {
+            Some(collection) => collection.get(pointer),
+            None => Err(Error::NotFound {
+                pointer: pointer.clone(),
+            }),
+        }
+    }
+
+    async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
+        match self.collections.get(kind) {
+            Some(collection) => {
+                let filter = WatchFilter::new(options.ids.as_ref(), &options.labels);
+                Ok(collection.read().list(&filter))
+            }
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn create(
+        &self,
+        resource: SharedResource,
+        options: CreateOptions,
+    ) -> Result<SharedResource> {
+        let pointer = resource.metadata().pointer().clone();
+        self.submit(WriteOp::Create(resource, options), || pointer.to_string())
+            .await
+    }
+
+    async fn update(
+        &self,
+        resource: SharedResource,
+        options: UpdateOptions,
+    ) -> Result<SharedResource> {
+        let pointer = resource.metadata().pointer().clone();
+        self.submit(WriteOp::Update(resource, options), || pointer.to_string())
+            .await
+    }
+
+    async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
+        self.submit(WriteOp::Destroy(pointer.clone(), options), || {
+            pointer.to_string()
+        })
+        .await
+        .map(|_| ())
+    }
+
+    async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
+        let collection = self.collections.get_or_create(pointer.kind());
+        Ok(Watch::new(
+            collection.watch_pointer(pointer, options.strict),
+        ))
+    }
+
+    async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
+        let collection = self.collections.get_or_create(kind);
+        Ok(Watch::new(collection.watch_kind(options)?))
+    }
+}
