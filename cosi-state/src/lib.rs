@@ -8,5 +8,10 @@ pub mod conformance;
 mod memory;
 mod router;
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
+
+#[cfg(feature = "etcd")]
+pub use etcd::{EtcdOptions, EtcdState};
 pub use memory::{MemoryOptions, MemoryState};
 pub use router::NamespaceRouter;

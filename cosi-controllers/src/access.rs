@@ -1,0 +1,357 @@
+//! [`ControllerState`]: the state handle a controller works through. It implements
+//! [`cosi_core::State`] (so every [`cosi_core::StateExt`] helper works on it) and enforces the
+//! access rules at run time:
+//!
+//! - reads (`get`, `list`, `watch`, `watch_kind`) only of declared inputs and outputs;
+//! - writes (`create`, `update`, `destroy`) only of declared output types, as the owner named
+//!   after the controller;
+//! - finalizer changes on other resources only on strong inputs.
+//!
+//! A violation is an [`Error::AccessDenied`] returned to the controller; nothing reaches the
+//! store. The handle also tracks touched outputs, so a reconcile can clean up the ones it no
+//! longer produces.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, RwLock};
+
+use async_trait::async_trait;
+use cosi_core::{
+    AnyResource, CreateOptions, DestroyOptions, Error, Kind, ListOptions, Pointer, Resource,
+    ResourceSpec, Result, SharedResource, State, StateExt, UpdateOptions, Watch, WatchKindOptions,
+    WatchOptions,
+};
+
+use crate::{Input, InputStrength, Output};
+
+/// Where a controller's run-time input changes go (the engine).
+#[async_trait]
+pub(crate) trait InputRegistry: Send + Sync {
+    async fn set_inputs(&self, controller: &str, inputs: Vec<Input>) -> Result<()>;
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Access {
+    pub(crate) inputs: Vec<Input>,
+    pub(crate) outputs: Vec<Output>,
+}
+
+/// The result of [`ControllerState::cleanup_outputs`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Cleanup {
+    /// Untouched outputs destroyed now.
+    pub destroyed: usize,
+    /// Untouched outputs torn down but still held by finalizers; they are destroyed by a later
+    /// cleanup once the finalizers are gone (declare the output kind as a destroy-ready input
+    /// to be woken at that moment).
+    pub waiting: usize,
+}
+
+/// A controller's view of the state, with its access rules enforced. See the module docs.
+#[derive(Clone)]
+pub struct ControllerState {
+    name: Arc<str>,
+    inner: Arc<dyn State>,
+    access: Arc<RwLock<Arc<Access>>>,
+    registry: Arc<dyn InputRegistry>,
+    tracked: Arc<Mutex<Option<HashSet<Pointer>>>>,
+}
+
+impl std::fmt::Debug for ControllerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerState")
+            .field("controller", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ControllerState {
+    pub(crate) fn new(
+        name: Arc<str>,
+        inner: Arc<dyn State>,
+        access: Arc<RwLock<Arc<Access>>>,
+        registry: Arc<dyn InputRegistry>,
+    ) -> Self {
+        ControllerState {
+            name,
+            inner,
+            access,
+            registry,
+            tracked: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// The controller's name: the owner of everything it writes.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The current inputs.
+    pub fn inputs(&self) -> Vec<Input> {
+        self.snapshot().inputs.clone()
+    }
+
+    /// The outputs.
+    pub fn outputs(&self) -> Vec<Output> {
+        self.snapshot().outputs.clone()
+    }
+
+    /// Replaces the controller's inputs at run time. When it returns, changes of the new inputs
+    /// wake the controller and the controller is scheduled to run once more (so it sees the
+    /// current state of the new inputs). Rejected (with nothing changed) if the inputs repeat.
+    pub async fn set_inputs(&self, inputs: Vec<Input>) -> Result<()> {
+        self.registry.set_inputs(&self.name, inputs).await
+    }
+
+    /// Update options that write as this controller.
+    pub fn owned(&self) -> UpdateOptions {
+        UpdateOptions::owned_by(Some(&self.name))
+    }
+
+    /// Creates or updates an output owned by this controller through `change`, writing nothing
+    /// when the result equals what is stored ([`StateExt::modify`]). Marks the output touched
+    /// when tracking.
+    pub async fn modify_output<S, F>(
+        &self,
+        template: Resource<S>,
+        change: F,
+    ) -> Result<Arc<Resource<S>>>
+    where
+        S: ResourceSpec,
+        F: FnMut(&mut Resource<S>) -> Result<()> + Send,
+    {
+        let pointer = template.metadata.pointer().clone();
+        self.check_write(&pointer, self.owned().owner.as_deref())?;
+        let stored = self.modify(template, self.owned(), change).await?;
+        self.touch(&pointer);
+        Ok(stored)
+    }
+
+    /// Tears an owned output down and destroys it if no finalizers hold it. Returns whether it
+    /// is gone.
+    pub async fn teardown_output(&self, pointer: &Pointer) -> Result<bool> {
+        match self.teardown(pointer, Some(&self.name)).await {
+            Err(e) if e.is_not_found() => Ok(true),
+            Err(e) => Err(e),
+            Ok(false) => Ok(false),
+            Ok(true) => match self.destroy(pointer, self.destroy_options()).await {
+                Ok(()) => Ok(true),
+                Err(e) if e.is_not_found() => Ok(true),
+                Err(Error::PendingFinalizers { .. }) => Ok(false),
+                Err(e) => Err(e),
+            },
+        }
+    }
+
+    /// Starts tracking the outputs this reconcile touches (creates, updates and
+    /// [`Self::modify_output`] calls, including no-op ones), forgetting earlier marks.
+    pub fn start_tracking(&self) {
+        *self.tracked.lock().unwrap_or_else(|e| e.into_inner()) = Some(HashSet::new());
+    }
+
+    /// Marks an output touched without writing it.
+    pub fn touch(&self, pointer: &Pointer) {
+        if let Some(set) = self
+            .tracked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            set.insert(pointer.clone());
+        }
+    }
+
+    /// Ends tracking: every resource of `kinds` owned by this controller and not touched since
+    /// [`Self::start_tracking`] is torn down, and destroyed once it has no finalizers.
+    /// Fails with `InvalidArgument` if tracking was not started.
+    pub async fn cleanup_outputs(&self, kinds: &[Kind]) -> Result<Cleanup> {
+        let touched = self
+            .tracked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| {
+                Error::invalid(
+                    self.name.to_string(),
+                    "cleanup_outputs",
+                    "output tracking was not started in this reconcile",
+                )
+            })?;
+        let mut report = Cleanup::default();
+        for kind in kinds {
+            for resource in self.list(kind, &ListOptions::default()).await? {
+                let metadata = resource.metadata();
+                if metadata.owner() != Some(&*self.name) || touched.contains(metadata.pointer()) {
+                    continue;
+                }
+                if self.teardown_output(metadata.pointer()).await? {
+                    report.destroyed += 1;
+                } else {
+                    report.waiting += 1;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    fn destroy_options(&self) -> DestroyOptions {
+        DestroyOptions {
+            owner: Some(self.name.to_string()),
+        }
+    }
+
+    fn snapshot(&self) -> Arc<Access> {
+        self.access
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn denied(&self, subject: impl ToString, message: impl std::fmt::Display) -> Error {
+        Error::AccessDenied {
+            subject: subject.to_string(),
+            message: format!("controller {:?} {message}", &*self.name),
+        }
+    }
+
+    fn is_output_type(access: &Access, resource_type: &str) -> bool {
+        access
+            .outputs
+            .iter()
+            .any(|o| &*o.resource_type == resource_type)
+    }
+
+    fn check_read(&self, kind: &Kind, id: Option<&str>) -> Result<()> {
+        let access = self.snapshot();
+        let as_input = access
+            .inputs
+            .iter()
+            .any(|i| &i.kind == kind && id.map_or(i.id.is_none(), |id| i.covers_id(id)));
+        if as_input || Self::is_output_type(&access, kind.resource_type()) {
+            return Ok(());
+        }
+        let subject = match id {
+            Some(id) => kind.pointer(id).to_string(),
+            None => kind.to_string(),
+        };
+        Err(self.denied(subject, "may not read it: not a declared input or output"))
+    }
+
+    fn check_write(&self, pointer: &Pointer, owner: Option<&str>) -> Result<()> {
+        if !Self::is_output_type(&self.snapshot(), pointer.resource_type()) {
+            return Err(self.denied(pointer, "may not write it: not a declared output"));
+        }
+        if owner != Some(&*self.name) {
+            return Err(self.owner_denied(pointer, owner));
+        }
+        Ok(())
+    }
+
+    fn owner_denied(&self, pointer: &Pointer, owner: Option<&str>) -> Error {
+        self.denied(
+            pointer,
+            format_args!(
+                "must write its outputs as owner {:?}, not {}",
+                &*self.name,
+                owner.map_or("no owner".to_string(), |o| format!("{o:?}"))
+            ),
+        )
+    }
+
+    fn is_strong_input(&self, pointer: &Pointer) -> bool {
+        self.snapshot().inputs.iter().any(|i| {
+            &i.kind == pointer.kind()
+                && i.covers_id(pointer.id())
+                && i.strength == InputStrength::Strong
+        })
+    }
+
+    /// An update of something that is not an output: allowed only as a finalizer change on a
+    /// strong input.
+    async fn check_finalizer_update(&self, proposed: &dyn AnyResource) -> Result<()> {
+        let pointer = proposed.metadata().pointer();
+        if !self.is_strong_input(pointer) {
+            return Err(self.denied(
+                pointer,
+                "may not write it: not a declared output, and finalizers may only be changed on strong inputs",
+            ));
+        }
+        let stored = self.inner.get(pointer).await?;
+        if stored.metadata().version() != proposed.metadata().version() {
+            // The store will reject it as a version conflict (the caller re-reads and
+            // retries); comparing against another version would misjudge the change. When the
+            // versions match, the store accepts the write only if that version is still the
+            // stored one, so the check below is against exactly what gets replaced.
+            return Ok(());
+        }
+        let mut expected = proposed.metadata().clone();
+        expected.set_version(stored.metadata().version());
+        *expected.finalizers_mut() = stored.metadata().finalizers().clone();
+        if !expected.eq_ignoring_timestamps(stored.metadata()) || !proposed.spec_eq(&*stored) {
+            return Err(self.denied(
+                pointer,
+                "may only change finalizers of its strong input, not other fields",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl State for ControllerState {
+    async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
+        self.check_read(pointer.kind(), Some(pointer.id()))?;
+        self.inner.get(pointer).await
+    }
+
+    async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
+        self.check_read(kind, None)?;
+        self.inner.list(kind, options).await
+    }
+
+    async fn create(
+        &self,
+        resource: SharedResource,
+        options: CreateOptions,
+    ) -> Result<SharedResource> {
+        let pointer = resource.metadata().pointer().clone();
+        self.check_write(&pointer, options.owner.as_deref())?;
+        let stored = self.inner.create(resource, options).await?;
+        self.touch(&pointer);
+        Ok(stored)
+    }
+
+    async fn update(
+        &self,
+        resource: SharedResource,
+        options: UpdateOptions,
+    ) -> Result<SharedResource> {
+        let pointer = resource.metadata().pointer().clone();
+        let is_output = Self::is_output_type(&self.snapshot(), pointer.resource_type());
+        if is_output && options.owner.as_deref() == Some(&*self.name) {
+            let stored = self.inner.update(resource, options).await?;
+            self.touch(&pointer);
+            return Ok(stored);
+        }
+        if is_output && !self.is_strong_input(&pointer) {
+            return Err(self.owner_denied(&pointer, options.owner.as_deref()));
+        }
+        self.check_finalizer_update(&*resource).await?;
+        // A finalizer change is allowed in any phase, as the stored owner.
+        self.inner.update(resource, options).await
+    }
+
+    async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
+        self.check_write(pointer, options.owner.as_deref())?;
+        self.inner.destroy(pointer, options).await
+    }
+
+    async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
+        self.check_read(pointer.kind(), Some(pointer.id()))?;
+        self.inner.watch(pointer, options).await
+    }
+
+    async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
+        self.check_read(kind, None)?;
+        self.inner.watch_kind(kind, options).await
+    }
+}

@@ -1,0 +1,483 @@
+//! The [`Engine`]: registers controllers into the dependency graph, runs each in its own task,
+//! shares one kind watch per watched kind between them, publishes their status, and shuts them
+//! down gracefully.
+//!
+//! The engine owns scheduling state only; what a controller may read and write is decided by
+//! [`crate::ControllerState`], how it reconciles by the controller itself.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use cosi_core::{ResourceSpec, Result, State};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::access::{Access, InputRegistry};
+use crate::feed::{FeedTarget, KindFeeds};
+use crate::level::LevelActivity;
+use crate::status::{self, StatusCell, StatusCells};
+use crate::wake::WakeSignal;
+use crate::{
+    Backoff, Controller, ControllerState, ControllerStatus, DependencyGraph, Input,
+    QueueController, RegistrationError,
+};
+
+/// Tuning of an [`Engine`].
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// Backoff between restarts of a failing controller (and between retries of a failing
+    /// queue item). Reset after a successful reconcile.
+    pub restart_backoff: Backoff,
+    /// Namespace of the published [`ControllerStatus`] resources; `None` publishes none.
+    pub status_namespace: Option<String>,
+    /// How long [`Engine::shutdown`] waits for running reconciles before aborting them.
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            restart_backoff: Backoff::default(),
+            status_namespace: Some(
+                <ControllerStatus as ResourceSpec>::DEFAULT_NAMESPACE.to_string(),
+            ),
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What [`Engine::shutdown`] observed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct ShutdownReport {
+    /// Controller tasks that stopped on their own.
+    pub stopped: usize,
+    /// Controller tasks aborted because they did not stop within the timeout.
+    pub aborted: usize,
+}
+
+/// Whether a controller has nothing to do right now.
+pub(crate) trait IdleProbe: Send + Sync {
+    /// True when no wake-up is pending, no reconcile is running and nothing is due at `now`.
+    fn is_idle(&self, now: Instant) -> bool;
+}
+
+pub(crate) type TaskFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+pub(crate) type Launcher = Box<dyn FnOnce(TaskContext) -> TaskFuture + Send>;
+
+/// One registered controller, as the engine sees it.
+pub(crate) struct Slot {
+    pub(crate) id: usize,
+    pub(crate) name: Arc<str>,
+    pub(crate) access: Arc<RwLock<Arc<Access>>>,
+    pub(crate) target: Arc<dyn FeedTarget>,
+    pub(crate) probe: Arc<dyn IdleProbe>,
+    pub(crate) status: Arc<StatusCell>,
+}
+
+/// What a controller task is given.
+pub(crate) struct TaskContext {
+    pub(crate) slot: Arc<Slot>,
+    pub(crate) engine: Arc<Shared>,
+    pub(crate) state: ControllerState,
+    pub(crate) shutdown: watch::Receiver<bool>,
+}
+
+pub(crate) struct Shared {
+    state: Arc<dyn State>,
+    pub(crate) options: EngineOptions,
+    graph: Mutex<DependencyGraph>,
+    slots: Mutex<Vec<Arc<Slot>>>,
+    statuses: StatusCells,
+    pub(crate) feeds: KindFeeds,
+    shutdown_tx: watch::Sender<bool>,
+    started: AtomicBool,
+    next_id: AtomicUsize,
+    activity: Arc<AtomicU64>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    waiting: Mutex<Vec<(Arc<Slot>, Launcher)>>,
+    status_signal: WakeSignal,
+    publishing: AtomicBool,
+}
+
+impl Shared {
+    pub(crate) fn raw_state(&self) -> &Arc<dyn State> {
+        &self.state
+    }
+
+    /// Counts progress; the test harness uses it to detect quiescence.
+    pub(crate) fn bump(&self) {
+        self.activity.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A controller's counters changed.
+    pub(crate) fn status_changed(&self) {
+        if self.options.status_namespace.is_some() {
+            self.status_signal.wake();
+        }
+    }
+
+    fn spawn(self: &Arc<Self>, slot: Arc<Slot>, launcher: Launcher) {
+        let state = ControllerState::new(
+            slot.name.clone(),
+            self.state.clone(),
+            slot.access.clone(),
+            self.clone(),
+        );
+        let cx = TaskContext {
+            slot,
+            engine: self.clone(),
+            state,
+            shutdown: self.shutdown_tx.subscribe(),
+        };
+        let handle = tokio::spawn(launcher(cx));
+        self.tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(handle);
+    }
+
+    fn slot(&self, name: &str) -> Option<Arc<Slot>> {
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|s| &*s.name == name)
+            .cloned()
+    }
+
+    async fn publish_statuses(self: Arc<Self>, namespace: String) {
+        let mut shutdown = self.shutdown_tx.subscribe();
+        loop {
+            self.publishing.store(true, Ordering::SeqCst);
+            if self.status_signal.take() {
+                let cells: Vec<_> = self
+                    .statuses
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                for (name, cell) in cells {
+                    if !cell.take_dirty() {
+                        continue;
+                    }
+                    if let Err(error) =
+                        status::publish(&*self.state, &namespace, &name, &cell).await
+                    {
+                        tracing::warn!(controller = %name, %error, "publishing controller status failed");
+                    }
+                }
+                self.bump();
+            }
+            self.publishing.store(false, Ordering::SeqCst);
+            if *shutdown.borrow() {
+                return;
+            }
+            tokio::select! {
+                _ = shutdown.changed() => {}
+                _ = self.status_signal.rung() => {}
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl InputRegistry for Shared {
+    async fn set_inputs(&self, controller: &str, inputs: Vec<Input>) -> Result<()> {
+        let slot = self
+            .slot(controller)
+            .ok_or_else(|| RegistrationError::UnknownController {
+                name: controller.into(),
+            })?;
+        let previous = slot
+            .access
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        self.graph
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_inputs(controller, &inputs)?;
+        self.feeds.unsubscribe(slot.id);
+        if let Err(error) = self
+            .feeds
+            .subscribe(slot.id, &inputs, slot.target.clone())
+            .await
+        {
+            // Put everything back as it was, so the controller can simply try again.
+            self.graph
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .set_inputs(controller, &previous.inputs)?;
+            self.feeds
+                .subscribe(slot.id, &previous.inputs, slot.target.clone())
+                .await?;
+            return Err(error);
+        }
+        *slot.access.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Access {
+            inputs,
+            outputs: previous.outputs.clone(),
+        });
+        // The new inputs may hold state the controller has not seen yet.
+        slot.target.resync();
+        Ok(())
+    }
+}
+
+/// The controller runtime. Cheap to clone (all clones drive the same engine).
+///
+/// ```
+/// use std::sync::Arc;
+/// use cosi_controllers::Engine;
+/// # async fn demo(state: Arc<dyn cosi_core::State>) {
+/// let engine = Engine::new(state);
+/// // engine.register(MyController)?;
+/// engine.start();
+/// // ... until a signal:
+/// let report = engine.shutdown().await;
+/// assert_eq!(report.aborted, 0);
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Engine {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("controllers", &self.controllers())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// An engine over `state` with default options.
+    pub fn new(state: Arc<dyn State>) -> Self {
+        Self::with_options(state, EngineOptions::default())
+    }
+
+    /// An engine over `state`.
+    pub fn with_options(state: Arc<dyn State>, options: EngineOptions) -> Self {
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let activity = Arc::new(AtomicU64::new(0));
+        Engine {
+            shared: Arc::new(Shared {
+                feeds: KindFeeds::new(state.clone(), shutdown_rx, activity.clone()),
+                state,
+                options,
+                graph: Mutex::new(DependencyGraph::default()),
+                slots: Mutex::new(Vec::new()),
+                statuses: Arc::new(Mutex::new(Vec::new())),
+                shutdown_tx,
+                started: AtomicBool::new(false),
+                next_id: AtomicUsize::new(0),
+                activity,
+                tasks: Mutex::new(Vec::new()),
+                waiting: Mutex::new(Vec::new()),
+                status_signal: WakeSignal::default(),
+                publishing: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The state the engine runs on (without access rules).
+    pub fn state(&self) -> &Arc<dyn State> {
+        &self.shared.state
+    }
+
+    /// Registers a level-triggered controller. Allowed before and after [`Engine::start`]; a
+    /// controller registered after start begins running at once.
+    pub fn register<C: Controller>(&self, controller: C) -> Result<(), RegistrationError> {
+        let name: Arc<str> = controller.name().into();
+        let inputs = controller.inputs();
+        let outputs = controller.outputs();
+        let activity = Arc::new(LevelActivity::default());
+        let launcher_activity = activity.clone();
+        self.add(
+            name,
+            inputs,
+            outputs,
+            activity.clone(),
+            activity,
+            Box::new(move |cx| {
+                Box::pin(crate::level::run(
+                    Box::new(controller),
+                    launcher_activity,
+                    cx,
+                ))
+            }),
+        )
+    }
+
+    /// Registers a queue controller (see [`QueueController`]).
+    pub fn register_queue<Q: QueueController>(
+        &self,
+        controller: Q,
+    ) -> Result<(), RegistrationError> {
+        let name: Arc<str> = controller.name().into();
+        let mut inputs = vec![controller.primary()];
+        inputs.extend(controller.secondary());
+        let outputs = controller.outputs();
+        let queue = Arc::new(crate::work_queue::WorkQueue::new(controller.primary()));
+        let launcher_queue = queue.clone();
+        self.add(
+            name,
+            inputs,
+            outputs,
+            queue.clone(),
+            queue,
+            Box::new(move |cx| {
+                Box::pin(crate::queue::run(Arc::new(controller), launcher_queue, cx))
+            }),
+        )
+    }
+
+    fn add(
+        &self,
+        name: Arc<str>,
+        inputs: Vec<Input>,
+        outputs: Vec<crate::Output>,
+        target: Arc<dyn FeedTarget>,
+        probe: Arc<dyn IdleProbe>,
+        launcher: Launcher,
+    ) -> Result<(), RegistrationError> {
+        let shared = &self.shared;
+        shared
+            .graph
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .add_controller(&name, &inputs, &outputs)?;
+        let status = Arc::new(StatusCell::default());
+        let slot = Arc::new(Slot {
+            id: shared.next_id.fetch_add(1, Ordering::SeqCst),
+            name: name.clone(),
+            access: Arc::new(RwLock::new(Arc::new(Access { inputs, outputs }))),
+            target,
+            probe,
+            status: status.clone(),
+        });
+        shared
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(slot.clone());
+        shared
+            .statuses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name, status));
+        if shared.started.load(Ordering::SeqCst) {
+            shared.spawn(slot, launcher);
+        } else {
+            shared
+                .waiting
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((slot, launcher));
+        }
+        shared.bump();
+        Ok(())
+    }
+
+    /// Starts every registered controller (idempotent). Must be called inside a tokio runtime.
+    pub fn start(&self) {
+        let shared = &self.shared;
+        if shared.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if let Some(namespace) = shared.options.status_namespace.clone() {
+            let handle = tokio::spawn(shared.clone().publish_statuses(namespace));
+            shared
+                .tasks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(handle);
+        }
+        let waiting =
+            std::mem::take(&mut *shared.waiting.lock().unwrap_or_else(|e| e.into_inner()));
+        for (slot, launcher) in waiting {
+            shared.spawn(slot, launcher);
+        }
+    }
+
+    /// Starts the engine, runs until `signal` completes, then shuts down gracefully.
+    pub async fn run_until(&self, signal: impl Future<Output = ()>) -> ShutdownReport {
+        self.start();
+        signal.await;
+        self.shutdown().await
+    }
+
+    /// Stops every controller: no new reconcile starts, running ones finish, bounded by
+    /// [`EngineOptions::shutdown_timeout`]; tasks still running then are aborted.
+    pub async fn shutdown(&self) -> ShutdownReport {
+        let shared = &self.shared;
+        shared.shutdown_tx.send_replace(true);
+        let tasks = std::mem::take(&mut *shared.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        let deadline = Instant::now() + shared.options.shutdown_timeout;
+        let mut report = ShutdownReport::default();
+        for mut task in tasks {
+            match tokio::time::timeout_at(deadline, &mut task).await {
+                Ok(_) => report.stopped += 1,
+                Err(_) => {
+                    task.abort();
+                    report.aborted += 1;
+                }
+            }
+        }
+        report
+    }
+
+    /// The registered controller names, sorted.
+    pub fn controllers(&self) -> Vec<Arc<str>> {
+        self.graph().controllers()
+    }
+
+    /// A copy of the dependency graph (for DOT or text export).
+    pub fn graph(&self) -> DependencyGraph {
+        self.shared
+            .graph
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A controller's live counters (also published as a resource).
+    pub fn status(&self, controller: &str) -> Option<ControllerStatus> {
+        self.shared.slot(controller).map(|s| s.status.snapshot())
+    }
+
+    /// Whether every controller is idle (no pending wake-up, no running reconcile, nothing due
+    /// now) and every status is published. Watch events still in flight are not visible here;
+    /// [`crate::testing::Harness::settle`] combines this with scheduler quiescence.
+    pub fn is_idle(&self) -> bool {
+        let shared = &self.shared;
+        // Before start and after shutdown nothing runs, whatever is pending.
+        if !shared.started.load(Ordering::SeqCst) || *shared.shutdown_tx.borrow() {
+            return true;
+        }
+        let now = Instant::now();
+        let slots = shared
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        slots.iter().all(|s| s.probe.is_idle(now))
+            && !shared.status_signal.is_pending()
+            && !shared.publishing.load(Ordering::SeqCst)
+    }
+
+    /// A counter that moves whenever the engine makes progress (events fanned out, reconciles
+    /// started or finished, statuses published).
+    pub fn activity(&self) -> u64 {
+        self.shared.activity.load(Ordering::SeqCst)
+    }
+
+    /// The kinds the engine watches (one shared watch each).
+    pub fn watched_kinds(&self) -> Vec<cosi_core::Kind> {
+        self.shared.feeds.kinds()
+    }
+}

@@ -1,0 +1,280 @@
+//! Shared kind watches: one watch per watched kind, fanned out to every controller input on
+//! that kind.
+//!
+//! A feed filters each event by the subscribing input (id, destroy-ready) and hands it to the
+//! subscriber's [`FeedTarget`]; it never waits for a subscriber, so one slow controller cannot
+//! hold up the others. A watch that ends or errors is re-established and every subscriber is
+//! told to resync (level-triggered consumers simply re-read the state).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use cosi_core::{AnyResource, Event, Kind, Phase, SharedResource, State, Watch, WatchKindOptions};
+use tokio::sync::watch;
+
+use crate::{Backoff, Input, InputStrength};
+
+/// Events taken from a watch per delivery round.
+const BATCH: usize = 1024;
+
+/// The receiving side of a subscription.
+pub(crate) trait FeedTarget: Send + Sync {
+    /// A resource covered by the input changed (or was destroyed: `resource` is its last state).
+    fn changed(&self, input: &Input, resource: &SharedResource);
+    /// Changes may have been missed: rebuild the view from the current state.
+    fn resync(&self);
+}
+
+struct Subscription {
+    owner: usize,
+    input: Input,
+    target: Arc<dyn FeedTarget>,
+}
+
+#[derive(Default)]
+struct Feed {
+    // Copy-on-write: the feed task clones the `Arc` once per batch, so subscribing never
+    // blocks delivery and delivery never holds the lock while calling targets.
+    subscriptions: RwLock<Arc<Vec<Subscription>>>,
+}
+
+impl Feed {
+    fn snapshot(&self) -> Arc<Vec<Subscription>> {
+        self.subscriptions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn edit(&self, f: impl FnOnce(&mut Vec<Subscription>)) {
+        let mut guard = self
+            .subscriptions
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut next: Vec<Subscription> = guard
+            .iter()
+            .map(|s| Subscription {
+                owner: s.owner,
+                input: s.input.clone(),
+                target: s.target.clone(),
+            })
+            .collect();
+        f(&mut next);
+        *guard = Arc::new(next);
+    }
+}
+
+/// Every feed of one engine.
+pub(crate) struct KindFeeds {
+    state: Arc<dyn State>,
+    feeds: Mutex<HashMap<Kind, Arc<Feed>>>,
+    shutdown: watch::Receiver<bool>,
+    activity: Arc<AtomicU64>,
+}
+
+impl KindFeeds {
+    pub(crate) fn new(
+        state: Arc<dyn State>,
+        shutdown: watch::Receiver<bool>,
+        activity: Arc<AtomicU64>,
+    ) -> Self {
+        KindFeeds {
+            state,
+            feeds: Mutex::new(HashMap::new()),
+            shutdown,
+            activity,
+        }
+    }
+
+    /// Subscribes `target` to `inputs`. When this returns, every change stored from now on
+    /// reaches the target, so a reconcile that starts afterwards misses nothing. On error no
+    /// subscription of `owner` is left behind.
+    pub(crate) async fn subscribe(
+        &self,
+        owner: usize,
+        inputs: &[Input],
+        target: Arc<dyn FeedTarget>,
+    ) -> cosi_core::Result<()> {
+        let result = self.subscribe_each(owner, inputs, target).await;
+        if result.is_err() {
+            self.unsubscribe(owner);
+        }
+        result
+    }
+
+    async fn subscribe_each(
+        &self,
+        owner: usize,
+        inputs: &[Input],
+        target: Arc<dyn FeedTarget>,
+    ) -> cosi_core::Result<()> {
+        for input in inputs {
+            let subscription = Subscription {
+                owner,
+                input: input.clone(),
+                target: target.clone(),
+            };
+            let existing = self.lock().get(&input.kind).cloned();
+            match existing {
+                Some(feed) => feed.edit(|subs| subs.push(subscription)),
+                None => self.start_feed(&input.kind, subscription).await?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every subscription of `owner`.
+    pub(crate) fn unsubscribe(&self, owner: usize) {
+        let feeds: Vec<_> = self.lock().values().cloned().collect();
+        for feed in feeds {
+            feed.edit(|subs| subs.retain(|s| s.owner != owner));
+        }
+    }
+
+    /// The watched kinds.
+    pub(crate) fn kinds(&self) -> Vec<Kind> {
+        let mut kinds: Vec<_> = self.lock().keys().cloned().collect();
+        kinds.sort();
+        kinds
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Kind, Arc<Feed>>> {
+        self.feeds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn start_feed(&self, kind: &Kind, first: Subscription) -> cosi_core::Result<()> {
+        // Establish the watch before publishing the feed: whoever finds it in the map may rely
+        // on it covering every later change.
+        let watch = self
+            .state
+            .watch_kind(kind, WatchKindOptions::default())
+            .await?;
+        let feed = {
+            let mut feeds = self.lock();
+            if let Some(raced) = feeds.get(kind) {
+                // Another subscriber established the same kind meanwhile; use theirs.
+                let raced = raced.clone();
+                drop(feeds);
+                raced.edit(|subs| subs.push(first));
+                return Ok(());
+            }
+            let feed = Arc::new(Feed::default());
+            feed.edit(|subs| subs.push(first));
+            feeds.insert(kind.clone(), feed.clone());
+            feed
+        };
+        let runner = FeedRunner {
+            kind: kind.clone(),
+            state: self.state.clone(),
+            feed,
+            shutdown: self.shutdown.clone(),
+            activity: self.activity.clone(),
+        };
+        tokio::spawn(runner.run(watch));
+        Ok(())
+    }
+}
+
+struct FeedRunner {
+    kind: Kind,
+    state: Arc<dyn State>,
+    feed: Arc<Feed>,
+    shutdown: watch::Receiver<bool>,
+    activity: Arc<AtomicU64>,
+}
+
+impl FeedRunner {
+    async fn run(mut self, mut watch: Watch) {
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+        loop {
+            self.deliver_until_broken(&mut watch).await;
+            if *self.shutdown.borrow() {
+                return;
+            }
+            // The watch broke: re-establish it, then have everyone re-read what they missed.
+            loop {
+                let delay = backoff.next_delay();
+                tokio::select! {
+                    _ = self.shutdown.changed() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                match self
+                    .state
+                    .watch_kind(&self.kind, WatchKindOptions::default())
+                    .await
+                {
+                    Ok(w) => {
+                        watch = w;
+                        break;
+                    }
+                    Err(error) => {
+                        tracing::warn!(kind = %self.kind, %error, "re-establishing kind watch failed")
+                    }
+                }
+            }
+            backoff.reset();
+            self.activity.fetch_add(1, Ordering::SeqCst);
+            for sub in self.feed.snapshot().iter() {
+                sub.target.resync();
+            }
+        }
+    }
+
+    /// Delivers events until the watch ends, errors, or the engine shuts down.
+    async fn deliver_until_broken(&mut self, watch: &mut Watch) {
+        loop {
+            let batch = tokio::select! {
+                biased;
+                _ = self.shutdown.changed() => return,
+                batch = watch.recv_batch(BATCH) => batch,
+            };
+            let Some(events) = batch else {
+                tracing::warn!(kind = %self.kind, "kind watch ended; re-establishing");
+                return;
+            };
+            self.activity.fetch_add(1, Ordering::SeqCst);
+            let subs = self.feed.snapshot();
+            for event in &events {
+                match event {
+                    Event::Created { resource, .. }
+                    | Event::Updated { resource, .. }
+                    | Event::Destroyed { resource, .. } => {
+                        let destroyed = matches!(event, Event::Destroyed { .. });
+                        for sub in subs.iter() {
+                            if wants(&sub.input, &**resource, destroyed) {
+                                sub.target.changed(&sub.input, resource);
+                            }
+                        }
+                    }
+                    Event::Resync { .. } => {
+                        for sub in subs.iter() {
+                            sub.target.resync();
+                        }
+                    }
+                    Event::Errored { error } => {
+                        tracing::warn!(kind = %self.kind, %error, "kind watch failed; re-establishing");
+                        return;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// Whether an event about `resource` concerns `input`.
+fn wants(input: &Input, resource: &dyn AnyResource, destroyed: bool) -> bool {
+    let metadata = resource.metadata();
+    if !input.covers_id(metadata.id()) {
+        return false;
+    }
+    match input.strength {
+        InputStrength::Weak | InputStrength::Strong => true,
+        InputStrength::DestroyReady => {
+            destroyed
+                || (metadata.phase() == Phase::TearingDown && metadata.finalizers().is_empty())
+        }
+    }
+}

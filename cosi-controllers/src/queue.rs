@@ -1,0 +1,410 @@
+//! Queue controllers: a reconcile per item of a primary input instead of one per controller.
+//!
+//! The runner keeps a [`crate::work_queue`] of primary resources: every existing primary is
+//! queued at start, every change of a primary queues it, and changes of secondary inputs are
+//! mapped to primary items by [`QueueController::map_input`]. Up to
+//! [`QueueController::concurrency`] items reconcile at once, never the same item twice; an item
+//! that fails is retried with its own exponential backoff, and one slow item holds up only
+//! itself.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use cosi_core::{IdQuery, ListOptions, Pointer, Result, SharedResource, State};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::catch_panic::CatchPanic;
+use crate::engine::{Shared, Slot, TaskContext};
+use crate::work_queue::WorkQueue;
+use crate::{ControllerState, Input, Output, Reconciled};
+
+const NEVER: Duration = Duration::from_secs(86400 * 365);
+
+/// A controller reconciled per item of its primary input.
+///
+/// ```
+/// use async_trait::async_trait;
+/// use cosi_controllers::{ControllerState, Input, Output, QueueController, Reconciled};
+/// use cosi_core::{Pointer, Resource, ResourceSpec, Result, StateExt};
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
+/// # struct Link { up: bool }
+/// # impl ResourceSpec for Link { const TYPE: &'static str = "Links.net.cosi.dev"; const DEFAULT_NAMESPACE: &'static str = "network"; }
+/// # #[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
+/// # struct LinkStatus { up: bool }
+/// # impl ResourceSpec for LinkStatus { const TYPE: &'static str = "LinkStatuses.net.cosi.dev"; const DEFAULT_NAMESPACE: &'static str = "network"; }
+///
+/// struct LinkStatusController;
+///
+/// #[async_trait]
+/// impl QueueController for LinkStatusController {
+///     fn name(&self) -> &str { "LinkStatusController" }
+///     fn primary(&self) -> Input { Input::weak_of::<Link>() }
+///     fn outputs(&self) -> Vec<Output> { vec![Output::exclusive_of::<LinkStatus>()] }
+///     fn concurrency(&self) -> usize { 4 }
+///     async fn reconcile(&self, state: &ControllerState, item: &Pointer) -> Result<Reconciled> {
+///         match state.get_typed::<Link>(item).await {
+///             Ok(link) => {
+///                 let up = link.spec.up;
+///                 state
+///                     .modify_output(Resource::new(item.id().to_string(), LinkStatus::default()), |s| {
+///                         s.spec.up = up;
+///                         Ok(())
+///                     })
+///                     .await?;
+///             }
+///             Err(e) if e.is_not_found() => {
+///                 state.teardown_output(&LinkStatus::kind().pointer(item.id().to_string())).await?;
+///             }
+///             Err(e) => return Err(e),
+///         }
+///         Ok(Reconciled::Done)
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait QueueController: Send + Sync + 'static {
+    /// The unique name; also the owner of everything the controller writes.
+    fn name(&self) -> &str;
+
+    /// The primary input: each of its resources is an item.
+    fn primary(&self) -> Input;
+
+    /// Secondary inputs: their changes are mapped to items by [`Self::map_input`].
+    fn secondary(&self) -> Vec<Input> {
+        Vec::new()
+    }
+
+    /// The outputs.
+    fn outputs(&self) -> Vec<Output>;
+
+    /// How many items may reconcile at once (at least one).
+    fn concurrency(&self) -> usize {
+        1
+    }
+
+    /// Runs once before any item (and again after a restart if it failed).
+    async fn run_hook(&self, state: &ControllerState) -> Result<()> {
+        let _ = state;
+        Ok(())
+    }
+
+    /// Runs once at shutdown, after the running items finished.
+    async fn shutdown_hook(&self, state: &ControllerState) {
+        let _ = state;
+    }
+
+    /// Maps a changed secondary resource (its latest state, or its last one if destroyed) to
+    /// the primary items it affects.
+    async fn map_input(
+        &self,
+        state: &ControllerState,
+        resource: &SharedResource,
+    ) -> Result<Vec<Pointer>> {
+        let _ = (state, resource);
+        Ok(Vec::new())
+    }
+
+    /// Reconciles one item. The item may no longer exist (it was destroyed): read it and act on
+    /// `NotFound`. An error retries the item after its backoff; `RequeueAfter` runs it again
+    /// after the delay.
+    async fn reconcile(&self, state: &ControllerState, item: &Pointer) -> Result<Reconciled>;
+}
+
+type ItemResult = (
+    Pointer,
+    std::result::Result<Result<Reconciled>, String>,
+    Duration,
+);
+
+/// Runs `controller` until shutdown.
+pub(crate) async fn run<Q: QueueController>(
+    controller: Arc<Q>,
+    queue: Arc<WorkQueue>,
+    mut cx: TaskContext,
+) {
+    let name = cx.slot.name.clone();
+    let backoff = cx.engine.options.restart_backoff.clone();
+    let mut restart = backoff.clone();
+    let mut subscribed = false;
+    // Start: subscribe, run the hook; a failure restarts after backoff.
+    loop {
+        let started = start(&*controller, &queue, &cx, &mut subscribed).await;
+        match started {
+            Ok(()) => break,
+            Err(message) => {
+                let delay = restart.next_delay();
+                tracing::warn!(controller = %name, error = %message, backoff = ?delay, "queue controller failed to start; restarting after backoff");
+                cx.slot.status.record_restart(message);
+                cx.engine.status_changed();
+                queue.block_until(Some(Instant::now() + delay));
+                tokio::select! {
+                    biased;
+                    _ = cx.shutdown.changed() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                queue.block_until(None);
+            }
+        }
+    }
+
+    // Items run on a fixed pool of workers: at most `concurrency` at once, no task per item.
+    let concurrency = controller.concurrency().max(1);
+    let mut workers = JoinSet::new();
+    for _ in 0..concurrency {
+        workers.spawn(work(
+            controller.clone(),
+            queue.clone(),
+            cx.slot.clone(),
+            cx.engine.clone(),
+            cx.state.clone(),
+            cx.shutdown.clone(),
+        ));
+    }
+    loop {
+        queue.set_busy(true);
+        if *cx.shutdown.borrow() {
+            break;
+        }
+        if queue.take_relist() {
+            if let Err(error) = relist(&*controller, &queue, &cx).await {
+                tracing::warn!(controller = %name, %error, "listing inputs failed; retrying");
+                cx.slot
+                    .status
+                    .record(Duration::ZERO, Some(error.to_string()), false);
+                cx.engine.status_changed();
+                queue.request_relist();
+                let delay = backoff.delay_after(1);
+                queue.block_until(Some(Instant::now() + delay));
+                tokio::select! {
+                    biased;
+                    _ = cx.shutdown.changed() => {}
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                queue.block_until(None);
+                continue;
+            }
+        }
+        for resource in queue.take_inbox() {
+            map(&*controller, &queue, &cx, &resource).await;
+        }
+        let next_due = queue.promote_due(Instant::now());
+        cx.engine.bump();
+        queue.set_busy(false);
+        let deadline = next_due.unwrap_or_else(|| Instant::now() + NEVER);
+        tokio::select! {
+            biased;
+            _ = cx.shutdown.changed() => {}
+            _ = queue.bell.rung() => { queue.bell.take(); }
+            _ = tokio::time::sleep_until(deadline), if next_due.is_some() => {}
+        }
+    }
+
+    // Shutdown: running items finish (the engine bounds this with its timeout), then the hook.
+    while workers.join_next().await.is_some() {}
+    if let Err(panic) = CatchPanic::new(controller.shutdown_hook(&cx.state)).await {
+        tracing::warn!(controller = %name, panic = %panic, "shutdown hook panicked");
+    }
+    queue.set_busy(false);
+}
+
+/// One worker: takes ready items one at a time until shutdown.
+async fn work<Q: QueueController>(
+    controller: Arc<Q>,
+    queue: Arc<WorkQueue>,
+    slot: Arc<Slot>,
+    engine: Arc<Shared>,
+    state: ControllerState,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let backoff = engine.options.restart_backoff.clone();
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let ready = queue.work.notified();
+        tokio::pin!(ready);
+        // Registered before looking, so an item queued in between is not missed.
+        ready.as_mut().enable();
+        let Some(item) = queue.pop() else {
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => {}
+                _ = ready => {}
+            }
+            continue;
+        };
+        let result = run_item(&*controller, &state, &slot.name, item).await;
+        finish_item(&queue, &slot, &engine, &backoff, result);
+    }
+}
+async fn start<Q: QueueController>(
+    controller: &Q,
+    queue: &Arc<WorkQueue>,
+    cx: &TaskContext,
+    subscribed: &mut bool,
+) -> std::result::Result<(), String> {
+    if !*subscribed {
+        let inputs = cx.state.inputs();
+        cx.engine
+            .feeds
+            .subscribe(cx.slot.id, &inputs, queue.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        *subscribed = true;
+    }
+    match CatchPanic::new(controller.run_hook(&cx.state)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(format!("run hook failed: {error}")),
+        Err(panic) => Err(format!("run hook panicked: {panic}")),
+    }
+}
+
+/// Queues every primary and maps every secondary: used at start and after a resync.
+async fn relist<Q: QueueController>(
+    controller: &Q,
+    queue: &WorkQueue,
+    cx: &TaskContext,
+) -> Result<()> {
+    let inputs = cx.state.inputs();
+    let primary = controller.primary();
+    for input in &inputs {
+        let options = ListOptions {
+            ids: match &input.id {
+                Some(id) => Some(exact_id(id)?),
+                None => None,
+            },
+            ..ListOptions::default()
+        };
+        // Read through the raw state: listing a single-id input is allowed too.
+        let resources = cx.engine_state().list(&input.kind, &options).await?;
+        for resource in resources {
+            if let Some(id) = &input.id {
+                if resource.metadata().id() != &**id {
+                    continue;
+                }
+            }
+            if *input == primary {
+                queue.add(resource.metadata().pointer().clone());
+            } else {
+                map(controller, queue, cx, &resource).await;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn exact_id(id: &str) -> Result<IdQuery> {
+    let mut escaped = String::with_capacity(id.len() + 2);
+    escaped.push('^');
+    for c in id.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped.push('$');
+    IdQuery::new(&escaped)
+}
+
+async fn map<Q: QueueController>(
+    controller: &Q,
+    queue: &WorkQueue,
+    cx: &TaskContext,
+    resource: &SharedResource,
+) {
+    match CatchPanic::new(controller.map_input(&cx.state, resource)).await {
+        Ok(Ok(items)) => {
+            for item in items {
+                queue.add(item);
+            }
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(controller = %cx.slot.name, %error, "mapping a secondary input failed");
+            cx.slot
+                .status
+                .record(Duration::ZERO, Some(error.to_string()), false);
+            cx.engine.status_changed();
+        }
+        Err(panic) => {
+            tracing::warn!(controller = %cx.slot.name, %panic, "mapping a secondary input panicked");
+            cx.slot.status.record(
+                Duration::ZERO,
+                Some(format!("map_input panicked: {panic}")),
+                false,
+            );
+            cx.engine.status_changed();
+        }
+    }
+}
+
+async fn run_item<Q: QueueController>(
+    controller: &Q,
+    state: &ControllerState,
+    name: &str,
+    item: Pointer,
+) -> ItemResult {
+    let span = tracing::info_span!(
+        "reconcile",
+        controller = %name,
+        trigger = "item",
+        item = %item.id(),
+        duration_us = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    let started = Instant::now();
+    let result = CatchPanic::new(controller.reconcile(state, &item))
+        .instrument(span.clone())
+        .await;
+    let elapsed = started.elapsed();
+    span.record("duration_us", elapsed.as_micros() as u64);
+    span.record(
+        "outcome",
+        match &result {
+            Ok(Ok(Reconciled::Done)) => "done",
+            Ok(Ok(Reconciled::RequeueAfter(_))) => "requeue",
+            Ok(Err(_)) => "error",
+            Err(_) => "panic",
+        },
+    );
+    (item, result, elapsed)
+}
+
+fn finish_item(
+    queue: &WorkQueue,
+    slot: &Slot,
+    engine: &Shared,
+    backoff: &crate::Backoff,
+    (item, result, elapsed): ItemResult,
+) {
+    let failure = match result {
+        Ok(Ok(Reconciled::Done)) => {
+            queue.done(&item, None, false);
+            None
+        }
+        Ok(Ok(Reconciled::RequeueAfter(delay))) => {
+            queue.done(&item, Some(delay), false);
+            None
+        }
+        Ok(Err(error)) => Some(error.to_string()),
+        Err(panic) => Some(format!("reconcile panicked: {panic}")),
+    };
+    if let Some(message) = &failure {
+        let delay = backoff.delay_after(queue.failures(&item) + 1);
+        tracing::warn!(controller = %slot.name, item = %item, error = %message, backoff = ?delay, "item reconcile failed; retrying after backoff");
+        queue.done(&item, Some(delay), true);
+    }
+    slot.status.record(elapsed, failure, false);
+    engine.status_changed();
+    engine.bump();
+}
+
+impl TaskContext {
+    pub(crate) fn engine_state(&self) -> &Arc<dyn State> {
+        self.engine.raw_state()
+    }
+}

@@ -1,0 +1,121 @@
+//! Per-controller counters and their publication as [`ControllerStatus`] resources, so that
+//! `get`/`watch` show the runtime's health like any other state.
+//!
+//! Counters are updated in memory after every reconcile; a single publisher task writes the
+//! changed ones with [`StateExt::modify`], so a burst of reconciles costs at most one write per
+//! controller per publishing round, and an unchanged status costs none.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cosi_core::{Resource, ResourceDefinition, ResourceSpec, State, StateExt, UpdateOptions};
+use serde::{Deserialize, Serialize};
+
+/// The owner of published status resources.
+pub const STATUS_OWNER: &str = "cosi.engine";
+
+/// The health of one controller, published as a resource with the controller's name as id.
+///
+/// Counting rules: every reconcile (for queue controllers: every item reconcile) counts one in
+/// `reconciles`; one that returns an error or panics also counts one in `errors`. `restarts`
+/// counts restarts after a failure: a failed reconcile of a level-triggered controller, or a
+/// failed start hook of a queue controller (a failed item is retried, not restarted).
+#[derive(Clone, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerStatus {
+    /// Reconciles run.
+    pub reconciles: u64,
+    /// Reconciles that failed (error or panic).
+    pub errors: u64,
+    /// Restarts after a failure.
+    pub restarts: u64,
+    /// Duration of the last reconcile, in microseconds.
+    pub last_duration_micros: u64,
+    /// The message of the last failure, if any failed.
+    pub last_error: Option<String>,
+}
+
+impl ResourceSpec for ControllerStatus {
+    const TYPE: &'static str = "ControllerStatuses.runtime.cosi.dev";
+    const DEFAULT_NAMESPACE: &'static str = "runtime";
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, Self::DEFAULT_NAMESPACE)
+            .with_aliases(["cstatus"])
+            .with_print_column("Reconciles", ".reconciles")
+            .with_print_column("Errors", ".errors")
+            .with_print_column("Restarts", ".restarts")
+            .with_print_column("Last error", ".lastError")
+    }
+}
+
+/// The live counters of one controller.
+#[derive(Debug, Default)]
+pub(crate) struct StatusCell {
+    status: Mutex<ControllerStatus>,
+    dirty: AtomicBool,
+}
+
+impl StatusCell {
+    pub(crate) fn snapshot(&self) -> ControllerStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn record(&self, duration: Duration, failure: Option<String>, restart: bool) {
+        {
+            let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            s.reconciles += 1;
+            s.last_duration_micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+            if let Some(message) = failure {
+                s.errors += 1;
+                s.last_error = Some(message);
+            }
+            if restart {
+                s.restarts += 1;
+            }
+        }
+        self.dirty.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn record_restart(&self, failure: String) {
+        {
+            let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            s.restarts += 1;
+            s.errors += 1;
+            s.last_error = Some(failure);
+        }
+        self.dirty.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn take_dirty(&self) -> bool {
+        self.dirty.swap(false, Ordering::SeqCst)
+    }
+}
+
+/// Writes one controller's status resource. A write that fails is retried by the next round.
+pub(crate) async fn publish(
+    state: &dyn State,
+    namespace: &str,
+    controller: &str,
+    cell: &StatusCell,
+) -> cosi_core::Result<()> {
+    let status = cell.snapshot();
+    let template = Resource::new_in(namespace, controller.to_string(), status.clone());
+    let result = state
+        .modify(template, UpdateOptions::owned_by(Some(STATUS_OWNER)), |r| {
+            r.spec = status.clone();
+            Ok(())
+        })
+        .await;
+    if result.is_err() {
+        cell.dirty.store(true, Ordering::SeqCst);
+    }
+    result.map(drop)
+}
+
+/// Status cells by controller, shared by the engine and the publisher.
+pub(crate) type StatusCells = Arc<Mutex<Vec<(Arc<str>, Arc<StatusCell>)>>>;

@@ -1,0 +1,195 @@
+//! [`FaultyState`]: a [`State`] wrapper that fails chosen calls, to test how controllers handle
+//! store failures.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use cosi_core::{
+    CreateOptions, DestroyOptions, Error, Kind, ListOptions, Pointer, Result, SharedResource,
+    State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
+};
+
+#[derive(Debug)]
+enum Fault {
+    NthWrite {
+        resource_type: String,
+        remaining: u64,
+    },
+    Reads {
+        kind: Kind,
+    },
+}
+
+/// Wraps a [`State`] and fails chosen calls with a retryable [`Error::Backend`] whose message
+/// starts with `injected fault`. A failed call never reaches the wrapped store.
+///
+/// ```
+/// use std::sync::Arc;
+/// use cosi_controllers::testing::FaultyState;
+/// use cosi_core::{CreateOptions, Resource, ResourceSpec, State};
+/// use cosi_state::{MemoryOptions, MemoryState};
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
+/// # struct Thing { n: u32 }
+/// # impl ResourceSpec for Thing { const TYPE: &'static str = "Things.test.cosi.dev"; const DEFAULT_NAMESPACE: &'static str = "test"; }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let state = FaultyState::new(Arc::new(MemoryState::new(MemoryOptions::default())));
+/// state.fail_nth_write(Thing::TYPE, 2);
+/// let create = |id: &str| state.create(Resource::new(id.to_string(), Thing::default()).into_shared(), CreateOptions::default());
+/// assert!(create("a").await.is_ok());
+/// assert!(create("b").await.unwrap_err().to_string().contains("injected fault"));
+/// assert!(create("c").await.is_ok());
+/// assert_eq!(state.injected(), 1);
+/// # });
+/// ```
+pub struct FaultyState {
+    inner: Arc<dyn State>,
+    faults: Mutex<Vec<Fault>>,
+    injected: AtomicU64,
+}
+
+impl std::fmt::Debug for FaultyState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultyState")
+            .field("faults", &*self.lock())
+            .field("injected", &self.injected())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FaultyState {
+    /// Wraps `inner` with no faults armed.
+    pub fn new(inner: Arc<dyn State>) -> Self {
+        FaultyState {
+            inner,
+            faults: Mutex::new(Vec::new()),
+            injected: AtomicU64::new(0),
+        }
+    }
+
+    /// The wrapped store (calls on it bypass the faults).
+    pub fn inner(&self) -> &Arc<dyn State> {
+        &self.inner
+    }
+
+    /// Fails the `n`-th write (create, update or destroy; 1 = the next one) of `resource_type`
+    /// counted from now, once.
+    pub fn fail_nth_write(&self, resource_type: &str, n: u64) {
+        self.lock().push(Fault::NthWrite {
+            resource_type: resource_type.to_string(),
+            remaining: n.max(1),
+        });
+    }
+
+    /// Fails every read (`get`, `list`, `watch`, `watch_kind`) of `kind` until [`Self::clear`].
+    pub fn fail_reads(&self, kind: Kind) {
+        self.lock().push(Fault::Reads { kind });
+    }
+
+    /// Disarms every fault.
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
+    /// How many calls were failed so far.
+    pub fn injected(&self) -> u64 {
+        self.injected.load(Ordering::SeqCst)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Fault>> {
+        self.faults.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fault(&self, subject: &dyn std::fmt::Display, what: &str) -> Error {
+        self.injected.fetch_add(1, Ordering::SeqCst);
+        Error::Backend {
+            subject: subject.to_string(),
+            message: format!("injected fault: {what}"),
+            retryable: true,
+            source: None,
+        }
+    }
+
+    fn check_write(&self, pointer: &Pointer) -> Result<()> {
+        let mut faults = self.lock();
+        let mut fire = None;
+        for (i, fault) in faults.iter_mut().enumerate() {
+            if let Fault::NthWrite {
+                resource_type,
+                remaining,
+            } = fault
+            {
+                if resource_type == pointer.resource_type() {
+                    *remaining -= 1;
+                    if *remaining == 0 && fire.is_none() {
+                        fire = Some(i);
+                    }
+                }
+            }
+        }
+        if let Some(i) = fire {
+            faults.remove(i);
+            drop(faults);
+            return Err(self.fault(pointer, "write failed"));
+        }
+        Ok(())
+    }
+
+    fn check_read(&self, kind: &Kind, subject: &dyn std::fmt::Display) -> Result<()> {
+        let failing = self
+            .lock()
+            .iter()
+            .any(|f| matches!(f, Fault::Reads { kind: k } if k == kind));
+        if failing {
+            return Err(self.fault(subject, "read failed"));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl State for FaultyState {
+    async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
+        self.check_read(pointer.kind(), pointer)?;
+        self.inner.get(pointer).await
+    }
+
+    async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
+        self.check_read(kind, kind)?;
+        self.inner.list(kind, options).await
+    }
+
+    async fn create(
+        &self,
+        resource: SharedResource,
+        options: CreateOptions,
+    ) -> Result<SharedResource> {
+        self.check_write(resource.metadata().pointer())?;
+        self.inner.create(resource, options).await
+    }
+
+    async fn update(
+        &self,
+        resource: SharedResource,
+        options: UpdateOptions,
+    ) -> Result<SharedResource> {
+        self.check_write(resource.metadata().pointer())?;
+        self.inner.update(resource, options).await
+    }
+
+    async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
+        self.check_write(pointer)?;
+        self.inner.destroy(pointer, options).await
+    }
+
+    async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
+        self.check_read(pointer.kind(), pointer)?;
+        self.inner.watch(pointer, options).await
+    }
+
+    async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
+        self.check_read(kind, kind)?;
+        self.inner.watch_kind(kind, options).await
+    }
+}

@@ -1,0 +1,380 @@
+//! The item queue of a queue controller: dedup of pending items, never the same item twice at
+//! once (a change while it runs re-queues it afterwards), delayed re-queues, per-item failure
+//! counts, and the inbox of secondary changes waiting to be mapped to items.
+//!
+//! Every collection is keyed by resource, so memory is bounded by the number of resources, not
+//! by the number of events.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use cosi_core::{Pointer, SharedResource};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::engine::IdleProbe;
+use crate::feed::FeedTarget;
+use crate::wake::WakeSignal;
+use crate::Input;
+
+/// An item: the id of a primary resource (all items share the primary kind, so only the id is
+/// hashed and compared).
+type Id = Arc<str>;
+
+#[derive(Default)]
+struct Items {
+    ready: VecDeque<Id>,
+    queued: HashSet<Id>,
+    running: HashSet<Id>,
+    dirty: HashSet<Id>,
+    delayed: BTreeMap<(Instant, u64), Id>,
+    delayed_at: HashMap<Id, (Instant, u64)>,
+    seq: u64,
+    failures: HashMap<Id, u32>,
+    inbox: HashMap<Pointer, SharedResource>,
+    relist: bool,
+    busy: bool,
+    blocked_until: Option<Instant>,
+}
+
+/// See the module docs.
+pub(crate) struct WorkQueue {
+    primary: Input,
+    items: Mutex<Items>,
+    /// Rings the runner: secondary changes to map, a relist, a new delayed item.
+    pub(crate) bell: WakeSignal,
+    /// Wakes a worker: an item became ready.
+    pub(crate) work: Notify,
+}
+
+impl WorkQueue {
+    pub(crate) fn new(primary: Input) -> Self {
+        WorkQueue {
+            primary,
+            items: Mutex::new(Items {
+                // Until the runner has started, the controller is not idle.
+                busy: true,
+                relist: true,
+                ..Items::default()
+            }),
+            bell: WakeSignal::default(),
+            work: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Items> {
+        self.items.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `item` now (deduplicated; deferred until its running reconcile ends; a failed
+    /// item waiting for its backoff keeps waiting). An item of another kind than the primary
+    /// input is ignored with a warning.
+    pub(crate) fn add(&self, item: Pointer) {
+        if item.kind() != &self.primary.kind {
+            tracing::warn!(item = %item, primary = %self.primary.kind, "ignoring a queue item that is not of the primary kind");
+            return;
+        }
+        let item: Id = item.shared_id().clone();
+        {
+            let mut items = self.lock();
+            if items.running.contains(&item) {
+                items.dirty.insert(item);
+                return;
+            }
+            if items.queued.contains(&item) {
+                return;
+            }
+            if let Some(&key) = items.delayed_at.get(&item) {
+                // A failed item keeps its backoff; a requeue-after is cut short by a change.
+                if items.failures.contains_key(&item) {
+                    return;
+                }
+                items.delayed_at.remove(&item);
+                items.delayed.remove(&key);
+            }
+            items.queued.insert(item.clone());
+            items.ready.push_back(item);
+        }
+        self.work.notify_one();
+    }
+
+    /// Queues `item` after `delay` (kept at the earlier time if already delayed).
+    fn add_after_locked(items: &mut Items, item: Id, at: Instant) {
+        if items.queued.contains(&item) {
+            return;
+        }
+        if let Some(&key) = items.delayed_at.get(&item) {
+            if key.0 <= at {
+                return;
+            }
+            items.delayed.remove(&key);
+        }
+        items.seq += 1;
+        let key = (at, items.seq);
+        items.delayed.insert(key, item.clone());
+        items.delayed_at.insert(item, key);
+    }
+
+    /// Takes the next ready item and marks it running.
+    pub(crate) fn pop(&self) -> Option<Pointer> {
+        let mut items = self.lock();
+        let item = items.ready.pop_front()?;
+        items.queued.remove(&item);
+        let pointer = self.primary.kind.pointer(item.clone());
+        items.running.insert(item);
+        Some(pointer)
+    }
+
+    /// Ends the run of `item`. `retry_after` re-queues it after a delay; a change that arrived
+    /// while it ran re-queues it now unless `failed` (a failure keeps its backoff).
+    pub(crate) fn done(&self, item: &Pointer, retry_after: Option<Duration>, failed: bool) {
+        let item = item.shared_id();
+        let mut items = self.lock();
+        items.running.remove(item);
+        let changed = items.dirty.remove(item);
+        if failed {
+            *items.failures.entry(item.clone()).or_default() += 1;
+        } else {
+            items.failures.remove(item);
+        }
+        if changed && !failed {
+            items.queued.insert(item.clone());
+            items.ready.push_back(item.clone());
+            drop(items);
+            self.work.notify_one();
+        } else if let Some(delay) = retry_after {
+            Self::add_after_locked(&mut items, item.clone(), Instant::now() + delay);
+            drop(items);
+            // The runner may be sleeping towards a later deadline.
+            self.bell.wake();
+        }
+    }
+
+    /// Consecutive failures of `item`.
+    pub(crate) fn failures(&self, item: &Pointer) -> u32 {
+        self.lock().failures.get(item.id()).copied().unwrap_or(0)
+    }
+
+    /// Moves due delayed items to ready; returns the next deadline.
+    pub(crate) fn promote_due(&self, now: Instant) -> Option<Instant> {
+        let mut items = self.lock();
+        while let Some((&key, _)) = items.delayed.first_key_value() {
+            if key.0 > now {
+                return Some(key.0);
+            }
+            let (_, item) = items.delayed.pop_first()?;
+            items.delayed_at.remove(&item);
+            if items.running.contains(&item) {
+                items.dirty.insert(item);
+            } else if items.queued.insert(item.clone()) {
+                items.ready.push_back(item);
+                self.work.notify_one();
+            }
+        }
+        None
+    }
+
+    pub(crate) fn take_inbox(&self) -> Vec<SharedResource> {
+        self.lock().inbox.drain().map(|(_, r)| r).collect()
+    }
+
+    pub(crate) fn take_relist(&self) -> bool {
+        std::mem::take(&mut self.lock().relist)
+    }
+
+    pub(crate) fn request_relist(&self) {
+        self.lock().relist = true;
+        self.bell.wake();
+    }
+
+    pub(crate) fn set_busy(&self, busy: bool) {
+        self.lock().busy = busy;
+    }
+
+    pub(crate) fn block_until(&self, until: Option<Instant>) {
+        let mut items = self.lock();
+        items.blocked_until = until;
+        items.busy = until.is_none();
+    }
+}
+
+impl FeedTarget for WorkQueue {
+    fn changed(&self, input: &Input, resource: &SharedResource) {
+        let pointer = resource.metadata().pointer();
+        if *input == self.primary {
+            self.add(pointer.clone());
+        } else {
+            self.lock().inbox.insert(pointer.clone(), resource.clone());
+            self.bell.wake();
+        }
+    }
+
+    fn resync(&self) {
+        self.request_relist();
+    }
+}
+
+impl IdleProbe for WorkQueue {
+    fn is_idle(&self, now: Instant) -> bool {
+        let items = self.lock();
+        if let Some(until) = items.blocked_until {
+            return until > now;
+        }
+        !items.busy
+            && !self.bell.is_pending()
+            && items.ready.is_empty()
+            && items.running.is_empty()
+            && items.inbox.is_empty()
+            && !items.relist
+            && items
+                .delayed
+                .first_key_value()
+                .is_none_or(|(key, _)| key.0 > now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cosi_core::Kind;
+
+    fn p(id: &str) -> Pointer {
+        Kind::new("ns", "T").pointer(id)
+    }
+
+    fn queue() -> WorkQueue {
+        WorkQueue::new(Input::weak(Kind::new("ns", "T")))
+    }
+
+    #[test]
+    fn an_item_of_another_kind_is_ignored() {
+        let q = queue();
+        q.add(Kind::new("ns", "Other").pointer("a"));
+        assert_eq!(q.pop(), None);
+    }
+
+    #[test]
+    fn pending_items_are_deduplicated() {
+        let q = queue();
+        q.add(p("a"));
+        q.add(p("a"));
+        q.add(p("b"));
+        assert_eq!(q.pop(), Some(p("a")));
+        assert_eq!(q.pop(), Some(p("b")));
+        assert_eq!(q.pop(), None);
+    }
+
+    #[test]
+    fn an_item_changed_while_running_is_requeued_after_it_ends_not_before() {
+        let q = queue();
+        q.add(p("a"));
+        assert_eq!(q.pop(), Some(p("a")));
+        q.add(p("a"));
+        assert_eq!(q.pop(), None, "never the same item twice at once");
+        q.done(&p("a"), None, false);
+        assert_eq!(q.pop(), Some(p("a")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_item_waits_for_its_delay_even_if_changed_meanwhile() {
+        let q = queue();
+        q.add(p("a"));
+        q.pop();
+        q.add(p("a"));
+        q.done(&p("a"), Some(Duration::from_secs(1)), true);
+        assert_eq!(q.failures(&p("a")), 1);
+        assert_eq!(
+            q.promote_due(Instant::now()),
+            Some(Instant::now() + Duration::from_secs(1))
+        );
+        assert_eq!(q.pop(), None);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(q.promote_due(Instant::now()), None);
+        assert_eq!(q.pop(), Some(p("a")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn adding_a_delayed_item_makes_it_ready_now() {
+        let q = queue();
+        q.add(p("a"));
+        q.pop();
+        q.done(&p("a"), Some(Duration::from_secs(10)), false);
+        q.add(p("a"));
+        assert_eq!(q.pop(), Some(p("a")));
+        assert_eq!(q.promote_due(Instant::now()), None);
+    }
+
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Add(u8),
+            Pop,
+            Finish { ok: bool },
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                (0u8..6).prop_map(Op::Add),
+                Just(Op::Pop),
+                any::<bool>().prop_map(|ok| Op::Finish { ok }),
+            ]
+        }
+
+        proptest! {
+            /// Whatever the interleaving: an item never runs twice at once, pending items are
+            /// never duplicated, and every item added is run after its last addition.
+            #[test]
+            fn items_are_deduplicated_exclusive_and_never_lost(ops in proptest::collection::vec(op(), 1..80)) {
+                let q = queue();
+                let mut running: Vec<Pointer> = Vec::new();
+                // Items added since their last run started: they must run again.
+                let mut owed: HashSet<Pointer> = HashSet::new();
+                for op in ops {
+                    match op {
+                        Op::Add(i) => {
+                            let item = p(&i.to_string());
+                            owed.insert(item.clone());
+                            q.add(item);
+                        }
+                        Op::Pop => {
+                            if let Some(item) = q.pop() {
+                                prop_assert!(!running.contains(&item), "{item} ran twice at once");
+                                owed.remove(&item);
+                                running.push(item);
+                            }
+                        }
+                        Op::Finish { ok } => {
+                            if !running.is_empty() {
+                                let item = running.remove(0);
+                                // Failures retry immediately here: the model checks ordering,
+                                // not delays.
+                                q.done(&item, (!ok).then_some(Duration::ZERO), !ok);
+                                if !ok {
+                                    owed.insert(item);
+                                }
+                            }
+                        }
+                    }
+                    let items = q.lock();
+                    let unique: HashSet<_> = items.ready.iter().collect();
+                    prop_assert_eq!(unique.len(), items.ready.len(), "duplicate pending items");
+                }
+                // Drain: finish everything running, promote delays, run what is ready.
+                for item in running.drain(..) {
+                    q.done(&item, None, false);
+                }
+                q.promote_due(Instant::now());
+                while let Some(item) = q.pop() {
+                    owed.remove(&item);
+                    q.done(&item, None, false);
+                    q.promote_due(Instant::now());
+                }
+                prop_assert!(owed.is_empty(), "never run after being added: {owed:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,834 @@
+//! Conformance tests of the engine: scheduling, run-time inputs, registration after start,
+//! failure handling, shared outputs, access rules, status counters, shutdown.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::*;
+use cosi_controllers::testing::Harness;
+use cosi_controllers::{
+    Backoff, Controller, ControllerState, EngineOptions, Input, Output, Reconciled,
+    RegistrationError,
+};
+use cosi_core::{
+    Error, LabelOp, LabelQueries, LabelQuery, LabelTerm, ListOptions, Resource, ResourceSpec,
+    Result, State, StateExt,
+};
+
+/// Copies A/x into B/x (value + 1) and counts its reconciles.
+struct Copier {
+    name: &'static str,
+    runs: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Controller for Copier {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak_of::<A>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive_of::<B>()]
+    }
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        for input in state
+            .list_typed::<A>(&A::kind(), &ListOptions::default())
+            .await?
+        {
+            let value = input.spec.value + 1;
+            state
+                .modify_output(
+                    Resource::new(input.metadata.id().to_string(), B::default()),
+                    |r| {
+                        r.spec.value = value;
+                        Ok(())
+                    },
+                )
+                .await?;
+        }
+        Ok(Reconciled::Done)
+    }
+}
+
+fn copier(name: &'static str) -> (Copier, Arc<AtomicUsize>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    (
+        Copier {
+            name,
+            runs: runs.clone(),
+        },
+        runs,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_input_changes_costs_one_reconcile() {
+    // Given a started copier (one reconcile at start)
+    let h = Harness::new();
+    let (c, runs) = copier("Copier");
+    h.register(c).unwrap();
+    h.start().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    // When 50 inputs are created before the controller gets to run
+    let state = h.state();
+    for i in 0..50 {
+        create(&state, &format!("a{i:02}"), A { value: i }).await;
+    }
+    h.settle().await;
+
+    // Then one more reconcile converged all of them
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!(h.list::<B>().await.len(), 50);
+    assert_eq!(h.expect::<B>("a49").await.spec.value, 50);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_kind_watch_is_shared_by_every_controller_on_the_kind() {
+    let h = Harness::new();
+    let (c1, _) = copier("Copier");
+    h.register(c1).unwrap();
+    h.register(Summer::new("Summer", None)).unwrap();
+    h.start().await;
+    // A (both), B (Summer's output type is Sum, not watched), Sum: no.
+    assert_eq!(h.engine().watched_kinds(), vec![A::kind()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_controller_registered_after_start_runs_at_once() {
+    let h = Harness::new();
+    h.start().await;
+    create(&h.state(), "x", A { value: 1 }).await;
+    let (c, runs) = copier("Late");
+    h.register(c).unwrap();
+    h.settle().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(h.expect::<B>("x").await.spec.value, 2);
+    set(&h.state(), "x", A { value: 5 }).await;
+    h.settle().await;
+    assert_eq!(h.expect::<B>("x").await.spec.value, 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn registration_errors_name_both_controllers_and_the_type() {
+    let h = Harness::new();
+    let (c1, _) = copier("First");
+    let (c2, _) = copier("Second");
+    h.register(c1).unwrap();
+    let err = h.register(c2).unwrap_err();
+    assert_eq!(
+        err,
+        RegistrationError::ExclusiveOutputTaken {
+            resource_type: B::TYPE.into(),
+            existing: "First".into(),
+            controller: "Second".into(),
+        }
+    );
+    let (again, _) = copier("First");
+    assert!(matches!(
+        h.register(again).unwrap_err(),
+        RegistrationError::DuplicateName { .. }
+    ));
+    assert_eq!(h.engine().controllers().len(), 1);
+}
+
+/// Sums `value` of the A resources matching an optional label into Sum/<name>, a shared output.
+struct Summer {
+    name: &'static str,
+    label: Option<&'static str>,
+}
+
+impl Summer {
+    fn new(name: &'static str, label: Option<&'static str>) -> Self {
+        Summer { name, label }
+    }
+}
+
+#[async_trait]
+impl Controller for Summer {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak_of::<A>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::shared_of::<Sum>()]
+    }
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        let mut options = ListOptions::default();
+        if let Some(label) = self.label {
+            options.labels =
+                LabelQueries(vec![LabelQuery::new()
+                    .with(LabelTerm::new("group", LabelOp::Equal(label.to_string())))]);
+        }
+        let total: i64 = state
+            .list_typed::<A>(&A::kind(), &options)
+            .await?
+            .iter()
+            .map(|a| a.spec.value)
+            .sum();
+        state
+            .modify_output(Resource::new(self.name.to_string(), Sum::default()), |r| {
+                r.spec.value = total;
+                Ok(())
+            })
+            .await?;
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn sum_controllers_share_an_output_type_and_filter_inputs_by_label() {
+    // Given two summers writing the shared Sum type, one filtered on group=odd
+    let h = Harness::new();
+    h.register(Summer::new("All", None)).unwrap();
+    h.register(Summer::new("Odd", Some("odd"))).unwrap();
+    h.start().await;
+
+    // When labelled inputs arrive
+    let state = h.state();
+    for i in 1..=5 {
+        let group = if i % 2 == 1 { "odd" } else { "even" };
+        create_labelled(
+            &state,
+            &format!("n{i}"),
+            A { value: i },
+            &[("group", group)],
+        )
+        .await;
+    }
+    h.settle().await;
+
+    // Then each owns its own Sum
+    let all = h.expect::<Sum>("All").await;
+    let odd = h.expect::<Sum>("Odd").await;
+    assert_eq!((all.spec.value, all.metadata.owner()), (15, Some("All")));
+    assert_eq!((odd.spec.value, odd.metadata.owner()), (9, Some("Odd")));
+
+    // And a relabel moves the value between sums
+    state
+        .update_with_conflicts::<A, _>(&a("n2"), Default::default(), |r| {
+            r.metadata.labels_mut().insert("group".into(), "odd".into());
+            Ok(())
+        })
+        .await
+        .unwrap();
+    h.settle().await;
+    assert_eq!(h.expect::<Sum>("Odd").await.spec.value, 11);
+    assert_eq!(h.expect::<Sum>("All").await.spec.value, 15);
+}
+
+/// Follows the id named by Config/selector: reads A/<selected> only, declared at run time.
+struct Follower {
+    runs: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Controller for Follower {
+    fn name(&self) -> &str {
+        "Follower"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak_of::<Config>().with_id("selector")]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive_of::<C>()]
+    }
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        let selector = match state
+            .get_typed::<Config>(&Config::kind().pointer("selector"))
+            .await
+        {
+            Ok(s) => s,
+            Err(e) if e.is_not_found() => return Ok(Reconciled::Done),
+            Err(e) => return Err(e),
+        };
+        let id = format!("a{}", selector.spec.value);
+        let wanted = vec![
+            Input::weak_of::<Config>().with_id("selector"),
+            Input::weak_of::<A>().with_id(id.clone()),
+        ];
+        if state.inputs() != wanted {
+            state.set_inputs(wanted).await?;
+        }
+        let value = match state.get_typed::<A>(&a(&id)).await {
+            Ok(r) => r.spec.value,
+            Err(e) if e.is_not_found() => return Ok(Reconciled::Done),
+            Err(e) => return Err(e),
+        };
+        state
+            .modify_output(Resource::new("followed", C::default()), |r| {
+                r.spec.value = value;
+                Ok(())
+            })
+            .await?;
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_controller_declares_inputs_at_run_time_and_is_woken_by_them() {
+    let h = Harness::new();
+    let runs = Arc::new(AtomicUsize::new(0));
+    h.register(Follower { runs: runs.clone() }).unwrap();
+    h.start().await;
+    let state = h.state();
+    create(&state, "a1", A { value: 10 }).await;
+    create(&state, "a2", A { value: 20 }).await;
+    h.settle().await;
+    // Not an input yet: no reconcile beyond the first.
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    create(&state, "selector", Config { value: 1 }).await;
+    h.settle().await;
+    assert_eq!(h.expect::<C>("followed").await.spec.value, 10);
+    assert_eq!(
+        h.engine().graph().inputs("Follower").unwrap(),
+        vec![
+            Input::weak_of::<A>().with_id("a1"),
+            Input::weak_of::<Config>().with_id("selector")
+        ]
+    );
+
+    // The new input wakes it; the other A does not.
+    let before = runs.load(Ordering::SeqCst);
+    set(&state, "a2", A { value: 21 }).await;
+    h.settle().await;
+    assert_eq!(runs.load(Ordering::SeqCst), before);
+    set(&state, "a1", A { value: 11 }).await;
+    h.settle().await;
+    assert_eq!(runs.load(Ordering::SeqCst), before + 1);
+    assert_eq!(h.expect::<C>("followed").await.spec.value, 11);
+
+    // Switching the selector re-declares the input.
+    set(&state, "selector", Config { value: 2 }).await;
+    h.settle().await;
+    assert_eq!(h.expect::<C>("followed").await.spec.value, 21);
+}
+
+/// Fails (or panics) while `fail` is set, and counts its runs.
+struct Flaky {
+    name: &'static str,
+    panic: bool,
+    fail: Arc<Mutex<bool>>,
+    runs: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Controller for Flaky {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak_of::<Config>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&mut self, _state: &ControllerState) -> Result<Reconciled> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        if *self.fail.lock().unwrap() {
+            if self.panic {
+                panic!("{} exploded", self.name);
+            }
+            return Err(Error::invalid(self.name, "spec", "refusing to work"));
+        }
+        Ok(Reconciled::Done)
+    }
+}
+
+fn test_options() -> EngineOptions {
+    EngineOptions {
+        restart_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(8)),
+        ..EngineOptions::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_and_panicking_controllers_restart_with_growing_backoff_while_others_run() {
+    // Given a failing, a panicking and a healthy controller
+    let h = Harness::with_options(test_options());
+    let fail = Arc::new(Mutex::new(true));
+    let failing_runs = Arc::new(AtomicUsize::new(0));
+    let panicking_runs = Arc::new(AtomicUsize::new(0));
+    h.register(Flaky {
+        name: "Failing",
+        panic: false,
+        fail: fail.clone(),
+        runs: failing_runs.clone(),
+    })
+    .unwrap();
+    h.register(Flaky {
+        name: "Panicking",
+        panic: true,
+        fail: fail.clone(),
+        runs: panicking_runs.clone(),
+    })
+    .unwrap();
+    let (healthy, healthy_runs) = copier("Healthy");
+    h.register(healthy).unwrap();
+    h.start().await;
+    assert_eq!(failing_runs.load(Ordering::SeqCst), 1);
+    assert_eq!(panicking_runs.load(Ordering::SeqCst), 1);
+
+    // When time passes, restarts come after 1 s, then 2 s more, then 4 s more
+    let runs = || {
+        (
+            failing_runs.load(Ordering::SeqCst),
+            panicking_runs.load(Ordering::SeqCst),
+        )
+    };
+    h.advance(Duration::from_millis(999)).await;
+    assert_eq!(runs(), (1, 1));
+    // An input change during the backoff does not cut it short.
+    create(&h.state(), "c", Config { value: 1 }).await;
+    h.settle().await;
+    assert_eq!(runs(), (1, 1));
+    h.advance(Duration::from_millis(1)).await;
+    assert_eq!(runs(), (2, 2));
+    h.advance(Duration::from_millis(1999)).await;
+    assert_eq!(runs(), (2, 2));
+    h.advance(Duration::from_millis(1)).await;
+    assert_eq!(runs(), (3, 3));
+    h.advance(Duration::from_secs(4)).await;
+    assert_eq!(runs(), (4, 4));
+
+    // Meanwhile the healthy controller keeps working
+    create(&h.state(), "x", A { value: 1 }).await;
+    h.settle().await;
+    assert_eq!(h.expect::<B>("x").await.spec.value, 2);
+    assert_eq!(healthy_runs.load(Ordering::SeqCst), 2);
+
+    // And after recovery a success resets the backoff
+    *fail.lock().unwrap() = false;
+    h.advance(Duration::from_secs(8)).await;
+    assert_eq!(runs(), (5, 5));
+    let status = h.status("Panicking").await;
+    assert_eq!(
+        (status.reconciles, status.errors, status.restarts),
+        (5, 4, 4)
+    );
+    assert_eq!(
+        status.last_error.as_deref(),
+        Some("reconcile panicked: Panicking exploded")
+    );
+    *fail.lock().unwrap() = true;
+    set(&h.state(), "c", Config { value: 2 }).await;
+    h.settle().await;
+    assert_eq!(runs(), (6, 6));
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(runs(), (7, 7), "backoff restarted at 1 s after the success");
+}
+
+/// Requeues itself every 10 s, counting runs.
+struct Ticker {
+    runs: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Controller for Ticker {
+    fn name(&self) -> &str {
+        "Ticker"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak_of::<Config>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&mut self, _state: &ControllerState) -> Result<Reconciled> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(Reconciled::RequeueAfter(Duration::from_secs(10)))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reconcile_runs_again_after_the_requested_delay() {
+    let h = Harness::new();
+    let runs = Arc::new(AtomicUsize::new(0));
+    h.register(Ticker { runs: runs.clone() }).unwrap();
+    h.start().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    h.advance(Duration::from_secs(9)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    // An input change runs it early and restarts the delay.
+    h.advance(Duration::from_secs(5)).await;
+    create(&h.state(), "c", Config::default()).await;
+    h.settle().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    h.advance(Duration::from_secs(9)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn status_counters_are_exact_and_published_as_resources() {
+    let h = Harness::new();
+    let (c, _) = copier("Copier");
+    h.register(c).unwrap();
+    h.start().await;
+    for i in 0..3 {
+        create(&h.state(), &format!("x{i}"), A { value: i }).await;
+        h.settle().await;
+    }
+    let status = h.status("Copier").await;
+    assert_eq!(status.reconciles, 4);
+    assert_eq!(status.errors, 0);
+    assert_eq!(status.restarts, 0);
+    assert_eq!(status.last_error, None);
+    assert_eq!(
+        status.last_duration_micros, 0,
+        "the paused clock did not move"
+    );
+    assert_eq!(h.engine().status("Copier"), Some(status));
+}
+
+/// Tries every forbidden access and records the errors.
+struct Trespasser {
+    errors: Arc<Mutex<Vec<String>>>,
+}
+
+#[async_trait]
+impl Controller for Trespasser {
+    fn name(&self) -> &str {
+        "Trespasser"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak_of::<A>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive_of::<B>()]
+    }
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        let mut errors = Vec::new();
+        let mut record = |r: Result<()>| match r {
+            Err(Error::AccessDenied { subject, message }) => {
+                errors.push(format!("{subject}: {message}"))
+            }
+            other => errors.push(format!("unexpected: {other:?}")),
+        };
+        record(state.get(&C::kind().pointer("x")).await.map(drop));
+        record(
+            state
+                .list(&C::kind(), &ListOptions::default())
+                .await
+                .map(drop),
+        );
+        record(
+            state
+                .create(
+                    Resource::new("x", C::default()).into_shared(),
+                    Default::default(),
+                )
+                .await
+                .map(drop),
+        );
+        record(
+            state
+                .create(
+                    Resource::new("x", B::default()).into_shared(),
+                    Default::default(),
+                )
+                .await
+                .map(drop),
+        );
+        record(state.add_finalizer(&a("a1"), &["mine"]).await.map(drop));
+        record(
+            state
+                .modify(Resource::new("a1", A::default()), state.owned(), |r| {
+                    r.spec.value = 99;
+                    Ok(())
+                })
+                .await
+                .map(drop),
+        );
+        *self.errors.lock().unwrap() = errors;
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn access_violations_are_errors_returned_to_the_controller_and_change_nothing() {
+    let h = Harness::new();
+    create(&h.state(), "a1", A { value: 1 }).await;
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    h.register(Trespasser {
+        errors: errors.clone(),
+    })
+    .unwrap();
+    h.start().await;
+    assert_eq!(
+        *errors.lock().unwrap(),
+        vec![
+            "test/Cs.test.cosi.dev/x: controller \"Trespasser\" may not read it: not a declared input or output",
+            "test/Cs.test.cosi.dev: controller \"Trespasser\" may not read it: not a declared input or output",
+            "test/Cs.test.cosi.dev/x: controller \"Trespasser\" may not write it: not a declared output",
+            "test/Bs.test.cosi.dev/x: controller \"Trespasser\" must write its outputs as owner \"Trespasser\", not no owner",
+            "test/As.test.cosi.dev/a1: controller \"Trespasser\" may not write it: not a declared output, and finalizers may only be changed on strong inputs",
+            "test/As.test.cosi.dev/a1: controller \"Trespasser\" may not write it: not a declared output, and finalizers may only be changed on strong inputs",
+        ]
+    );
+    let stored = h.expect::<A>("a1").await;
+    assert_eq!((stored.spec.value, stored.metadata.version().get()), (1, 1));
+    assert!(stored.metadata.finalizers().is_empty());
+    h.expect_absent::<B>("x").await;
+    assert_eq!(h.status("Trespasser").await.errors, 0);
+}
+
+/// Holds the reconcile until released through a oneshot, to observe shutdown.
+struct Slow {
+    release: Option<tokio::sync::oneshot::Receiver<()>>,
+    finished: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Controller for Slow {
+    fn name(&self) -> &str {
+        "Slow"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&mut self, _state: &ControllerState) -> Result<Reconciled> {
+        if let Some(release) = self.release.take() {
+            let _ = release.await;
+        }
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_lets_a_running_reconcile_finish() {
+    let h = Harness::new();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let finished = Arc::new(AtomicUsize::new(0));
+    h.register(Slow {
+        release: Some(rx),
+        finished: finished.clone(),
+    })
+    .unwrap();
+    h.engine().start();
+    tokio::task::yield_now().await;
+    let engine = h.engine().clone();
+    let shutdown = tokio::spawn(async move { engine.shutdown().await });
+    tokio::task::yield_now().await;
+    assert_eq!(finished.load(Ordering::SeqCst), 0);
+    tx.send(()).unwrap();
+    let report = shutdown.await.unwrap();
+    assert_eq!(finished.load(Ordering::SeqCst), 1);
+    assert_eq!(report.aborted, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_aborts_a_reconcile_that_outlives_the_timeout() {
+    let h = Harness::with_options(EngineOptions {
+        shutdown_timeout: Duration::from_secs(5),
+        ..EngineOptions::default()
+    });
+    let (_tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let finished = Arc::new(AtomicUsize::new(0));
+    h.register(Slow {
+        release: Some(rx),
+        finished: finished.clone(),
+    })
+    .unwrap();
+    h.engine().start();
+    tokio::task::yield_now().await;
+    let report = h.shutdown().await;
+    assert_eq!(report.aborted, 1);
+    assert_eq!(finished.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_graph_exports_as_dot_and_text() {
+    let h = Harness::new();
+    let (c, _) = copier("Copier");
+    h.register(c).unwrap();
+    assert_eq!(
+        h.engine().graph().to_text(),
+        "Copier\n  input  test/As.test.cosi.dev (weak)\n  output Bs.test.cosi.dev (exclusive)\n"
+    );
+    assert!(h
+        .engine()
+        .graph()
+        .to_dot()
+        .contains("\"As.test.cosi.dev\" -> \"Copier\" [style=dashed, label=\"test weak\"];"));
+}
+
+/// Adds a finalizer to A/a1 from a copy read before the test changes A/a1 (gated).
+struct StaleFinalizer {
+    gate: Option<tokio::sync::oneshot::Receiver<()>>,
+    result: Arc<Mutex<Option<String>>>,
+}
+
+#[async_trait]
+impl Controller for StaleFinalizer {
+    fn name(&self) -> &str {
+        "StaleFinalizer"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::strong_of::<A>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        let Some(gate) = self.gate.take() else {
+            return Ok(Reconciled::Done);
+        };
+        let read = state.get(&a("a1")).await?;
+        let _ = gate.await;
+        let mut next = (*cosi_core::downcast::<A>(read)?).clone();
+        next.metadata.finalizers_mut().insert("mine".into());
+        let outcome = state
+            .update(
+                next.into_shared(),
+                cosi_core::UpdateOptions {
+                    owner: None,
+                    expected_phase: None,
+                },
+            )
+            .await;
+        *self.result.lock().unwrap() = Some(match outcome {
+            Ok(_) => "written".to_string(),
+            Err(e) => e.to_string(),
+        });
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_finalizer_change_from_a_stale_read_is_a_version_conflict_not_a_denial() {
+    let h = Harness::new();
+    create(&h.state(), "a1", A { value: 1 }).await;
+    let (release, gate) = tokio::sync::oneshot::channel();
+    let result = Arc::new(Mutex::new(None));
+    h.register(StaleFinalizer {
+        gate: Some(gate),
+        result: result.clone(),
+    })
+    .unwrap();
+    h.engine().start();
+    h.quiesce().await;
+    set(&h.state(), "a1", A { value: 2 }).await;
+    release.send(()).unwrap();
+    h.settle().await;
+    assert_eq!(
+        result.lock().unwrap().as_deref(),
+        Some("test/As.test.cosi.dev/a1: version conflict: expected 1, stored 2")
+    );
+    assert!(h.expect::<A>("a1").await.metadata.finalizers().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn statuses_can_be_watched_like_any_resource() {
+    let h = Harness::new();
+    let mut watch = h
+        .state()
+        .watch_kind(
+            &cosi_controllers::ControllerStatus::kind(),
+            cosi_core::WatchKindOptions::default(),
+        )
+        .await
+        .unwrap();
+    h.register(cosi_controllers::Transform::<A, B>::same_id(
+        "PlusOne",
+        |a: &A| Some(B { value: a.value }),
+    ))
+    .unwrap();
+    h.start().await;
+    let event = tokio::time::timeout(Duration::from_secs(5), watch.recv())
+        .await
+        .expect("a status event")
+        .expect("the watch is open");
+    let cosi_core::Event::Created { resource, .. } = event else {
+        panic!("expected a created status, got {event:?}");
+    };
+    assert_eq!(resource.metadata().id(), "PlusOne");
+    assert_eq!(resource.metadata().namespace(), "runtime");
+    assert_eq!(
+        cosi_controllers::testing::spec_of::<cosi_controllers::ControllerStatus>(&*resource)
+            .reconciles,
+        1
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn inputs_that_cannot_be_watched_are_rejected_and_the_old_ones_kept() {
+    let h = Harness::with_options(test_options());
+    let runs = Arc::new(AtomicUsize::new(0));
+    h.register(Follower { runs: runs.clone() }).unwrap();
+    h.start().await;
+    create(&h.state(), "a1", A { value: 10 }).await;
+    h.faults().fail_reads(A::kind());
+
+    // When the new input kind cannot be watched
+    create(&h.state(), "selector", Config { value: 1 }).await;
+    h.settle().await;
+
+    // Then set_inputs fails, the controller restarts, and its inputs are unchanged
+    let status = h.status("Follower").await;
+    assert_eq!((status.errors, status.restarts), (1, 1));
+    assert!(status
+        .last_error
+        .unwrap()
+        .contains("injected fault: read failed"));
+    assert_eq!(
+        h.engine().graph().inputs("Follower").unwrap(),
+        vec![Input::weak_of::<Config>().with_id("selector")]
+    );
+
+    // And once the kind can be watched, the retry succeeds
+    h.faults().clear();
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(h.expect::<C>("followed").await.spec.value, 10);
+    set(&h.state(), "a1", A { value: 11 }).await;
+    h.settle().await;
+    assert_eq!(h.expect::<C>("followed").await.spec.value, 11);
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_until_serves_until_the_signal_then_shuts_down() {
+    let h = Harness::new();
+    let (c, runs) = copier("Copier");
+    h.register(c).unwrap();
+    let (stop, signal) = tokio::sync::oneshot::channel::<()>();
+    let engine = h.engine().clone();
+    let served = tokio::spawn(async move {
+        engine
+            .run_until(async {
+                let _ = signal.await;
+            })
+            .await
+    });
+    h.settle().await;
+    create(&h.state(), "x", A { value: 1 }).await;
+    h.settle().await;
+    assert_eq!(h.expect::<B>("x").await.spec.value, 2);
+    stop.send(()).unwrap();
+    let report = served.await.unwrap();
+    assert_eq!(report.aborted, 0);
+    // The controller's task and the status publisher.
+    assert_eq!(report.stopped, 2);
+    // Stopped: later changes are not reconciled.
+    set(&h.state(), "x", A { value: 5 }).await;
+    h.settle().await;
+    assert_eq!(h.expect::<B>("x").await.spec.value, 2);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}

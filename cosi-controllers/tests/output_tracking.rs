@@ -1,0 +1,153 @@
+//! Output tracking: a reconcile marks what it produced; untouched outputs are torn down and
+//! destroyed once free of finalizers.
+
+mod common;
+
+use async_trait::async_trait;
+use common::*;
+use cosi_controllers::testing::Harness;
+use cosi_controllers::{Cleanup, Controller, ControllerState, Input, Output, Reconciled};
+use cosi_core::{ListOptions, Phase, Resource, ResourceSpec, Result, StateExt};
+use std::sync::{Arc, Mutex};
+
+/// One C per A, through output tracking; wakes when its own outputs become destroyable.
+struct Tracked {
+    cleanups: Arc<Mutex<Vec<Cleanup>>>,
+}
+
+#[async_trait]
+impl Controller for Tracked {
+    fn name(&self) -> &str {
+        "Tracked"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak_of::<A>(), Input::destroy_ready_of::<C>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive_of::<C>()]
+    }
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        state.start_tracking();
+        for input in state
+            .list_typed::<A>(&A::kind(), &ListOptions::default())
+            .await?
+        {
+            let value = input.spec.value;
+            state
+                .modify_output(
+                    Resource::new(input.metadata.id().to_string(), C::default()),
+                    |r| {
+                        r.spec.value = value;
+                        Ok(())
+                    },
+                )
+                .await?;
+        }
+        let cleanup = state.cleanup_outputs(&[C::kind()]).await?;
+        self.cleanups.lock().unwrap().push(cleanup);
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn untouched_outputs_are_torn_down_and_destroyed_once_free() {
+    // Given three inputs and their outputs, one held by a foreign finalizer
+    let h = Harness::new();
+    let cleanups = Arc::new(Mutex::new(Vec::new()));
+    h.register(Tracked {
+        cleanups: cleanups.clone(),
+    })
+    .unwrap();
+    h.start().await;
+    let state = h.state();
+    for id in ["x", "y", "z"] {
+        create(&state, id, A { value: 1 }).await;
+    }
+    h.settle().await;
+    assert_eq!(h.list::<C>().await.len(), 3);
+    cleanups.lock().unwrap().clear();
+    let c_kind = C::kind();
+    state
+        .add_finalizer(&c_kind.pointer("y"), &["consumer"])
+        .await
+        .unwrap();
+
+    // When two inputs go away
+    state.destroy(&a("x"), Default::default()).await.unwrap();
+    state.destroy(&a("y"), Default::default()).await.unwrap();
+    h.settle().await;
+
+    // Then the free output is destroyed and the held one waits, torn down
+    h.expect_absent::<C>("x").await;
+    let held = h.expect::<C>("y").await;
+    assert_eq!(held.metadata.phase(), Phase::TearingDown);
+    // (x is destroyed in the same reconcile; its destroyed event wakes one more, idle run.)
+    assert_eq!(
+        std::mem::take(&mut *cleanups.lock().unwrap()),
+        vec![
+            Cleanup {
+                destroyed: 1,
+                waiting: 1
+            },
+            Cleanup {
+                destroyed: 0,
+                waiting: 1
+            }
+        ]
+    );
+    assert_eq!(h.expect::<C>("z").await.metadata.phase(), Phase::Running);
+
+    // And once the finalizer goes, the destroy-ready input wakes it to finish the job
+    state
+        .remove_finalizer(&c_kind.pointer("y"), &["consumer"])
+        .await
+        .unwrap();
+    h.settle().await;
+    h.expect_absent::<C>("y").await;
+    assert_eq!(
+        *cleanups.lock().unwrap(),
+        vec![
+            Cleanup {
+                destroyed: 1,
+                waiting: 0
+            },
+            Cleanup {
+                destroyed: 0,
+                waiting: 0
+            }
+        ]
+    );
+    assert_eq!(h.list::<C>().await.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cleanup_without_tracking_is_an_error() {
+    struct Careless;
+    #[async_trait]
+    impl Controller for Careless {
+        fn name(&self) -> &str {
+            "Careless"
+        }
+        fn inputs(&self) -> Vec<Input> {
+            vec![]
+        }
+        fn outputs(&self) -> Vec<Output> {
+            vec![Output::exclusive_of::<C>()]
+        }
+        async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+            state.cleanup_outputs(&[C::kind()]).await?;
+            Ok(Reconciled::Done)
+        }
+    }
+    let h = Harness::new();
+    h.register(Careless).unwrap();
+    h.start().await;
+    let status = h.status("Careless").await;
+    assert_eq!(status.errors, 1);
+    assert_eq!(
+        status.last_error.as_deref(),
+        Some(
+            "Careless: invalid cleanup_outputs: output tracking was not started in this reconcile"
+        )
+    );
+}

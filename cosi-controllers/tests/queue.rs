@@ -1,0 +1,419 @@
+//! Conformance tests of queue controllers: concurrency, hooks, mapped secondary inputs,
+//! failures, panics, requeues, and items that block only themselves.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::*;
+use cosi_controllers::testing::Harness;
+use cosi_controllers::{
+    Backoff, ControllerState, EngineOptions, Input, Output, QueueController, Reconciled,
+};
+use cosi_core::{Error, Phase, Pointer, Resource, Result, SharedResource, State, StateExt};
+
+#[derive(Default)]
+struct Log {
+    events: Mutex<Vec<String>>,
+    running: AtomicUsize,
+    max_running: AtomicUsize,
+    runs: Mutex<HashMap<String, usize>>,
+}
+
+impl Log {
+    fn push(&self, event: impl Into<String>) {
+        self.events.lock().unwrap().push(event.into());
+    }
+    fn events(&self) -> Vec<String> {
+        self.events.lock().unwrap().clone()
+    }
+    fn runs(&self, id: &str) -> usize {
+        self.runs.lock().unwrap().get(id).copied().unwrap_or(0)
+    }
+    fn count(&self, id: &str) {
+        *self.runs.lock().unwrap().entry(id.to_string()).or_default() += 1;
+    }
+}
+
+/// For each A/x: takes 1 s, then writes C/x = A.value, or -1 once B/x is ready to be destroyed.
+struct Mirror {
+    log: Arc<Log>,
+}
+
+#[async_trait]
+impl QueueController for Mirror {
+    fn name(&self) -> &str {
+        "Mirror"
+    }
+    fn primary(&self) -> Input {
+        Input::weak_of::<A>()
+    }
+    fn secondary(&self) -> Vec<Input> {
+        vec![Input::destroy_ready_of::<B>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive_of::<C>()]
+    }
+    fn concurrency(&self) -> usize {
+        4
+    }
+    async fn run_hook(&self, _state: &ControllerState) -> Result<()> {
+        self.log.push("run");
+        Ok(())
+    }
+    async fn shutdown_hook(&self, _state: &ControllerState) {
+        self.log.push(format!(
+            "shutdown with {} running",
+            self.log.running.load(Ordering::SeqCst)
+        ));
+    }
+    async fn map_input(
+        &self,
+        _state: &ControllerState,
+        resource: &SharedResource,
+    ) -> Result<Vec<Pointer>> {
+        self.log.push(format!("map {}", resource.metadata().id()));
+        Ok(vec![a(resource.metadata().id())])
+    }
+    async fn reconcile(&self, state: &ControllerState, item: &Pointer) -> Result<Reconciled> {
+        let now = self.log.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.log.max_running.fetch_max(now, Ordering::SeqCst);
+        self.log.count(item.id());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        self.log.running.fetch_sub(1, Ordering::SeqCst);
+        let input = match state.get_typed::<A>(item).await {
+            Ok(input) => input,
+            Err(e) if e.is_not_found() => return Ok(Reconciled::Done),
+            Err(e) => return Err(e),
+        };
+        let released = match state.get(&b(item.id())).await {
+            Ok(b) => {
+                b.metadata().phase() == Phase::TearingDown && b.metadata().finalizers().is_empty()
+            }
+            Err(e) if e.is_not_found() => false,
+            Err(e) => return Err(e),
+        };
+        let value = if released { -1 } else { input.spec.value };
+        state
+            .modify_output(Resource::new(item.id().to_string(), C::default()), |r| {
+                r.spec.value = value;
+                Ok(())
+            })
+            .await?;
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_controller_runs_four_items_at_once_with_hooks_and_mapped_destroy_ready_inputs() {
+    // Given ten existing primaries before the controller starts
+    let h = Harness::new();
+    let state = h.state();
+    for i in 0..10 {
+        create(&state, &format!("x{i}"), A { value: i }).await;
+    }
+    let log = Arc::new(Log::default());
+    h.register_queue(Mirror { log: log.clone() }).unwrap();
+
+    // When it starts, the run hook runs once and four items start
+    h.engine().start();
+    h.quiesce().await;
+    assert_eq!(log.events(), vec!["run"]);
+    assert_eq!(log.running.load(Ordering::SeqCst), 4);
+
+    // Then every item is reconciled, never more than four at once
+    h.advance_quiesce(Duration::from_secs(1)).await;
+    assert_eq!(log.running.load(Ordering::SeqCst), 4);
+    h.advance_quiesce(Duration::from_secs(1)).await;
+    assert_eq!(log.running.load(Ordering::SeqCst), 2);
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(log.max_running.load(Ordering::SeqCst), 4);
+    for i in 0..10 {
+        assert_eq!(h.expect::<C>(&format!("x{i}")).await.spec.value, i);
+        assert_eq!(log.runs(&format!("x{i}")), 1);
+    }
+
+    // A secondary held by a finalizer is not destroy-ready: nothing is mapped
+    create(&state, "x3", B::default()).await;
+    state.add_finalizer(&b("x3"), &["keep"]).await.unwrap();
+    state.teardown(&b("x3"), None).await.unwrap();
+    h.settle().await;
+    assert_eq!(log.events(), vec!["run"]);
+
+    // Once it is destroy-ready, it is mapped to its primary item
+    state.remove_finalizer(&b("x3"), &["keep"]).await.unwrap();
+    h.advance_quiesce(Duration::ZERO).await;
+    assert_eq!(log.events(), vec!["run", "map x3"]);
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(h.expect::<C>("x3").await.spec.value, -1);
+    assert_eq!(log.runs("x3"), 2);
+
+    // Shutdown waits for running items, then runs the shutdown hook
+    set(&state, "x5", A { value: 50 }).await;
+    h.quiesce().await;
+    assert_eq!(log.running.load(Ordering::SeqCst), 1);
+    let engine = h.engine().clone();
+    let shutdown = tokio::spawn(async move { engine.shutdown().await });
+    h.advance_quiesce(Duration::from_secs(1)).await;
+    let report = shutdown.await.unwrap();
+    assert_eq!(report.aborted, 0);
+    assert_eq!(
+        log.events(),
+        vec!["run", "map x3", "shutdown with 0 running"]
+    );
+    assert_eq!(h.expect::<C>("x5").await.spec.value, 50);
+}
+
+/// Items behave as their id says: `fail-N` fails N times, `panic-N` panics N times,
+/// `tick` requeues after 5 s, `gate` waits for the test; everything else succeeds.
+struct Scripted {
+    log: Arc<Log>,
+    gate: Arc<tokio::sync::Notify>,
+    concurrency: usize,
+}
+
+#[async_trait]
+impl QueueController for Scripted {
+    fn name(&self) -> &str {
+        "Scripted"
+    }
+    fn primary(&self) -> Input {
+        Input::weak_of::<A>()
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive_of::<C>()]
+    }
+    fn concurrency(&self) -> usize {
+        self.concurrency
+    }
+    async fn reconcile(&self, state: &ControllerState, item: &Pointer) -> Result<Reconciled> {
+        let id = item.id().to_string();
+        self.log.count(&id);
+        let run = self.log.runs(&id);
+        let now = self.log.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.log.max_running.fetch_max(now, Ordering::SeqCst);
+        let result = async {
+            if let Some(n) = id.strip_prefix("fail-") {
+                if run <= n.parse::<usize>().unwrap() {
+                    return Err(Error::invalid(&id, "spec", format!("failure {run}")));
+                }
+            }
+            if let Some(n) = id.strip_prefix("panic-") {
+                if run <= n.parse::<usize>().unwrap() {
+                    panic!("item {id} panicked on run {run}");
+                }
+            }
+            if id == "gate" {
+                self.gate.notified().await;
+            }
+            let value = state.get_typed::<A>(item).await?.spec.value;
+            state
+                .modify_output(Resource::new(id.clone(), C::default()), |r| {
+                    r.spec.value = value;
+                    Ok(())
+                })
+                .await?;
+            if id == "tick" {
+                return Ok(Reconciled::RequeueAfter(Duration::from_secs(5)));
+            }
+            Ok(Reconciled::Done)
+        };
+        // Keep the running count right even when the item panics.
+        struct Leave<'a>(&'a AtomicUsize);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        let _leave = Leave(&self.log.running);
+        result.await
+    }
+}
+
+fn scripted(concurrency: usize) -> (Harness, Arc<Log>, Arc<tokio::sync::Notify>) {
+    let h = Harness::with_options(EngineOptions {
+        restart_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
+        ..EngineOptions::default()
+    });
+    let log = Arc::new(Log::default());
+    let gate = Arc::new(tokio::sync::Notify::new());
+    h.register_queue(Scripted {
+        log: log.clone(),
+        gate: gate.clone(),
+        concurrency,
+    })
+    .unwrap();
+    (h, log, gate)
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_and_panicking_items_retry_with_their_own_backoff() {
+    let (h, log, _) = scripted(4);
+    h.start().await;
+    let state = h.state();
+    create(&state, "fail-2", A { value: 1 }).await;
+    create(&state, "panic-1", A { value: 2 }).await;
+    create(&state, "ok", A { value: 3 }).await;
+    h.settle().await;
+    assert_eq!(
+        (log.runs("fail-2"), log.runs("panic-1"), log.runs("ok")),
+        (1, 1, 1)
+    );
+    assert_eq!(h.expect::<C>("ok").await.spec.value, 3);
+    h.expect_absent::<C>("fail-2").await;
+
+    // First retries after 1 s: panic-1 now succeeds, fail-2 fails again
+    h.advance(Duration::from_millis(999)).await;
+    assert_eq!((log.runs("fail-2"), log.runs("panic-1")), (1, 1));
+    h.advance(Duration::from_millis(1)).await;
+    assert_eq!((log.runs("fail-2"), log.runs("panic-1")), (2, 2));
+    assert_eq!(h.expect::<C>("panic-1").await.spec.value, 2);
+
+    // fail-2's second retry waits 2 s, then succeeds
+    h.advance(Duration::from_millis(1999)).await;
+    assert_eq!(log.runs("fail-2"), 2);
+    h.advance(Duration::from_millis(1)).await;
+    assert_eq!(log.runs("fail-2"), 3);
+    assert_eq!(h.expect::<C>("fail-2").await.spec.value, 1);
+
+    let status = h.status("Scripted").await;
+    assert_eq!(
+        (status.reconciles, status.errors, status.restarts),
+        (6, 3, 0)
+    );
+    assert_eq!(
+        status.last_error.as_deref(),
+        Some("fail-2: invalid spec: failure 2")
+    );
+    // A failing item never held up the others.
+    assert_eq!(log.runs("ok"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_during_a_failure_backoff_does_not_cut_it_short() {
+    let (h, log, _) = scripted(1);
+    h.start().await;
+    let state = h.state();
+    create(&state, "fail-1", A { value: 1 }).await;
+    h.settle().await;
+    set(&state, "fail-1", A { value: 2 }).await;
+    h.settle().await;
+    assert_eq!(log.runs("fail-1"), 1);
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(log.runs("fail-1"), 2);
+    assert_eq!(h.expect::<C>("fail-1").await.spec.value, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_item_can_requeue_itself_without_an_error() {
+    let (h, log, _) = scripted(1);
+    h.start().await;
+    create(&h.state(), "tick", A { value: 1 }).await;
+    h.settle().await;
+    assert_eq!(log.runs("tick"), 1);
+    h.advance(Duration::from_millis(4999)).await;
+    assert_eq!(log.runs("tick"), 1);
+    h.advance(Duration::from_millis(1)).await;
+    assert_eq!(log.runs("tick"), 2);
+    h.advance(Duration::from_secs(5)).await;
+    assert_eq!(log.runs("tick"), 3);
+    let status = h.status("Scripted").await;
+    assert_eq!((status.reconciles, status.errors), (3, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_long_reconcile_blocks_only_its_own_item() {
+    // Given an item that waits for the test, with room for two at once
+    let (h, log, gate) = scripted(2);
+    h.start().await;
+    let state = h.state();
+    create(&state, "gate", A { value: 1 }).await;
+    h.quiesce().await;
+    assert_eq!(log.running.load(Ordering::SeqCst), 1);
+
+    // When other items arrive, and the blocked one changes meanwhile
+    for i in 0..5 {
+        create(&state, &format!("other{i}"), A { value: i }).await;
+    }
+    set(&state, "gate", A { value: 2 }).await;
+    h.quiesce().await;
+
+    // Then the others all finished, and the blocked item did not run twice at once
+    for i in 0..5 {
+        assert_eq!(h.expect::<C>(&format!("other{i}")).await.spec.value, i);
+    }
+    assert_eq!(log.runs("gate"), 1);
+    assert_eq!(log.max_running.load(Ordering::SeqCst), 2);
+
+    // And once released, it runs once more for the change it missed
+    gate.notify_one();
+    h.quiesce().await;
+    assert_eq!(log.runs("gate"), 2);
+    gate.notify_one();
+    h.settle().await;
+    assert_eq!(log.runs("gate"), 2);
+    assert_eq!(h.expect::<C>("gate").await.spec.value, 2);
+}
+
+/// A queue controller whose run hook fails twice.
+struct HookFails {
+    attempts: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl QueueController for HookFails {
+    fn name(&self) -> &str {
+        "HookFails"
+    }
+    fn primary(&self) -> Input {
+        Input::weak_of::<A>()
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn run_hook(&self, _state: &ControllerState) -> Result<()> {
+        let n = self.attempts.fetch_add(1, Ordering::SeqCst) + 1;
+        if n <= 2 {
+            return Err(Error::invalid(
+                "HookFails",
+                "run_hook",
+                format!("attempt {n}"),
+            ));
+        }
+        Ok(())
+    }
+    async fn reconcile(&self, _state: &ControllerState, _item: &Pointer) -> Result<Reconciled> {
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_run_hook_restarts_the_queue_controller_with_backoff() {
+    let h = Harness::with_options(EngineOptions {
+        restart_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
+        ..EngineOptions::default()
+    });
+    let attempts = Arc::new(AtomicUsize::new(0));
+    h.register_queue(HookFails {
+        attempts: attempts.clone(),
+    })
+    .unwrap();
+    create(&h.state(), "x", A::default()).await;
+    h.start().await;
+    assert_eq!(attempts.load(Ordering::SeqCst), 1);
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(attempts.load(Ordering::SeqCst), 3);
+    let status = h.status("HookFails").await;
+    assert_eq!(
+        (status.reconciles, status.errors, status.restarts),
+        (1, 2, 2)
+    );
+}

@@ -1,0 +1,405 @@
+//! Conformance tests of the generic transforms, level-triggered and per-item.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use cosi_controllers::testing::Harness;
+use cosi_controllers::{QueueController, Transform};
+use cosi_core::{Phase, ResourceSpec, State, StateExt};
+
+fn a_to_b() -> Transform<A, B> {
+    Transform::same_id("AtoB", |a: &A| Some(B { value: a.value + 1 })).with_finalizers()
+}
+
+fn b_to_c() -> Transform<B, C> {
+    Transform::same_id("BtoC", |b: &B| Some(C { value: b.value + 1 })).with_finalizers()
+}
+
+/// Registers the A → B → C chain, level-triggered or per item.
+fn chain(queued: bool) -> Harness {
+    let h = Harness::new();
+    if queued {
+        h.register_queue(a_to_b().into_queue(4)).unwrap();
+        h.register_queue(b_to_c().into_queue(4)).unwrap();
+    } else {
+        h.register(a_to_b()).unwrap();
+        h.register(b_to_c()).unwrap();
+    }
+    h
+}
+
+async fn chained_transforms_propagate_creates_and_updates(queued: bool) {
+    let h = chain(queued);
+    h.start().await;
+    let state = h.state();
+    for i in 0..10 {
+        create(&state, &format!("x{i}"), A { value: i }).await;
+    }
+    h.settle().await;
+    for i in 0..10 {
+        let c = h.expect::<C>(&format!("x{i}")).await;
+        assert_eq!(c.spec.value, i + 2);
+        assert_eq!(c.metadata.owner(), Some("BtoC"));
+    }
+    set(&state, "x3", A { value: 100 }).await;
+    h.settle().await;
+    assert_eq!(h.expect::<B>("x3").await.spec.value, 101);
+    assert_eq!(h.expect::<C>("x3").await.spec.value, 102);
+}
+
+#[tokio::test(start_paused = true)]
+async fn chained_transforms_propagate_creates_and_updates_level() {
+    chained_transforms_propagate_creates_and_updates(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn chained_transforms_propagate_creates_and_updates_queued() {
+    chained_transforms_propagate_creates_and_updates(true).await;
+}
+
+async fn an_unchanged_output_is_not_written(queued: bool) {
+    let h = chain(queued);
+    h.start().await;
+    let state = h.state();
+    create(&state, "x", A { value: 1 }).await;
+    h.settle().await;
+    let b_version = h.expect::<B>("x").await.metadata.version();
+    let c_version = h.expect::<C>("x").await.metadata.version();
+    // A new version of A with the same spec (a label change).
+    state
+        .update_with_conflicts::<A, _>(&a("x"), Default::default(), |r| {
+            r.metadata
+                .labels_mut()
+                .insert("touched".into(), "yes".into());
+            Ok(())
+        })
+        .await
+        .unwrap();
+    h.settle().await;
+    assert_eq!(h.expect::<B>("x").await.metadata.version(), b_version);
+    assert_eq!(h.expect::<C>("x").await.metadata.version(), c_version);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unchanged_output_is_not_written_level() {
+    an_unchanged_output_is_not_written(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unchanged_output_is_not_written_queued() {
+    an_unchanged_output_is_not_written(true).await;
+}
+
+async fn strong_inputs_are_released_only_after_their_outputs_are_destroyed(queued: bool) {
+    // Given a chain holding finalizers: A/x ← AtoB, B/x ← BtoC
+    let h = chain(queued);
+    h.start().await;
+    let state = h.state();
+    create(&state, "x", A { value: 1 }).await;
+    h.settle().await;
+    let stored_a = h.expect::<A>("x").await;
+    let stored_b = h.expect::<B>("x").await;
+    assert_eq!(
+        stored_a.metadata.finalizers().iter().collect::<Vec<_>>(),
+        vec!["AtoB"]
+    );
+    assert_eq!(
+        stored_b.metadata.finalizers().iter().collect::<Vec<_>>(),
+        vec!["BtoC"]
+    );
+
+    // The input cannot be destroyed while held
+    let err = state
+        .destroy(&a("x"), Default::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, cosi_core::Error::PendingFinalizers { .. }));
+
+    // When the user tears A down
+    assert!(!state.teardown(&a("x"), None).await.unwrap());
+    h.settle().await;
+
+    // Then C goes, then B, then A is released
+    h.expect_absent::<C>("x").await;
+    h.expect_absent::<B>("x").await;
+    let released = h.expect::<A>("x").await;
+    assert_eq!(released.metadata.phase(), Phase::TearingDown);
+    assert!(released.metadata.finalizers().is_empty());
+    state.destroy(&a("x"), Default::default()).await.unwrap();
+    h.settle().await;
+    h.expect_absent::<A>("x").await;
+    assert_eq!(h.status("AtoB").await.errors, 0);
+    assert_eq!(h.status("BtoC").await.errors, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn strong_inputs_are_released_only_after_their_outputs_are_destroyed_level() {
+    strong_inputs_are_released_only_after_their_outputs_are_destroyed(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn strong_inputs_are_released_only_after_their_outputs_are_destroyed_queued() {
+    strong_inputs_are_released_only_after_their_outputs_are_destroyed(true).await;
+}
+
+async fn an_output_waits_for_foreign_finalizers_before_it_is_destroyed(queued: bool) {
+    let h = Harness::new();
+    if queued {
+        h.register_queue(a_to_b().into_queue(2)).unwrap();
+    } else {
+        h.register(a_to_b()).unwrap();
+    }
+    h.start().await;
+    let state = h.state();
+    create(&state, "x", A { value: 1 }).await;
+    h.settle().await;
+    // Someone else holds B/x.
+    state.add_finalizer(&b("x"), &["consumer"]).await.unwrap();
+    state.teardown(&a("x"), None).await.unwrap();
+    h.settle().await;
+    let held = h.expect::<B>("x").await;
+    assert_eq!(held.metadata.phase(), Phase::TearingDown);
+    assert_eq!(h.expect::<A>("x").await.metadata.finalizers().len(), 1);
+
+    // When the consumer lets go, the destroy-ready input wakes the transform
+    state
+        .remove_finalizer(&b("x"), &["consumer"])
+        .await
+        .unwrap();
+    h.settle().await;
+    h.expect_absent::<B>("x").await;
+    assert!(h.expect::<A>("x").await.metadata.finalizers().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_output_waits_for_foreign_finalizers_before_it_is_destroyed_level() {
+    an_output_waits_for_foreign_finalizers_before_it_is_destroyed(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_output_waits_for_foreign_finalizers_before_it_is_destroyed_queued() {
+    an_output_waits_for_foreign_finalizers_before_it_is_destroyed(true).await;
+}
+
+async fn an_output_whose_input_vanished_is_destroyed(queued: bool) {
+    let h = Harness::new();
+    let t = Transform::<A, B>::same_id("Weak", |a: &A| Some(B { value: a.value }));
+    if queued {
+        h.register_queue(t.into_queue(1)).unwrap();
+    } else {
+        h.register(t).unwrap();
+    }
+    h.start().await;
+    let state = h.state();
+    create(&state, "x", A { value: 1 }).await;
+    create(&state, "y", A { value: 2 }).await;
+    h.settle().await;
+    state.destroy(&a("x"), Default::default()).await.unwrap();
+    h.settle().await;
+    h.expect_absent::<B>("x").await;
+    assert_eq!(h.expect::<B>("y").await.spec.value, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_output_whose_input_vanished_is_destroyed_level() {
+    an_output_whose_input_vanished_is_destroyed(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_output_whose_input_vanished_is_destroyed_queued() {
+    an_output_whose_input_vanished_is_destroyed(true).await;
+}
+
+async fn an_input_the_map_skips_has_no_output(queued: bool) {
+    let h = Harness::new();
+    let t = Transform::<A, B>::same_id("EvenOnly", |a: &A| {
+        (a.value % 2 == 0).then_some(B { value: a.value })
+    })
+    .with_finalizers();
+    if queued {
+        h.register_queue(t.into_queue(1)).unwrap();
+    } else {
+        h.register(t).unwrap();
+    }
+    h.start().await;
+    let state = h.state();
+    create(&state, "x", A { value: 2 }).await;
+    create(&state, "y", A { value: 3 }).await;
+    h.settle().await;
+    assert_eq!(h.expect::<B>("x").await.spec.value, 2);
+    h.expect_absent::<B>("y").await;
+    assert!(h.expect::<A>("y").await.metadata.finalizers().is_empty());
+    // x stops mapping: its output goes and the finalizer is released.
+    set(&state, "x", A { value: 5 }).await;
+    h.settle().await;
+    h.expect_absent::<B>("x").await;
+    assert!(h.expect::<A>("x").await.metadata.finalizers().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_input_the_map_skips_has_no_output_level() {
+    an_input_the_map_skips_has_no_output(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_input_the_map_skips_has_no_output_queued() {
+    an_input_the_map_skips_has_no_output(true).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transform_maps_to_other_ids_and_namespaces() {
+    let h = Harness::new();
+    h.register(
+        Transform::<A, B>::new("ByValue", |a| {
+            Some((
+                Arc::from(format!("v{}", a.spec.value)),
+                B {
+                    value: a.spec.value,
+                },
+            ))
+        })
+        .output_namespace("other"),
+    )
+    .unwrap();
+    h.start().await;
+    let state = h.state();
+    create(&state, "x", A { value: 7 }).await;
+    h.settle().await;
+    let out = h
+        .get_at::<B>(&B::kind_in("other").pointer("v7"))
+        .await
+        .expect("mapped output");
+    assert_eq!(out.spec.value, 7);
+    set(&state, "x", A { value: 8 }).await;
+    h.settle().await;
+    assert!(h
+        .get_at::<B>(&B::kind_in("other").pointer("v7"))
+        .await
+        .is_none());
+    assert!(h
+        .get_at::<B>(&B::kind_in("other").pointer("v8"))
+        .await
+        .is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_transform_rejects_a_mapping_that_changes_the_id() {
+    let h = Harness::new();
+    let t = Transform::<A, B>::new("Renamer", |a| {
+        Some((
+            Arc::from(format!("{}-renamed", a.metadata.id())),
+            B::default(),
+        ))
+    })
+    .into_queue(1);
+    assert_eq!(t.name(), "Renamer");
+    h.register_queue(t).unwrap();
+    h.start().await;
+    create(&h.state(), "x", A::default()).await;
+    h.settle().await;
+    h.expect_absent::<B>("x-renamed").await;
+    let status = h.status("Renamer").await;
+    assert_eq!(status.errors, 1);
+    assert!(status
+        .last_error
+        .unwrap()
+        .contains("a queue transform must keep the input id"));
+    assert_eq!(B::kind().namespace(), "test");
+}
+
+/// The chain on a real multi-threaded runtime (no harness, no paused clock): controllers,
+/// feeds and the writer run in parallel; completion is awaited through a watch, bounded by a
+/// timeout so a lost wake-up fails instead of hanging.
+async fn chain_converges_on_a_multi_threaded_runtime(queued: bool) {
+    use cosi_controllers::Engine;
+    use cosi_core::{Event, WatchKindOptions};
+    use cosi_state::{MemoryOptions, MemoryState};
+    use std::time::Duration;
+
+    let state: Arc<dyn State> = Arc::new(MemoryState::new(MemoryOptions {
+        history: 64,
+        ..MemoryOptions::default()
+    }));
+    let engine = Engine::new(state.clone());
+    if queued {
+        engine.register_queue(a_to_b().into_queue(3)).unwrap();
+        engine.register_queue(b_to_c().into_queue(3)).unwrap();
+    } else {
+        engine.register(a_to_b()).unwrap();
+        engine.register(b_to_c()).unwrap();
+    }
+    engine.start();
+    let mut watch = state
+        .watch_kind(&C::kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    const N: i64 = 500;
+    for i in 0..N {
+        create(&state, &format!("x{i:03}"), A { value: i }).await;
+    }
+    for i in 0..N {
+        set(&state, &format!("x{i:03}"), A { value: i + 1000 }).await;
+    }
+    let converged = async {
+        let mut done = std::collections::HashSet::new();
+        while done.len() < N as usize {
+            let Some(event) = watch.recv().await else {
+                panic!("watch ended")
+            };
+            if let Event::Created { resource, .. } | Event::Updated { resource, .. } = event {
+                let c = cosi_controllers::testing::spec_of::<C>(&*resource);
+                let i: i64 = resource.metadata().id()[1..].parse().unwrap();
+                if c.value == i + 1002 {
+                    done.insert(i);
+                }
+            }
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(20), converged)
+        .await
+        .is_err()
+    {
+        let bs = state.list(&B::kind(), &Default::default()).await.unwrap();
+        let cs = state.list(&C::kind(), &Default::default()).await.unwrap();
+        let as_ = state.list(&A::kind(), &Default::default()).await.unwrap();
+        let mut bad = Vec::new();
+        for ((a, b), c) in as_.iter().zip(&bs).zip(&cs) {
+            let (a, b, c) = (
+                cosi_controllers::testing::spec_of::<A>(&**a),
+                cosi_controllers::testing::spec_of::<B>(&**b),
+                cosi_controllers::testing::spec_of::<C>(&**c),
+            );
+            if b.value != a.value + 1 || c.value != a.value + 2 {
+                bad.push((a.value, b.value, c.value));
+            }
+        }
+        panic!(
+            "not converged: {} A, {} B, {} C; wrong (a, b, c): {:?}; statuses {:?} {:?}; idle {}",
+            as_.len(),
+            bs.len(),
+            cs.len(),
+            &bad[..bad.len().min(10)],
+            engine.status("AtoB"),
+            engine.status("BtoC"),
+            engine.is_idle()
+        );
+    }
+    let report = engine.shutdown().await;
+    assert_eq!(report.aborted, 0);
+    for name in ["AtoB", "BtoC"] {
+        let status = engine.status(name).unwrap();
+        assert_eq!(status.errors, 0, "{name}: {:?}", status.last_error);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chain_converges_on_a_multi_threaded_runtime_level() {
+    chain_converges_on_a_multi_threaded_runtime(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chain_converges_on_a_multi_threaded_runtime_queued() {
+    chain_converges_on_a_multi_threaded_runtime(true).await;
+}

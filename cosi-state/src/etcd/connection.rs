@@ -1,0 +1,221 @@
+//! The one place that talks to etcd for reads and writes: every call is bounded by the request
+//! timeout, and every etcd failure becomes a [`cosi_core::Error::Backend`] that says whether a
+//! retry can help.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cosi_core::{Error, Kind, Pointer, Result, SharedResource};
+use etcd_client::{Client, GetOptions, KeyValue, Txn, TxnResponse};
+
+use super::keys;
+use super::record::Decoders;
+
+/// Keys fetched per range request: keeps each response far below gRPC's message size limit.
+const PAGE: i64 = 1000;
+
+/// A client bound to one key prefix, with the decoders of this process.
+pub(super) struct Connection {
+    client: Client,
+    prefix: Vec<u8>,
+    request_timeout: Duration,
+    decoders: Arc<Decoders>,
+}
+
+impl Connection {
+    pub fn new(
+        client: Client,
+        prefix: Vec<u8>,
+        request_timeout: Duration,
+        decoders: Arc<Decoders>,
+    ) -> Self {
+        Connection {
+            client,
+            prefix,
+            request_timeout,
+            decoders,
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn decoders(&self) -> &Decoders {
+        &self.decoders
+    }
+
+    pub fn kind_prefix(&self, kind: &Kind) -> Vec<u8> {
+        keys::kind_prefix(&self.prefix, kind)
+    }
+
+    pub fn key(&self, pointer: &Pointer) -> Vec<u8> {
+        keys::resource_key(&self.prefix, pointer)
+    }
+
+    /// Runs one etcd call under the request timeout.
+    pub async fn call<T>(
+        &self,
+        subject: &(dyn Display + Sync),
+        operation: &str,
+        call: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.request_timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(etcd_error(subject, operation, e)),
+            Err(_) => Err(Error::Backend {
+                subject: subject.to_string(),
+                message: format!(
+                    "etcd {operation} got no answer within {:?}{}",
+                    self.request_timeout,
+                    if operation == "txn" {
+                        " (the write may or may not have been applied)"
+                    } else {
+                        ""
+                    }
+                ),
+                retryable: true,
+                source: None,
+            }),
+        }
+    }
+
+    /// The stored key-value of one resource, and the revision of the read.
+    pub async fn get(&self, pointer: &Pointer) -> Result<(Option<KeyValue>, i64)> {
+        let mut kv = self.client.kv_client();
+        let mut response = self
+            .call(pointer, "get", kv.get(self.key(pointer), None))
+            .await?;
+        let revision = response.header().map_or(0, |h| h.revision());
+        Ok((response.take_kvs().into_iter().next(), revision))
+    }
+
+    /// Runs a transaction on one resource's key.
+    pub async fn txn(&self, pointer: &Pointer, txn: Txn) -> Result<TxnResponse> {
+        let mut kv = self.client.kv_client();
+        self.call(pointer, "txn", kv.txn(txn)).await
+    }
+
+    /// The current revision of the store (the position of a read made now).
+    pub async fn revision(&self, kind: &Kind) -> Result<i64> {
+        let mut kv = self.client.kv_client();
+        let options = GetOptions::new().with_prefix().with_count_only();
+        let response = self
+            .call(kind, "get", kv.get(self.kind_prefix(kind), Some(options)))
+            .await?;
+        Ok(response.header().map_or(0, |h| h.revision()))
+    }
+
+    /// Every key-value of a kind, in key (= id) order, read at one revision, which is returned.
+    /// Fetched in pages so that large kinds stay within gRPC's message size limit.
+    pub async fn range(&self, kind: &Kind) -> Result<(i64, Vec<KeyValue>)> {
+        let prefix = self.kind_prefix(kind);
+        let end = range_end(&prefix);
+        let mut kv = self.client.kv_client();
+        let mut attempts = 0;
+        'read: loop {
+            attempts += 1;
+            let mut revision = 0;
+            let mut from = prefix.clone();
+            let mut kvs = Vec::new();
+            loop {
+                let mut options = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+                if revision != 0 {
+                    options = options.with_revision(revision);
+                }
+                let result = self
+                    .call(kind, "range", kv.get(from.clone(), Some(options)))
+                    .await;
+                let mut response = match result {
+                    Ok(response) => response,
+                    // The revision of the first page was compacted while paging: start over.
+                    Err(e) if is_compacted(&e) && attempts < 3 => continue 'read,
+                    Err(e) => return Err(e),
+                };
+                if revision == 0 {
+                    revision = response.header().map_or(0, |h| h.revision());
+                }
+                let more = response.more();
+                let page = response.take_kvs();
+                if let Some(last) = page.last() {
+                    from = last.key().to_vec();
+                    from.push(0);
+                }
+                kvs.extend(page);
+                if !more {
+                    return Ok((revision, kvs));
+                }
+            }
+        }
+    }
+
+    /// Decodes a stored key-value of `kind`. `None` when the key does not belong to the kind.
+    pub fn decode(
+        &self,
+        kind: &Kind,
+        prefix: &[u8],
+        kv: &KeyValue,
+    ) -> Option<Result<SharedResource>> {
+        let id = keys::id_of(prefix, kv.key())?;
+        let pointer = kind.pointer(id);
+        Some(self.decoders.decode(&pointer, kv.value()))
+    }
+}
+
+/// The first key after every key starting with `prefix`.
+pub(super) fn range_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Only an all-0xff prefix gets here: "\0" asks etcd for every key from the prefix on.
+    vec![0]
+}
+
+fn is_compacted(e: &Error) -> bool {
+    matches!(e, Error::Backend { message, .. } if message.contains("compacted"))
+}
+
+/// Turns an etcd client error into a backend error; transport problems and unavailability are
+/// retryable, rejected requests are not.
+pub(super) fn etcd_error(
+    subject: &(dyn Display + Sync),
+    operation: &str,
+    e: etcd_client::Error,
+) -> Error {
+    let retryable = match &e {
+        // gRPC codes: 1 cancelled, 2 unknown (broken connections surface so), 4 deadline
+        // exceeded, 8 resource exhausted, 10 aborted, 14 unavailable.
+        etcd_client::Error::GRpcStatus(status) => {
+            matches!(status.code() as i32, 1 | 2 | 4 | 8 | 10 | 14)
+        }
+        etcd_client::Error::TransportError(_)
+        | etcd_client::Error::IoError(_)
+        | etcd_client::Error::WatchError(_)
+        | etcd_client::Error::EndpointError(_) => true,
+        _ => false,
+    };
+    Error::backend(
+        subject.to_string(),
+        format!("etcd {operation} failed: {e}"),
+        retryable,
+        e,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_end_is_the_next_prefix() {
+        assert_eq!(range_end(b"/a/b/"), b"/a/b0".to_vec());
+        assert_eq!(range_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(range_end(b"\xff"), vec![0]);
+    }
+}

@@ -1,0 +1,105 @@
+//! Shared setup of the etcd tests: one private etcd server per test binary (started on first
+//! use, killed with its data when the binary exits) and a unique key prefix per test, so tests
+//! sharing the server never see each other's keys.
+#![allow(dead_code)] // Each test binary uses a different part of it.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use cosi_core::{Event, Resource, ResourceSpec, SharedResource, Watch};
+use cosi_state::etcd::{EtcdOptions, EtcdServer, EtcdState};
+use serde::{Deserialize, Serialize};
+
+/// The spec every etcd test stores.
+#[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
+pub struct Counter {
+    pub value: i64,
+}
+
+impl ResourceSpec for Counter {
+    const TYPE: &'static str = "Counters.test.cosi.dev";
+    const DEFAULT_NAMESPACE: &'static str = "test";
+}
+
+/// How long a test waits for an event before failing (a guard, never a sleep).
+pub const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Starts a server; a failure tells how to install etcd.
+pub fn start_server() -> EtcdServer {
+    EtcdServer::start().unwrap_or_else(|e| {
+        panic!("cannot start etcd for the tests ({e}); run scripts/install-deps.sh as root")
+    })
+}
+
+/// The server shared by the tests of this binary.
+pub fn shared_server() -> &'static EtcdServer {
+    static SERVER: OnceLock<EtcdServer> = OnceLock::new();
+    SERVER.get_or_init(start_server)
+}
+
+/// A key prefix no other test (in this or another process) uses.
+pub fn unique_prefix(test: &str) -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("/cosi-test/{}-{n}/{test}/", std::process::id())
+}
+
+/// Options for the shared server under a fresh prefix.
+pub fn options(test: &str) -> EtcdOptions {
+    EtcdOptions::new([shared_server().endpoint()]).with_prefix(unique_prefix(test))
+}
+
+/// A state on the shared server under a fresh prefix, with [`Counter`] registered.
+pub async fn state(test: &str) -> EtcdState {
+    connect(options(test)).await
+}
+
+/// A state with these options and [`Counter`] registered.
+pub async fn connect(options: EtcdOptions) -> EtcdState {
+    let state = EtcdState::connect(options)
+        .await
+        .expect("etcd options are valid");
+    state.register::<Counter>();
+    state
+}
+
+/// A counter resource ready to be created.
+pub fn counter(id: &str, value: i64) -> SharedResource {
+    Resource::new(id, Counter { value }).into_shared()
+}
+
+/// The counter value of a stored resource.
+pub fn value_of(resource: &SharedResource) -> i64 {
+    cosi_core::downcast_ref::<Counter>(&**resource)
+        .expect("a Counter")
+        .spec
+        .value
+}
+
+/// The next event, failing the test if none arrives in time.
+pub async fn next_event(watch: &mut Watch) -> Event {
+    tokio::time::timeout(EVENT_TIMEOUT, watch.recv())
+        .await
+        .expect("an event within the timeout")
+        .expect("the watch is still open")
+}
+
+/// `(type, id, value)` of an event, for exact comparisons.
+pub fn summary(event: &Event) -> (String, String, Option<i64>) {
+    let resource = event.resource();
+    (
+        event.type_name().to_string(),
+        resource.map_or(String::new(), |r| r.metadata().id().to_string()),
+        resource.and_then(|r| {
+            cosi_core::downcast_ref::<Counter>(&**r)
+                .ok()
+                .map(|c| c.spec.value)
+        }),
+    )
+}
+
+/// `(type, id, value)` shorthand for expectations.
+pub fn ev(kind: &str, id: &str, value: i64) -> (String, String, Option<i64>) {
+    (kind.to_string(), id.to_string(), Some(value))
+}

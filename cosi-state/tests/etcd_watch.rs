@@ -1,0 +1,559 @@
+//! Watches on etcd revisions: first events, live order, filters, bookmarks that resume in a
+//! new state instance, slow watchers replaying from etcd, and compacted bookmarks resyncing.
+#![cfg(feature = "etcd")]
+
+mod etcd_common;
+
+use std::collections::BTreeMap;
+
+use cosi_core::{
+    Bookmark, CreateOptions, DestroyOptions, Event, Kind, LabelOp, LabelQuery, LabelTerm, Resource,
+    ResourceSpec, State, UpdateOptions, WatchKindOptions, WatchOptions,
+};
+use cosi_state::etcd::EtcdOptions;
+use etcd_common::{
+    connect, counter, ev, next_event, options, start_server, state, summary, value_of, Counter,
+};
+
+fn kind() -> Kind {
+    Counter::kind()
+}
+
+async fn bump(state: &impl State, id: &str, value: i64) {
+    let stored = state.get(&kind().pointer(id)).await.unwrap();
+    let mut next = cosi_core::downcast_ref::<Counter>(&*stored)
+        .unwrap()
+        .clone();
+    next.spec.value = value;
+    state
+        .update(next.into_shared(), UpdateOptions::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn pointer_watch_starts_with_a_tombstone_then_sees_every_change() {
+    let state = state("pointer").await;
+    let pointer = kind().pointer("a");
+    let mut watch = state
+        .watch(&pointer, WatchOptions::default())
+        .await
+        .unwrap();
+    let first = next_event(&mut watch).await;
+    assert!(matches!(first, Event::Destroyed { .. }), "{first:?}");
+    state
+        .create(counter("b", 9), CreateOptions::default())
+        .await
+        .unwrap();
+    state
+        .create(counter("a", 1), CreateOptions::default())
+        .await
+        .unwrap();
+    bump(&state, "a", 2).await;
+    state
+        .destroy(&pointer, DestroyOptions::default())
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(summary(&next_event(&mut watch).await));
+    }
+    assert_eq!(
+        seen,
+        [
+            ev("created", "a", 1),
+            ev("updated", "a", 2),
+            ev("destroyed", "a", 2)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn bootstrap_delivers_contents_in_id_order_then_live_events() {
+    let state = state("bootstrap").await;
+    for id in ["b", "a"] {
+        state
+            .create(counter(id, 0), CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    let options = WatchKindOptions {
+        bootstrap: true,
+        ..Default::default()
+    };
+    let mut watch = state.watch_kind(&kind(), options).await.unwrap();
+    assert_eq!(
+        summary(&next_event(&mut watch).await),
+        ev("created", "a", 0)
+    );
+    assert_eq!(
+        summary(&next_event(&mut watch).await),
+        ev("created", "b", 0)
+    );
+    assert!(matches!(
+        next_event(&mut watch).await,
+        Event::Bootstrapped { .. }
+    ));
+    bump(&state, "b", 1).await;
+    let updated = next_event(&mut watch).await;
+    assert_eq!(summary(&updated), ev("updated", "b", 1));
+    let Event::Updated { old: Some(old), .. } = updated else {
+        panic!("an update with old")
+    };
+    assert_eq!(value_of(&old), 0);
+}
+
+#[tokio::test]
+async fn live_watch_sees_only_later_changes_with_increasing_revision_bookmarks() {
+    let state = state("live").await;
+    state
+        .create(counter("before", 0), CreateOptions::default())
+        .await
+        .unwrap();
+    let mut watch = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    for i in 0..5 {
+        state
+            .create(counter(&format!("r{i}"), i), CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    let mut last = Bookmark(0);
+    for i in 0..5 {
+        let event = next_event(&mut watch).await;
+        assert_eq!(summary(&event), ev("created", &format!("r{i}"), i));
+        let bookmark = event.bookmark().unwrap();
+        assert!(bookmark > last, "{bookmark} after {last}");
+        last = bookmark;
+    }
+}
+
+#[tokio::test]
+async fn label_filter_turns_entering_into_created_and_leaving_into_destroyed() {
+    let state = state("labels").await;
+    let options = WatchKindOptions {
+        labels: LabelQuery::new()
+            .with(LabelTerm::new("app", LabelOp::Equal("web".into())))
+            .into(),
+        ..Default::default()
+    };
+    let mut watch = state.watch_kind(&kind(), options).await.unwrap();
+    let created = state
+        .create(counter("a", 0), CreateOptions::default())
+        .await
+        .unwrap();
+    let mut web = cosi_core::downcast_ref::<Counter>(&*created)
+        .unwrap()
+        .clone();
+    web.metadata.labels_mut().insert("app".into(), "web".into());
+    let web = state
+        .update(web.into_shared(), UpdateOptions::default())
+        .await
+        .unwrap();
+    let mut db = cosi_core::downcast_ref::<Counter>(&*web).unwrap().clone();
+    db.metadata.labels_mut().insert("app".into(), "db".into());
+    state
+        .update(db.into_shared(), UpdateOptions::default())
+        .await
+        .unwrap();
+    let entered = next_event(&mut watch).await;
+    assert_eq!(summary(&entered), ev("created", "a", 0));
+    assert_eq!(entered.resource().unwrap().metadata().version().get(), 2);
+    let left = next_event(&mut watch).await;
+    assert_eq!(summary(&left), ev("destroyed", "a", 0));
+    assert_eq!(left.resource().unwrap().metadata().labels()["app"], "db");
+}
+
+#[tokio::test]
+async fn bookmark_resumes_in_a_new_state_instance() {
+    let options = options("resume");
+    let first = connect(options.clone()).await;
+    let mut watch = first
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    first
+        .create(counter("a", 1), CreateOptions::default())
+        .await
+        .unwrap();
+    let bookmark = next_event(&mut watch).await.bookmark().unwrap();
+    first
+        .create(counter("b", 2), CreateOptions::default())
+        .await
+        .unwrap();
+    bump(&first, "a", 3).await;
+    drop(watch);
+    drop(first);
+
+    // A new instance (as after a process restart) resumes after the bookmark.
+    let second = connect(options).await;
+    let since = WatchKindOptions {
+        since: Some(bookmark),
+        ..Default::default()
+    };
+    let mut watch = second.watch_kind(&kind(), since).await.unwrap();
+    second
+        .create(counter("c", 4), CreateOptions::default())
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let event = next_event(&mut watch).await;
+        assert!(!event.is_compacted());
+        seen.push(summary(&event));
+    }
+    assert_eq!(
+        seen,
+        [
+            ev("created", "b", 2),
+            ev("updated", "a", 3),
+            ev("created", "c", 4)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn bookmark_in_the_future_is_invalid() {
+    let state = state("future").await;
+    let since = WatchKindOptions {
+        since: Some(Bookmark(u64::MAX / 2)),
+        ..Default::default()
+    };
+    let err = state.watch_kind(&kind(), since).await.unwrap_err();
+    assert!(
+        matches!(&err, cosi_core::Error::InvalidArgument { field, .. } if field == "since"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn compacted_bookmark_gets_resync_and_a_full_bootstrap() {
+    // Compaction is server-wide: this test gets a server of its own.
+    let server = start_server();
+    let state = connect(EtcdOptions::new([server.endpoint()]).with_prefix("/compacted/")).await;
+    let mut watch = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    state
+        .create(counter("a", 1), CreateOptions::default())
+        .await
+        .unwrap();
+    let bookmark = next_event(&mut watch).await.bookmark().unwrap();
+    state
+        .create(counter("b", 2), CreateOptions::default())
+        .await
+        .unwrap();
+    state
+        .destroy(&kind().pointer("a"), DestroyOptions::default())
+        .await
+        .unwrap();
+    // Compact etcd's history up to now: the bookmark's successors are gone.
+    let head = state
+        .client()
+        .kv_client()
+        .get("/", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    state
+        .client()
+        .kv_client()
+        .compact(head, None)
+        .await
+        .unwrap();
+
+    let since = WatchKindOptions {
+        since: Some(bookmark),
+        ..Default::default()
+    };
+    let mut resumed = state.watch_kind(&kind(), since).await.unwrap();
+    assert!(matches!(
+        next_event(&mut resumed).await,
+        Event::Resync { .. }
+    ));
+    assert_eq!(
+        summary(&next_event(&mut resumed).await),
+        ev("created", "b", 2)
+    );
+    assert!(matches!(
+        next_event(&mut resumed).await,
+        Event::Bootstrapped { .. }
+    ));
+    state
+        .create(counter("c", 3), CreateOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        summary(&next_event(&mut resumed).await),
+        ev("created", "c", 3)
+    );
+}
+
+#[tokio::test]
+async fn slow_watcher_gets_a_compacted_catch_up_relative_to_what_it_saw() {
+    // A window of 2 changes and a buffer of 1 event: the watcher falls far behind.
+    let state = connect(options("slow").with_history_window(2).with_watch_buffer(1)).await;
+    for id in ["a", "b", "c"] {
+        state
+            .create(counter(id, 0), CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    let mut slow = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    for value in 1..=20 {
+        bump(&state, "a", value).await;
+    }
+    state
+        .destroy(&kind().pointer("b"), DestroyOptions::default())
+        .await
+        .unwrap();
+    state
+        .create(counter("d", 0), CreateOptions::default())
+        .await
+        .unwrap();
+    state
+        .create(counter("sentinel", 0), CreateOptions::default())
+        .await
+        .unwrap();
+
+    // The watcher's view, built only from its events, ends equal to the store.
+    let mut view: BTreeMap<String, i64> = [("a", 0), ("b", 0), ("c", 0)]
+        .into_iter()
+        .map(|(id, v)| (id.to_string(), v))
+        .collect();
+    let mut compacted = Vec::new();
+    loop {
+        let event = next_event(&mut slow).await;
+        let (kind, id, value) = summary(&event);
+        if event.is_compacted() {
+            compacted.push(id.clone());
+        }
+        match kind.as_str() {
+            "created" | "updated" => view.insert(id.clone(), value.unwrap()),
+            "destroyed" => view.remove(&id),
+            other => panic!("unexpected {other} event"),
+        };
+        if id == "sentinel" {
+            break;
+        }
+    }
+    assert!(!compacted.is_empty(), "the watcher fell behind the window");
+    let unique: std::collections::BTreeSet<_> = compacted.iter().collect();
+    assert_eq!(
+        unique.len(),
+        compacted.len(),
+        "one catch-up event per resource: {compacted:?}"
+    );
+    let stored: BTreeMap<String, i64> = state
+        .list(&kind(), &Default::default())
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.metadata().id().to_string(), value_of(r)))
+        .collect();
+    assert_eq!(view, stored);
+}
+
+#[tokio::test]
+async fn strict_watcher_that_falls_behind_ends_with_an_overrun_at_its_last_bookmark() {
+    let state = connect(
+        options("strict")
+            .with_history_window(2)
+            .with_watch_buffer(1),
+    )
+    .await;
+    // Filtered: changes of "skip-*" move the watch's position but deliver nothing.
+    let strict = WatchKindOptions {
+        strict: true,
+        ids: Some(cosi_core::IdQuery::new("^r").unwrap()),
+        ..Default::default()
+    };
+    let mut slow = state.watch_kind(&kind(), strict).await.unwrap();
+    for i in 0..20 {
+        state
+            .create(counter(&format!("r{i:02}"), i), CreateOptions::default())
+            .await
+            .unwrap();
+        state
+            .create(
+                counter(&format!("skip-{i:02}"), i),
+                CreateOptions::default(),
+            )
+            .await
+            .unwrap();
+    }
+    let mut last = None;
+    let error = loop {
+        match next_event(&mut slow).await {
+            Event::Errored { error } => break error,
+            event => last = event.bookmark().or(last),
+        }
+    };
+    match error {
+        cosi_core::Error::WatchOverrun { position, .. } => {
+            assert_eq!(position, last.map_or(0, |b| b.0))
+        }
+        other => panic!("expected an overrun, got {other}"),
+    }
+    let end = tokio::time::timeout(etcd_common::EVENT_TIMEOUT, slow.recv()).await;
+    assert!(matches!(end, Ok(None)), "{end:?}");
+}
+
+#[tokio::test]
+async fn tail_delivers_the_last_changes_then_live_ones() {
+    let state = state("tail").await;
+    // The kind's window starts with this process's first watch of the kind.
+    let _first = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    for i in 0..4 {
+        state
+            .create(counter(&format!("r{i}"), i), CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    let tail = WatchKindOptions {
+        tail: Some(2),
+        ..Default::default()
+    };
+    let mut watch = state.watch_kind(&kind(), tail).await.unwrap();
+    state
+        .create(counter("r4", 4), CreateOptions::default())
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(summary(&next_event(&mut watch).await));
+    }
+    assert_eq!(
+        seen,
+        [
+            ev("created", "r2", 2),
+            ev("created", "r3", 3),
+            ev("created", "r4", 4)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn watchers_of_other_kinds_and_prefixes_see_nothing() {
+    #[derive(Clone, PartialEq, Debug, serde::Serialize, serde::Deserialize)]
+    struct Other {}
+    impl ResourceSpec for Other {
+        const TYPE: &'static str = "Others.test.cosi.dev";
+        const DEFAULT_NAMESPACE: &'static str = "test";
+    }
+    let state = state("kinds").await;
+    let mut watch = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    state
+        .create(
+            Resource::new("x", Other {}).into_shared(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    state
+        .create(counter("mine", 1), CreateOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        summary(&next_event(&mut watch).await),
+        ev("created", "mine", 1)
+    );
+}
+
+/// A gauge from etcd's `/metrics` page.
+fn etcd_gauge(endpoint: &str, name: &str) -> u64 {
+    use std::io::{Read, Write};
+    let address = endpoint.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).expect("etcd serves metrics");
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n").unwrap();
+    let mut page = String::new();
+    stream.read_to_string(&mut page).unwrap();
+    let prefix = format!("{name} ");
+    page.lines()
+        .find_map(|line| line.strip_prefix(&prefix)?.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("etcd reports {name}")) as u64
+}
+
+#[tokio::test]
+async fn all_local_watchers_of_a_kind_share_one_etcd_watch() {
+    #[derive(Clone, PartialEq, Debug, serde::Serialize, serde::Deserialize)]
+    struct Other {}
+    impl ResourceSpec for Other {
+        const TYPE: &'static str = "Others.test.cosi.dev";
+        const DEFAULT_NAMESPACE: &'static str = "test";
+    }
+    // Watcher counts are server-wide: this test gets a server of its own.
+    let server = start_server();
+    let state = connect(EtcdOptions::new([server.endpoint()]).with_prefix("/shared/")).await;
+    let mut watches = Vec::new();
+    for _ in 0..5 {
+        watches.push(
+            state
+                .watch_kind(&kind(), WatchKindOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    watches.push(
+        state
+            .watch(&kind().pointer("a"), WatchOptions::default())
+            .await
+            .unwrap(),
+    );
+    next_event(watches.last_mut().unwrap()).await; // the pointer watch's tombstone
+    state
+        .create(counter("a", 1), CreateOptions::default())
+        .await
+        .unwrap();
+    for watch in &mut watches {
+        assert_eq!(summary(&next_event(watch).await), ev("created", "a", 1));
+    }
+    assert_eq!(
+        etcd_gauge(&server.endpoint(), "etcd_debugging_mvcc_watcher_total"),
+        1
+    );
+
+    // Another kind gets its own.
+    let mut other = state
+        .watch_kind(&Other::kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    state
+        .create(
+            Resource::new("x", Other {}).into_shared(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    next_event(&mut other).await;
+    assert_eq!(
+        etcd_gauge(&server.endpoint(), "etcd_debugging_mvcc_watcher_total"),
+        2
+    );
+}
+
+#[tokio::test]
+async fn dropping_the_state_ends_its_watches() {
+    let state = state("drop").await;
+    let mut watch = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    drop(state);
+    let end = tokio::time::timeout(etcd_common::EVENT_TIMEOUT, watch.recv()).await;
+    assert!(matches!(end, Ok(None)), "{end:?}");
+}
