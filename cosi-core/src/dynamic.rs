@@ -75,16 +75,8 @@ struct MetadataOut<'r> {
     finalizers: &'r Finalizers,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename = "Document")]
-struct DocumentIn {
-    metadata: MetadataIn,
-    #[serde(default)]
-    spec: SpecValue,
-}
-
 /// A string map in which a repeated key is an error rather than a silent overwrite.
-fn unique_keys<'de, D: serde::Deserializer<'de>>(
+pub(super) fn unique_keys<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<std::collections::BTreeMap<String, String>, D::Error> {
     struct UniqueKeys;
@@ -114,7 +106,7 @@ fn unique_keys<'de, D: serde::Deserializer<'de>>(
 /// A spec in dynamic form, read strictly: a map with a repeated key or a float that JSON cannot
 /// hold (NaN, infinities) is an error instead of a silently dropped or nulled value.
 #[derive(Default)]
-struct SpecValue(serde_json::Value);
+pub(super) struct SpecValue(serde_json::Value);
 
 impl<'de> Deserialize<'de> for SpecValue {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -180,30 +172,46 @@ impl<'de> serde::de::Visitor<'de> for SpecVisitor {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename = "Metadata")]
-struct MetadataIn {
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(rename = "type")]
-    resource_type: String,
-    id: String,
-    #[serde(default)]
-    version: u64,
-    #[serde(default)]
-    owner: Option<String>,
-    #[serde(default)]
-    phase: Phase,
-    #[serde(default)]
-    created: Option<String>,
-    #[serde(default)]
-    updated: Option<String>,
-    #[serde(default, deserialize_with = "unique_keys")]
-    labels: Labels,
-    #[serde(default, deserialize_with = "unique_keys")]
-    annotations: Annotations,
-    #[serde(default)]
-    finalizers: Finalizers,
+/// The input side of the document. Its own module so that serde's messages say
+/// "expected struct Document" and "expected struct Metadata".
+mod input {
+    use super::{unique_keys, SpecValue};
+    use crate::{Annotations, Finalizers, Labels, Phase};
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct Document {
+        pub(super) metadata: Metadata,
+        #[serde(default)]
+        pub(super) spec: SpecValue,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct Metadata {
+        #[serde(default)]
+        pub(super) namespace: Option<String>,
+        #[serde(rename = "type")]
+        pub(super) resource_type: String,
+        pub(super) id: String,
+        #[serde(default)]
+        pub(super) version: u64,
+        #[serde(default)]
+        pub(super) owner: Option<String>,
+        #[serde(default)]
+        pub(super) phase: Phase,
+        #[serde(default)]
+        pub(super) created: Option<String>,
+        #[serde(default)]
+        pub(super) updated: Option<String>,
+        #[serde(default, deserialize_with = "unique_keys")]
+        pub(super) labels: Labels,
+        #[serde(default, deserialize_with = "unique_keys")]
+        pub(super) annotations: Annotations,
+        #[serde(default)]
+        pub(super) finalizers: Finalizers,
+    }
 }
 
 /// Seconds from the epoch to the first instant after year 9999: the end of what RFC 3339 writes.
@@ -315,6 +323,15 @@ pub fn to_json(resource: &dyn AnyResource) -> Result<String> {
 }
 
 /// What to do with a document whose type the registry does not know.
+///
+/// ```
+/// use cosi_core::dynamic::{Decoder, UnknownTypes};
+/// let registry = cosi_core::Registry::new();
+/// let yaml = "metadata: {namespace: ns, type: Widgets.test.cosi.dev, id: w}";
+/// assert!(Decoder::new(&registry).decode_yaml(yaml).is_err());
+/// let kept = Decoder::new(&registry).unknown_types(UnknownTypes::KeepDynamic).decode_yaml(yaml).unwrap();
+/// assert_eq!(kept[0].metadata().resource_type(), "Widgets.test.cosi.dev");
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub enum UnknownTypes {
     /// Fail, naming the type (the default).
@@ -336,8 +353,7 @@ pub enum UnknownTypes {
 ///
 /// let err = registry.decode_yaml(yaml).unwrap_err();
 /// assert_eq!(err.to_string(), "YAML document 1: invalid metadata.type: \
-///     \"Notes.test.cosi.dev\": invalid resource type: \
-///     no registered type has this full name, plural, singular or alias");
+///     \"Notes.test.cosi.dev\": no registered type has this full name, plural, singular or alias");
 ///
 /// let decoded = Decoder::new(&registry).unknown_types(UnknownTypes::KeepDynamic).decode_yaml(yaml).unwrap();
 /// let note = decoded[0].as_any().downcast_ref::<DynamicResource>().unwrap();
@@ -351,6 +367,12 @@ pub struct Decoder<'r> {
 
 impl<'r> Decoder<'r> {
     /// A decoder that rejects unknown types.
+    ///
+    /// ```
+    /// let registry = cosi_core::Registry::new();
+    /// let decoder = cosi_core::dynamic::Decoder::new(&registry);
+    /// assert!(decoder.decode_yaml("").unwrap().is_empty());
+    /// ```
     pub fn new(registry: &'r Registry) -> Self {
         Decoder {
             registry,
@@ -358,7 +380,8 @@ impl<'r> Decoder<'r> {
         }
     }
 
-    /// Sets what happens to documents of types the registry does not know.
+    /// Sets what happens to documents of types the registry does not know (see
+    /// [`UnknownTypes`] for an example).
     pub fn unknown_types(mut self, unknown_types: UnknownTypes) -> Self {
         self.unknown_types = unknown_types;
         self
@@ -367,17 +390,34 @@ impl<'r> Decoder<'r> {
     /// Decodes a YAML stream: one or more documents separated by `---`; empty documents are
     /// skipped. Errors name the document (`YAML document 2`, counting from 1) or, once its
     /// identity is known, the resource.
+    ///
+    /// ```
+    /// use cosi_core::dynamic::{Decoder, UnknownTypes};
+    /// let registry = cosi_core::Registry::new();
+    /// let decoder = Decoder::new(&registry).unknown_types(UnknownTypes::KeepDynamic);
+    /// let yaml = "metadata: {namespace: a, type: T.x.dev, id: '1'}\n---\nmetadata: {namespace: a, type: T.x.dev, id: '2'}\n";
+    /// let ids: Vec<_> = decoder.decode_yaml(yaml).unwrap().iter().map(|r| r.metadata().id().to_string()).collect();
+    /// assert_eq!(ids, ["1", "2"]);
+    ///
+    /// let err = decoder.decode_yaml("metadata: {namespace: a, type: T.x.dev, id: '1', version: x}").unwrap_err();
+    /// assert!(err.to_string().starts_with("YAML document 1: invalid metadata.version: "), "{err}");
+    /// ```
     pub fn decode_yaml(&self, text: &str) -> Result<Vec<SharedResource>> {
         let mut resources = Vec::new();
         for (i, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
             let subject = format!("YAML document {}", i + 1);
-            let parsed: Option<DocumentIn> =
-                serde_path_to_error::deserialize(document).map_err(|err| {
+            let parsed: Option<input::Document> = serde_path_to_error::deserialize(document)
+                .map_err(|err| {
                     let path = err.path().to_string();
                     let inner = err.into_inner();
-                    let field = match (path.as_str(), inner.location()) {
-                        (".", Some(at)) => format!("line {} column {}", at.line(), at.column()),
-                        (".", None) => "document".to_string(),
+                    // A syntax error has no meaningful path (`.` or one ending in `?`): its
+                    // position says more.
+                    let pathless = path == "." || path.ends_with('?');
+                    let field = match inner.location() {
+                        Some(at) if pathless => {
+                            format!("line {} column {}", at.line(), at.column())
+                        }
+                        None if pathless => "document".to_string(),
                         _ => path,
                     };
                     let message = without_path_prefix(&field, inner.to_string());
@@ -393,6 +433,15 @@ impl<'r> Decoder<'r> {
     /// Decodes JSON: one or more document objects one after another (JSON Lines works). Errors
     /// name the document (`JSON document 2`, counting from 1) or, once its identity is known,
     /// the resource.
+    ///
+    /// ```
+    /// use cosi_core::dynamic::{Decoder, UnknownTypes};
+    /// let registry = cosi_core::Registry::new();
+    /// let decoder = Decoder::new(&registry).unknown_types(UnknownTypes::KeepDynamic);
+    /// let json = r#"{"metadata": {"namespace": "a", "type": "T.x.dev", "id": "1"}, "spec": [1, 2]}"#;
+    /// let decoded = decoder.decode_json(json).unwrap();
+    /// assert_eq!(decoded[0].spec_value().unwrap(), serde_json::json!([1, 2]));
+    /// ```
     pub fn decode_json(&self, text: &str) -> Result<Vec<SharedResource>> {
         // First pass: the syntax of the whole stream, and how many values it holds.
         let mut count = 0usize;
@@ -412,8 +461,8 @@ impl<'r> Decoder<'r> {
         let mut resources = Vec::with_capacity(count);
         for i in 1..=count {
             let subject = format!("JSON document {i}");
-            let parsed: DocumentIn =
-                serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+            let parsed: input::Document = serde_path_to_error::deserialize(&mut deserializer)
+                .map_err(|err| {
                     let path = err.path().to_string();
                     let field = if path == "." { "document".into() } else { path };
                     Error::invalid(subject.as_str(), field, err.into_inner().to_string())
@@ -423,8 +472,8 @@ impl<'r> Decoder<'r> {
         Ok(resources)
     }
 
-    fn build(&self, subject: &str, document: DocumentIn) -> Result<SharedResource> {
-        let DocumentIn {
+    fn build(&self, subject: &str, document: input::Document) -> Result<SharedResource> {
+        let input::Document {
             metadata: md,
             spec: SpecValue(spec),
         } = document;
@@ -442,7 +491,13 @@ impl<'r> Decoder<'r> {
             {
                 (md.resource_type.as_str(), None)
             }
-            Err(err) => return Err(invalid("metadata.type", err.to_string())),
+            Err(Error::InvalidArgument { message, .. }) => {
+                return Err(invalid(
+                    "metadata.type",
+                    format!("{:?}: {message}", md.resource_type),
+                ))
+            }
+            Err(other) => return Err(other),
         };
         let namespace = match (md.namespace.as_deref(), default_namespace) {
             (Some(""), _) => return Err(invalid("metadata.namespace", "must not be empty".into())),

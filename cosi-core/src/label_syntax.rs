@@ -35,11 +35,22 @@ impl LabelSyntaxError {
     }
 
     /// What is wrong, as a sentence fragment naming the key or value.
+    ///
+    /// ```
+    /// let err = cosi_core::validate_label_key("a/").unwrap_err();
+    /// assert_eq!(err.message(), "label key \"a/\" has an empty name");
+    /// ```
     pub fn message(&self) -> &str {
         &self.message
     }
 
     /// The runtime's [`Error::InvalidArgument`] for this problem, found in `field` of `subject`.
+    ///
+    /// ```
+    /// use cosi_core::{validate_label_key, Error};
+    /// let err = validate_label_key("bad key").unwrap_err().at("node-1", "labels");
+    /// assert!(matches!(err, Error::InvalidArgument { ref field, .. } if field == "labels"));
+    /// ```
     pub fn at(self, subject: impl Into<String>, field: impl Into<String>) -> Error {
         Error::invalid(subject, field, self.message)
     }
@@ -48,7 +59,9 @@ impl LabelSyntaxError {
 const NAME_MAX: usize = 63;
 const PREFIX_MAX: usize = 253;
 
-/// Checks a label key: `[prefix/]name`, see the [module docs](self).
+/// Checks a label key, `[prefix/]name`: the name is 1 to 63 ASCII letters, digits, `-`, `_`
+/// and `.`, starting and ending with a letter or digit; the optional prefix is a lowercase DNS
+/// subdomain of at most 253 characters.
 ///
 /// ```
 /// use cosi_core::validate_label_key;
@@ -73,7 +86,8 @@ pub fn validate_label_key(key: &str) -> Result<(), LabelSyntaxError> {
     validate_name("label key", key, name)
 }
 
-/// Checks a label value: empty, or a name, see the [module docs](self).
+/// Checks a label value: empty, or 1 to 63 ASCII letters, digits, `-`, `_` and `.`, starting and
+/// ending with a letter or digit.
 ///
 /// ```
 /// use cosi_core::validate_label_value;

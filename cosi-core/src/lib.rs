@@ -14,6 +14,11 @@
 //!   metadata; stores keep [`SharedResource`]s (`Arc<dyn AnyResource>`) and [`downcast`] gets
 //!   the typed value back, checked.
 //! - [`State`] is the store API; [`Event`]s and [`Watch`] carry changes to watchers.
+//! - [`selector`] reads and writes label queries as text (`app=web,mem<1gi | !legacy`);
+//!   [`validate_label_key`] and [`validate_label_value`] check Kubernetes label syntax.
+//! - [`Registry`] knows the resource types by name and alias; [`dynamic`] writes any resource as
+//!   `{metadata, spec}` YAML or JSON and decodes such documents back into typed resources;
+//!   [`table`] prints resources with their definition's columns.
 
 mod definition;
 pub mod dynamic;

@@ -63,6 +63,11 @@ pub struct Registry {
 
 impl Registry {
     /// An empty registry.
+    ///
+    /// ```
+    /// let registry = cosi_core::Registry::new();
+    /// assert!(registry.resolve("anything").is_err());
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
@@ -174,6 +179,38 @@ impl Registry {
     ///
     /// Errors ([`Error::InvalidArgument`], field `resource type`) name `name` and say whether no
     /// type or several types (listed) answer to it.
+    ///
+    /// ```
+    /// use cosi_core::{Registry, ResourceDefinition, ResourceSpec};
+    /// # use serde::{Deserialize, Serialize};
+    /// # #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+    /// # struct A;
+    /// # #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+    /// # struct B;
+    /// impl ResourceSpec for A {
+    ///     const TYPE: &'static str = "Members.cluster.cosi.dev";
+    ///     const DEFAULT_NAMESPACE: &'static str = "cluster";
+    ///     fn definition() -> ResourceDefinition {
+    ///         ResourceDefinition::new(Self::TYPE, Self::DEFAULT_NAMESPACE).with_aliases(["m"])
+    ///     }
+    /// }
+    /// impl ResourceSpec for B {
+    ///     const TYPE: &'static str = "MachineStatuses.runtime.cosi.dev";
+    ///     const DEFAULT_NAMESPACE: &'static str = "runtime";
+    ///     fn definition() -> ResourceDefinition {
+    ///         ResourceDefinition::new(Self::TYPE, Self::DEFAULT_NAMESPACE).with_aliases(["m"])
+    ///     }
+    /// }
+    /// let mut registry = Registry::new();
+    /// registry.register::<A>().unwrap();
+    /// registry.register::<B>().unwrap();
+    /// assert_eq!(registry.resolve("member").unwrap().resource_type, A::TYPE);
+    /// assert_eq!(
+    ///     registry.resolve("m").unwrap_err().to_string(),
+    ///     "\"m\": invalid resource type: ambiguous, it names \
+    ///      MachineStatuses.runtime.cosi.dev, Members.cluster.cosi.dev"
+    /// );
+    /// ```
     pub fn resolve(&self, name: &str) -> Result<&ResourceDefinition> {
         let lower = name.to_lowercase();
         let full = match self.full_names.get(&lower) {

@@ -25,14 +25,14 @@
 //! | `key gt s`        | the value sorts after `s`                                 | `Lte(s)`, inverted           |
 //! | `key gte s`       | the value sorts after or equals `s`                       | `Lt(s)`, inverted            |
 //!
-//! Numbers take the unit suffixes of [`parse_quantity`](crate::parse_quantity): `k m g t p`
+//! Numbers take the unit suffixes of [`parse_quantity`]: `k m g t p`
 //! (powers of 1000) and `ki mi gi ti pi` (powers of 1024), so `mem<10ki` is `LtNumeric(10240)`.
 //! `>` and `>=` are the inverted `<=` and `<`; since a comparison with a missing or non-numeric
 //! value is false even when inverted, `a>5` does not match a resource without `a`, nor one whose
 //! `a` is `x`. The same holds for `gt` and `gte`. String comparisons order by bytes (UTF-8).
 //!
-//! Keys and values are **bare words** (any characters except whitespace and
-//! `= ! < > , ( ) | * " \`) or **double-quoted strings**, in which `\"`, `\\`, `\n`, `\r`, `\t`
+//! Keys and values are **bare words** (any characters except whitespace, control characters and
+//! `= ! < > , ( ) | ; * " \`; `;` is reserved) or **double-quoted strings**, in which `\"`, `\\`, `\n`, `\r`, `\t`
 //! and `\u{hex}` are escapes. `Display` quotes exactly the strings that need it, so every key and
 //! value round-trips. Keys are not checked against the Kubernetes label syntax here (the store
 //! accepts any label); use [`validate_label_key`](crate::validate_label_key) where that is promised.
@@ -62,9 +62,10 @@ const EVERYTHING: char = '*';
 /// Characters that end a bare word.
 fn is_special(c: char) -> bool {
     c.is_whitespace()
+        || c.is_control()
         || matches!(
             c,
-            '=' | '!' | '<' | '>' | ',' | '(' | ')' | '|' | '*' | '"' | '\\'
+            '=' | '!' | '<' | '>' | ',' | '(' | ')' | '|' | ';' | '*' | '"' | '\\'
         )
 }
 
@@ -303,13 +304,18 @@ impl Parser {
         let start = self.pos;
         let expected = format!("a number after '{operator}' (optionally with a unit suffix)");
         let text = self.token(&expected)?;
-        parse_quantity(&text).ok_or_else(|| {
-            Error::invalid(
-                "selector",
-                format!("column {}", start + 1),
-                format!("expected {expected}, found {text:?} (units: k m g t p, ki mi gi ti pi)"),
-            )
-        })
+        // A finite mantissa times a unit factor can still overflow to infinity.
+        parse_quantity(&text)
+            .filter(|n| n.is_finite())
+            .ok_or_else(|| {
+                Error::invalid(
+                    "selector",
+                    format!("column {}", start + 1),
+                    format!(
+                        "expected {expected}, found {text:?} (units: k m g t p, ki mi gi ti pi)"
+                    ),
+                )
+            })
     }
 
     fn bare_word(&mut self) -> String {

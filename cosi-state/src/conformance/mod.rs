@@ -1,0 +1,164 @@
+//! The backend conformance suite: every rule of the [`State`] contract (DESIGN.md sections 3
+//! and 4, `cosi_core::state`) as one public async function per rule, a model-based property test,
+//! and [`conformance_tests!`](crate::conformance_tests), which turns them into one test per rule
+//! for a backend.
+//!
+//! The suite owns its fixture resource types ([`Widget`], [`Gadget`]) and reaches the backend only
+//! through [`State`] and the derived helpers of [`cosi_core::StateExt`], so it runs unchanged
+//! against the in-memory, disk and etcd backends.
+//!
+//! # Adopting the suite
+//!
+//! A backend adds one integration test file (built with the `conformance` feature) holding an
+//! async factory that returns a fresh, empty [`Subject`] per test, and one macro call:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use cosi_state::conformance::{Subject, HISTORY_WINDOW};
+//! use cosi_state::{MemoryOptions, MemoryState};
+//!
+//! async fn memory() -> Subject {
+//!     let options = MemoryOptions { history: HISTORY_WINDOW, max_destroy_markers: 1024 };
+//!     Subject::new(Arc::new(MemoryState::new(options)))
+//! }
+//! cosi_state::conformance_tests!(memory);
+//! # fn main() {}
+//! ```
+//!
+//! A backend that needs a temporary directory or a key prefix keeps it alive with
+//! [`Subject::with_guard`]. Requirements on the backend under test:
+//! - its per-kind exact history window is [`HISTORY_WINDOW`] events (the catch-up rules write
+//!   past it on purpose; the other rules stay well inside it);
+//! - it keeps at least [`MIN_DESTROY_MARKERS`] destroy markers per kind, so that a watcher that
+//!   fell behind gets a compacted catch-up rather than a full resync;
+//! - it decodes the fixture types to their Rust types (typed access is checked).
+//!
+//! The calling crate needs `tokio` (with the `macros` and `rt-multi-thread` features) as a
+//! dependency, because the generated tests are `#[tokio::test]`s. The property test runs
+//! `PROPTEST_CASES` cases (default [`DEFAULT_MODEL_CASES`]).
+//!
+//! Every rule function panics with a message naming the rule and what differed.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use cosi_core::State;
+
+mod crud;
+mod fixture;
+mod lifecycle;
+mod model;
+mod query;
+
+mod watch;
+
+pub use crud::*;
+pub use fixture::{Gadget, Widget};
+pub use lifecycle::*;
+pub use model::{model_agrees_with_backend, DEFAULT_MODEL_CASES};
+pub use query::*;
+pub use watch::*;
+
+/// The per-kind exact history window (in events) backends under test are built with.
+pub const HISTORY_WINDOW: usize = 32;
+
+/// The fewest destroy markers per kind a backend under test must keep.
+pub const MIN_DESTROY_MARKERS: usize = 16;
+
+/// A backend under test: the state, plus whatever must stay alive as long as it is used (a
+/// temporary directory, an etcd key prefix that is cleaned up on drop).
+pub struct Subject {
+    /// The backend, fresh and empty.
+    pub state: Arc<dyn State>,
+    // Declared after `state` so that the backend is dropped before what it lives in.
+    guard: Option<Box<dyn Any + Send + Sync>>,
+}
+
+impl Subject {
+    /// A subject with nothing to keep alive.
+    pub fn new(state: Arc<dyn State>) -> Self {
+        Subject { state, guard: None }
+    }
+
+    /// Keeps `guard` alive as long as the subject (and drops it after the state).
+    pub fn with_guard(mut self, guard: impl Send + Sync + 'static) -> Self {
+        self.guard = Some(Box::new(guard));
+        self
+    }
+
+    /// The backend.
+    pub fn state(&self) -> &dyn State {
+        &*self.state
+    }
+}
+
+impl fmt::Debug for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subject")
+            .field("guarded", &self.guard.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Generates one test per conformance rule for a backend. `$factory` is an async function (or a
+/// closure returning a future) that yields a fresh, empty [`Subject`] each time it is called.
+///
+/// See the [module docs](crate::conformance) for an example.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($factory:expr) => {
+        $crate::conformance_tests!(@rules $factory, [::tokio::test];
+            create_get_list_destroy,
+            list_is_sorted_by_id,
+            create_of_existing_resource_conflicts,
+            update_of_missing_resource_is_not_found,
+            update_with_stale_version_conflicts,
+            update_with_future_version_conflicts,
+            update_of_tearing_down_resource_is_phase_conflict_unless_expected,
+            update_checks_owner,
+            teardown_checks_owner,
+            destroy_checks_owner,
+            update_cannot_change_owner,
+            timestamps_are_set_by_the_store,
+            typed_downcast_mismatch_is_an_error,
+            finalizers_are_changed_without_owner_in_any_phase,
+            destroy_with_finalizers_conflicts,
+            teardown_is_idempotent_and_ready_only_without_finalizers,
+            modify_creates_updates_and_skips_unchanged,
+            teardown_and_destroy_completes_when_another_task_destroys,
+            single_watch_starts_with_tombstone_for_missing_resource,
+            single_watch_starts_with_current_state,
+            kind_watch_bootstraps_contents_in_id_order,
+            kind_watch_tails_recent_events,
+            kind_watch_resumes_after_every_bookmark,
+            label_filtered_kind_watch_turns_transitions_into_created_and_destroyed,
+            aggregated_watch_delivers_same_events_in_batches,
+            label_operators_select_on_list,
+            label_operators_select_on_watch,
+            id_regex_selects_on_list,
+            id_regex_selects_on_watch,
+            watcher_behind_window_receives_compacted_catch_up,
+            strict_watcher_behind_window_gets_overrun_error
+        );
+        $crate::conformance_tests!(@rules $factory,
+            [::tokio::test(flavor = "multi_thread", worker_threads = 2)];
+            concurrent_finalizer_changes_converge,
+            teardown_and_destroy_completes_when_last_finalizer_is_removed,
+            concurrent_destroys_one_succeeds_rest_not_found
+        );
+        #[test]
+        fn model_agrees_with_backend() {
+            $crate::conformance::model_agrees_with_backend(|| ($factory)());
+        }
+    };
+    (@rules $factory:expr, [$($attr:tt)*]; $($rule:ident),* $(,)?) => {
+        $(
+            #[$($attr)*]
+            async fn $rule() {
+                let subject: $crate::conformance::Subject = ($factory)().await;
+                $crate::conformance::$rule(&subject).await;
+            }
+        )*
+    };
+}
