@@ -116,7 +116,7 @@ impl Collection {
     /// Shared access to the contents (for reads and for checking a write before persisting it).
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, KindContents> {
         // A panic while holding the lock cannot leave the contents half-changed: every apply
-        // step checks before it mutates, and nothing user-supplied runs under the lock.
+        // step checks before it mutates, so a poisoned lock still guards consistent contents.
         self.contents.read().unwrap_or_else(PoisonError::into_inner)
     }
 

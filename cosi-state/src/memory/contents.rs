@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
-use cosi_core::{Bookmark, Error, Event, ListOptions, Pointer, Result, SharedResource};
+use cosi_core::{Bookmark, Error, Event, Pointer, Result, SharedResource};
 
 use super::destroy_markers::{DestroyMarker, DestroyMarkers};
 use super::history::{ChangeOp, HistoryWindow};
@@ -56,45 +56,22 @@ impl KindContents {
         self.resources.get(id).map(|e| &e.resource)
     }
 
-    /// The stored values passing the list options, in id order.
-    pub(crate) fn list(&self, options: &ListOptions) -> Vec<SharedResource> {
-        if options.ids.is_none() && options.labels.is_empty() {
-            let mut all = Vec::with_capacity(self.resources.len());
-            all.extend(self.resources.values().map(|e| e.resource.clone()));
-            return all;
+    /// The stored values passing `filter`, in id order.
+    pub(crate) fn list(&self, filter: &WatchFilter) -> Vec<SharedResource> {
+        match &filter.ids {
+            IdFilter::Exact(id) => self
+                .get(id)
+                .filter(|r| filter.labels_match(&***r))
+                .cloned()
+                .into_iter()
+                .collect(),
+            _ => self
+                .resources
+                .values()
+                .filter(|e| filter.matches(&*e.resource))
+                .map(|e| e.resource.clone())
+                .collect(),
         }
-        self.resources
-            .values()
-            .filter(|e| {
-                let md = e.resource.metadata();
-                options.ids.as_ref().is_none_or(|q| q.matches(md.id()))
-                    && options.labels.matches(md.labels())
-            })
-            .map(|e| e.resource.clone())
-            .collect()
-    }
-
-    /// Puts back a resource loaded from durable storage, as it was stored (no stamping, no
-    /// event): its history is unknown, so it counts as created and changed at the current
-    /// head. Fails if the id exists.
-    #[allow(dead_code)] // Used by the disk backend when it loads a kind.
-    pub(crate) fn restore(&mut self, resource: SharedResource) -> Result<()> {
-        let pointer = resource.metadata().pointer();
-        if self.resources.contains_key(pointer.id()) {
-            return Err(Error::AlreadyExists {
-                pointer: pointer.clone(),
-            });
-        }
-        let head = self.head();
-        self.resources.insert(
-            pointer.shared_id().clone(),
-            StoredEntry {
-                resource,
-                created_seq: head,
-                changed_seq: head,
-            },
-        );
-        Ok(())
     }
 
     /// Stores a new resource (already stamped); fails if the id exists. Returns the sequence

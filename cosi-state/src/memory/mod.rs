@@ -36,16 +36,18 @@
 //! # Reuse by other backends
 //!
 //! The machinery is synchronous and backend-neutral, in `pub(crate)` modules:
-//! - `write_rules`: `prepare_create`, `check_update` + `stamp_update`, `check_destroy` — the
+//! - [`write_rules`]: `prepare_create`, `check_update` + `stamp_update`, `check_destroy` — the
 //!   rules of `State` as pure functions of the stored value and the write.
-//! - `Collection` (one kind): `read()`/`write()` give the `KindContents` under the kind lock,
-//!   whose `apply_create`/`apply_update`/`apply_destroy` publish an already checked and
-//!   stamped write (appending it to the window and markers); `wake()` must follow the guard's
-//!   drop. `watch_kind`/`watch_pointer` return the `KindWatcher` event source.
-//!   `Collection::resumed_at` continues a persisted sequence.
+//! - [`Collection`] (one kind): `read()`/`write()` give the [`KindContents`] under
+//!   the kind lock; its `apply_create`/`apply_update`/`apply_destroy` publish an already checked
+//!   and stamped write (window, markers, sequence number); [`Collection::wake`] must follow the write guard's drop.
+//!   `watch_kind`/`watch_pointer` return the [`KindWatcher`] event source, which
+//!   serves bootstrap, tail, resume, filters, catch-up, resync and strict mode.
+//!   [`Collection::resumed_at`] continues a persisted sequence, so bookmarks survive restarts.
 //!
-//! A durable backend checks a write against `read()`, persists it, then applies it under
-//! `write()` and wakes — holding its own per-kind write serialization across the three steps.
+//! A durable backend serializes its writes per kind, checks each against `read()`, persists
+//! it, then applies it under `write()` and wakes. The in-memory backend does the check and the
+//! apply under one write lock instead ([`Collection::create`] and friends).
 
 mod collection;
 mod contents;
@@ -53,7 +55,7 @@ mod destroy_markers;
 mod history;
 mod kind_watch;
 mod watch_filter;
-mod write_rules;
+pub(crate) mod write_rules;
 
 #[cfg(test)]
 mod tests;
@@ -192,7 +194,10 @@ impl State for MemoryState {
 
     async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
         match self.kinds.get(kind) {
-            Some(collection) => Ok(collection.read().list(options)),
+            Some(collection) => {
+                let filter = WatchFilter::new(options.ids.as_ref(), &options.labels);
+                Ok(collection.read().list(&filter))
+            }
             None => Ok(Vec::new()),
         }
     }

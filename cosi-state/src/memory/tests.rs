@@ -1037,50 +1037,177 @@ async fn dropping_the_state_ends_its_watches_after_what_they_have() {
 
 #[tokio::test]
 async fn a_collection_resumed_at_a_head_continues_its_sequence() {
-    // Given a collection restored by a durable backend at bookmark 41
+    // Given a collection resumed by a durable backend at bookmark 41, with one resource
     let collection = Arc::new(super::Collection::resumed_at(
         kind(),
         &MemoryOptions::default(),
         Bookmark(41),
     ));
-    let mut restored = cosi_core::downcast_ref::<Counter>(&*counter("a", 1))
-        .unwrap()
-        .clone();
-    restored.metadata.set_version(Version::new(7));
-    collection.write().restore(restored.into_shared()).unwrap();
-    // When a watcher resumes at 41 and one before it
-    let mut current = Watch::new(
-        collection
-            .watch_kind(WatchKindOptions {
-                since: Some(Bookmark(41)),
-                ..Default::default()
-            })
-            .unwrap(),
-    );
-    let mut older = Watch::new(
-        collection
-            .watch_kind(WatchKindOptions {
-                since: Some(Bookmark(40)),
-                ..Default::default()
-            })
-            .unwrap(),
-    );
+    collection
+        .create(counter("a", 1), CreateOptions::default())
+        .unwrap();
+    // When a watcher resumes at 42 and one before 41
+    let watcher_at = |since| {
+        Watch::new(
+            collection
+                .watch_kind(WatchKindOptions {
+                    since: Some(Bookmark(since)),
+                    ..Default::default()
+                })
+                .unwrap(),
+        )
+    };
+    let mut current = watcher_at(42);
+    let mut older = watcher_at(40);
     collection
         .create(counter("b", 2), CreateOptions::default())
         .unwrap();
-    // Then the next change is 42, exact for the current watcher, a resync for the older one
-    assert_eq!(describe(&recv(&mut current).await), "created b 2 - @42");
+    // Then the current one continues exactly; the older one, which nothing is known about,
+    // gets a resync
+    assert_eq!(describe(&recv(&mut current).await), "created b 2 - @43");
     assert_eq!(
         describe_all(&recv_batch(&mut older, 10).await),
         [
-            "resync @42",
-            "created a 1 - @42",
-            "created b 2 - @42",
-            "bootstrapped @42"
+            "resync @43",
+            "created a 1 - @43",
+            "created b 2 - @43",
+            "bootstrapped @43"
         ]
     );
+}
+
+// ---- more watch options ----
+
+#[tokio::test]
+async fn events_carry_the_stored_values_not_copies() {
+    let state = MemoryState::default();
+    let mut first = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    let mut second = state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+    let stored = create(&state, "a", 1).await;
+    for watch in [&mut first, &mut second] {
+        let event = recv(watch).await;
+        assert!(Arc::ptr_eq(event.resource().unwrap(), &stored));
+    }
+}
+
+#[tokio::test]
+async fn tail_beyond_the_window_delivers_the_whole_window() {
+    let state = small(2, 16);
+    for i in 0..5 {
+        create(&state, &format!("r{i}"), i).await;
+    }
+    let mut watch = state
+        .watch_kind(
+            &kind(),
+            WatchKindOptions {
+                tail: Some(100),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     assert_eq!(
-        collection.get(&pointer("a")).unwrap().metadata().version(),
-        Version::new(7)
+        describe_all(&recv_batch(&mut watch, 10).await),
+        ["created r3 3 - @4", "created r4 4 - @5"]
     );
+}
+
+#[tokio::test]
+async fn bootstrap_with_tail_or_since_is_an_invalid_argument() {
+    let state = MemoryState::default();
+    for (tail, since, field) in [(Some(1), None, "tail"), (None, Some(Bookmark(0)), "since")] {
+        let err = state
+            .watch_kind(
+                &kind(),
+                WatchKindOptions {
+                    bootstrap: true,
+                    tail,
+                    since,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidArgument { field: f, .. } if f == field),
+            "{err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn bootstrap_with_a_label_filter_delivers_only_matching_resources() {
+    let state = MemoryState::default();
+    for (id, label) in [("a", Some("web")), ("b", None), ("c", Some("web"))] {
+        state
+            .create(labelled(id, 0, label), CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    let mut watch = state
+        .watch_kind(
+            &kind(),
+            WatchKindOptions {
+                bootstrap: true,
+                labels: web_only(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        describe_all(&recv_batch(&mut watch, 10).await),
+        ["created a 0 - @3", "created c 0 - @3", "bootstrapped @3"]
+    );
+}
+
+#[tokio::test]
+async fn a_pointer_watch_behind_the_window_catches_up_on_its_resource_only() {
+    let state = small(1, 16);
+    create(&state, "a", 1).await;
+    let mut watch = state
+        .watch(&pointer("a"), WatchOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(describe(&recv(&mut watch).await), "created a 1 - @1");
+    create(&state, "b", 1).await;
+    set(&state, "a", 2).await;
+    set(&state, "a", 3).await;
+    set(&state, "b", 2).await;
+    assert_eq!(
+        describe_all(&recv_batch(&mut watch, 10).await),
+        ["updated a ?->3 c @5"]
+    );
+}
+
+#[tokio::test]
+async fn a_strict_pointer_watch_that_falls_behind_ends_with_an_overrun() {
+    let state = small(1, 16);
+    let mut watch = state
+        .watch(&pointer("a"), WatchOptions { strict: true })
+        .await
+        .unwrap();
+    recv(&mut watch).await; // the tombstone
+    create(&state, "a", 1).await;
+    set(&state, "a", 2).await;
+    let event = recv(&mut watch).await;
+    assert!(
+        matches!(
+            event,
+            Event::Errored {
+                error: Error::WatchOverrun { position: 0, .. }
+            }
+        ),
+        "{event:?}"
+    );
+    let end = tokio::time::timeout(Duration::from_secs(5), watch.recv())
+        .await
+        .unwrap();
+    assert!(end.is_none());
 }
