@@ -176,30 +176,15 @@ impl Collection {
         let now = SystemTime::now();
         // Copy a shared value before taking the lock, so stamping under it never deep-copies.
         make_mut(&mut resource);
-        {
-            let mut contents = self.write();
-            let pointer = resource.metadata().pointer();
-            let stored = contents.get(pointer.id()).ok_or_else(|| Error::NotFound {
-                pointer: pointer.clone(),
-            })?;
-            write_rules::check_update(&**stored, &*resource, &options)?;
-            write_rules::stamp_update(&**stored, &mut resource, now);
-            contents.apply_update(resource.clone())?;
-        }
+        self.write()
+            .check_and_update(&mut resource, &options, now)?;
         self.wake();
         Ok(resource)
     }
 
     /// Checks and removes a resource.
     pub(crate) fn destroy(&self, pointer: &Pointer, options: &DestroyOptions) -> Result<()> {
-        {
-            let mut contents = self.write();
-            let stored = contents.get(pointer.id()).ok_or_else(|| Error::NotFound {
-                pointer: pointer.clone(),
-            })?;
-            write_rules::check_destroy(&**stored, options)?;
-            contents.apply_destroy(pointer)?;
-        }
+        self.write().check_and_destroy(pointer, options)?;
         self.wake();
         Ok(())
     }

@@ -3,14 +3,19 @@
 //! markers — and the computations that need all three at one instant: applying a write,
 //! bootstrap, and the catch-up of a watcher that fell behind.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::SystemTime;
 
-use cosi_core::{Bookmark, Error, Event, Pointer, Result, SharedResource};
+use cosi_core::{
+    Bookmark, DestroyOptions, Error, Event, Pointer, Result, SharedResource, UpdateOptions,
+};
 
 use super::destroy_markers::{DestroyMarker, DestroyMarkers};
 use super::history::{ChangeOp, HistoryWindow};
 use super::watch_filter::{IdFilter, WatchFilter};
+use super::write_rules;
 
 /// A live resource and where its history starts.
 #[derive(Clone, Debug)]
@@ -77,27 +82,64 @@ impl KindContents {
     /// Stores a new resource (already stamped); fails if the id exists. Returns the sequence
     /// number of the change.
     pub(crate) fn apply_create(&mut self, resource: SharedResource) -> Result<u64> {
-        let id = resource.metadata().pointer().shared_id();
-        if self.resources.contains_key(&**id) {
+        let pointer = resource.metadata().pointer();
+        let Entry::Vacant(slot) = self.resources.entry(pointer.shared_id().clone()) else {
             return Err(Error::AlreadyExists {
+                pointer: pointer.clone(),
+            });
+        };
+        let seq = self.window.push(ChangeOp::Created, resource.clone(), None);
+        slot.insert(StoredEntry {
+            resource,
+            created_seq: seq,
+            changed_seq: seq,
+        });
+        Ok(seq)
+    }
+
+    /// Checks an update against the stored value, stamps it and applies it, with one lookup
+    /// (the in-memory path: check and apply under one lock). Returns the sequence number.
+    pub(crate) fn check_and_update(
+        &mut self,
+        resource: &mut SharedResource,
+        options: &UpdateOptions,
+        now: SystemTime,
+    ) -> Result<u64> {
+        let Some(entry) = self.resources.get_mut(resource.metadata().id()) else {
+            return Err(Error::NotFound {
                 pointer: resource.metadata().pointer().clone(),
             });
-        }
-        let id = id.clone();
-        let seq = self.window.push(ChangeOp::Created, resource.clone(), None);
-        self.resources.insert(
-            id,
-            StoredEntry {
-                resource,
-                created_seq: seq,
-                changed_seq: seq,
-            },
-        );
+        };
+        write_rules::check_update(&*entry.resource, &**resource, options)?;
+        write_rules::stamp_update(&*entry.resource, resource, now);
+        let old = std::mem::replace(&mut entry.resource, resource.clone());
+        let seq = self
+            .window
+            .push(ChangeOp::Updated, resource.clone(), Some(old));
+        entry.changed_seq = seq;
         Ok(seq)
+    }
+
+    /// Checks a destroy against the stored value and applies it, with one lookup. Returns the
+    /// sequence number.
+    pub(crate) fn check_and_destroy(
+        &mut self,
+        pointer: &Pointer,
+        options: &DestroyOptions,
+    ) -> Result<u64> {
+        let Entry::Occupied(slot) = self.resources.entry(pointer.shared_id().clone()) else {
+            return Err(Error::NotFound {
+                pointer: pointer.clone(),
+            });
+        };
+        write_rules::check_destroy(&*slot.get().resource, options)?;
+        let entry = slot.remove();
+        Ok(self.record_destroy(entry))
     }
 
     /// Replaces a stored resource with an already checked and stamped value; fails if it is
     /// absent. Returns the sequence number of the change.
+    #[allow(dead_code)] // The publishing path of durable backends; memory uses check_and_*.
     pub(crate) fn apply_update(&mut self, resource: SharedResource) -> Result<u64> {
         let pointer = resource.metadata().pointer();
         let Some(entry) = self.resources.get_mut(pointer.id()) else {
@@ -113,12 +155,17 @@ impl KindContents {
 
     /// Removes a stored resource (already checked); fails if it is absent. Returns the
     /// sequence number of the change.
+    #[allow(dead_code)] // The publishing path of durable backends; memory uses check_and_*.
     pub(crate) fn apply_destroy(&mut self, pointer: &Pointer) -> Result<u64> {
         let Some(entry) = self.resources.remove(pointer.id()) else {
             return Err(Error::NotFound {
                 pointer: pointer.clone(),
             });
         };
+        Ok(self.record_destroy(entry))
+    }
+
+    fn record_destroy(&mut self, entry: StoredEntry) -> u64 {
         let seq = self
             .window
             .push(ChangeOp::Destroyed, entry.resource.clone(), None);
@@ -127,7 +174,7 @@ impl KindContents {
             created: entry.created_seq,
             resource: entry.resource,
         });
-        Ok(seq)
+        seq
     }
 
     /// Appends the events a watcher at `position` has not seen yet to `out`, at most `max` of

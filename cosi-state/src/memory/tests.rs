@@ -1211,3 +1211,53 @@ async fn a_strict_pointer_watch_that_falls_behind_ends_with_an_overrun() {
         .unwrap();
     assert!(end.is_none());
 }
+
+#[tokio::test]
+async fn published_writes_reach_watchers_like_direct_ones() {
+    // Given a collection fed the way a durable backend feeds it: check, (persist), apply, wake
+    let collection = Arc::new(super::Collection::new(kind(), &MemoryOptions::default()));
+    let mut watch = Watch::new(collection.watch_kind(WatchKindOptions::default()).unwrap());
+    let now = std::time::SystemTime::now();
+    let mut v1 = counter("a", 1);
+    super::write_rules::prepare_create(&mut v1, None, now).unwrap();
+    collection.write().apply_create(v1.clone()).unwrap();
+    collection.wake();
+    let mut v2 = {
+        let mut copy = cosi_core::downcast_ref::<Counter>(&*v1).unwrap().clone();
+        copy.spec.value = 2;
+        copy.into_shared()
+    };
+    {
+        let contents = collection.read();
+        let stored = contents.get("a").unwrap();
+        super::write_rules::check_update(&**stored, &*v2, &UpdateOptions::default()).unwrap();
+        super::write_rules::stamp_update(&**stored, &mut v2, now);
+    }
+    collection.write().apply_update(v2).unwrap();
+    collection.wake();
+    collection.write().apply_destroy(&pointer("a")).unwrap();
+    collection.wake();
+    // Then the watcher sees the three changes in order
+    assert_eq!(
+        describe_all(&recv_batch(&mut watch, 10).await),
+        [
+            "created a 1 - @1",
+            "updated a 1->2 - @2",
+            "destroyed a - @3"
+        ]
+    );
+    // And publishing a create of an existing id or an update of a missing one is refused
+    let mut again = counter("b", 1);
+    super::write_rules::prepare_create(&mut again, None, now).unwrap();
+    collection.write().apply_create(again.clone()).unwrap();
+    assert!(collection
+        .write()
+        .apply_create(again)
+        .unwrap_err()
+        .is_already_exists());
+    assert!(collection
+        .write()
+        .apply_update(counter("zz", 1))
+        .unwrap_err()
+        .is_not_found());
+}
