@@ -38,6 +38,7 @@ fn run() -> Result<(), WorkloadError> {
         "# w1: state operations, N = {n}, {} runs, in-memory state with default options",
         args.runs
     );
+    println!("# machine: {}", benches::machine::describe());
     let mut report = Report::default();
     for run in 1..=args.runs {
         let rss_reset = peak_rss::reset();
