@@ -142,6 +142,7 @@ impl From<LabelQuery> for LabelQueries {
 /// assert_eq!(parse_quantity("1.5k"), Some(1500.0));
 /// assert_eq!(parse_quantity("-3"), Some(-3.0));
 /// assert_eq!(parse_quantity("ten"), None);
+/// assert_eq!(parse_quantity(&format!("{}pi", "9".repeat(400))), None);
 /// ```
 pub fn parse_quantity(text: &str) -> Option<f64> {
     let lower = text.trim().to_ascii_lowercase();
@@ -168,8 +169,8 @@ pub fn parse_quantity(text: &str) -> Option<f64> {
     {
         return None;
     }
-    let value: f64 = number.parse().ok()?;
-    value.is_finite().then_some(value * factor)
+    let value = number.parse::<f64>().ok()? * factor;
+    value.is_finite().then_some(value)
 }
 
 #[cfg(test)]

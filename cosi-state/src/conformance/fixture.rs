@@ -10,6 +10,8 @@ use cosi_core::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::HISTORY_WINDOW;
+
 /// How long the suite waits for an event or a task before declaring the backend stuck.
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -113,13 +115,34 @@ pub(crate) async fn next_event(rule: &str, watch: &mut Watch) -> Event {
     }
 }
 
-/// The next `n` events that are not `Noop`s.
-pub(crate) async fn next_events(rule: &str, watch: &mut Watch, n: usize) -> Vec<Event> {
-    let mut events = Vec::with_capacity(n);
-    for _ in 0..n {
-        events.push(next_event(rule, watch).await);
+/// The events (not `Noop`s) up to and including the `occurrence`-th (from 1) that looks like
+/// `last`. Reading up to a known final event rather than a count makes a lost event fail at once
+/// as a mismatch instead of waiting for the timeout.
+pub(crate) async fn events_through(
+    rule: &str,
+    watch: &mut Watch,
+    last: &Seen,
+    occurrence: usize,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    let mut matched = 0;
+    loop {
+        let event = next_event(rule, watch).await;
+        if seen(&event) == *last {
+            matched += 1;
+        }
+        events.push(event);
+        if matched == occurrence {
+            return events;
+        }
+        if events.len() > 4 * HISTORY_WINDOW {
+            panic!(
+                "{rule}: {} events arrived without {last:?}: {:?}",
+                events.len(),
+                seen_all(&events)
+            );
+        }
     }
-    events
 }
 
 /// What the rules compare about an event: its type, the resource id and version, and whether
@@ -221,4 +244,21 @@ pub(crate) fn ids(resources: &[SharedResource]) -> Vec<String> {
         .iter()
         .map(|r| r.metadata().id().to_string())
         .collect()
+}
+
+/// Reads events through the last of `expected` and asserts they are exactly `expected`;
+/// returns them.
+pub(crate) async fn expect_events(
+    rule: &str,
+    watch: &mut Watch,
+    expected: &[Seen],
+    what: &str,
+) -> Vec<Event> {
+    let last = expected
+        .last()
+        .expect("the suite always expects at least one event");
+    let occurrence = expected.iter().filter(|s| *s == last).count();
+    let events = events_through(rule, watch, last, occurrence).await;
+    assert_eq!(seen_all(&events), expected, "{rule}: {what}");
+    events
 }

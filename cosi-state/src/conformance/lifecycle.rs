@@ -2,16 +2,11 @@
 //! `modify` helper's create / update / no-op behaviour.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
-use cosi_core::{
-    DestroyOptions, Error, Phase, StateExt, UpdateOptions, WatchKindOptions, WatchOptions,
-};
-use tokio::sync::Barrier;
+use cosi_core::{DestroyOptions, Error, Phase, StateExt, UpdateOptions, WatchKindOptions};
 
 use super::fixture::{
-    create_ok, expect_err, expect_ok, next_events, seen_all, widget, widget_pointer, widgets,
-    within, Seen,
+    create_ok, expect_err, expect_events, expect_ok, widget, widget_pointer, widgets, Seen,
 };
 use super::Subject;
 
@@ -275,226 +270,15 @@ pub async fn modify_creates_updates_and_skips_unchanged(subject: &Subject) {
 
     // The sentinel's event proves nothing was delivered for the no-op in between.
     create_ok(state, RULE, widget("sentinel", 0), None).await;
-    let events = next_events(RULE, &mut watch, 3).await;
-    assert_eq!(
-        seen_all(&events),
-        [
+    expect_events(
+        RULE,
+        &mut watch,
+        &[
             Seen::created("m", 1),
             Seen::updated("m", 2),
-            Seen::created("sentinel", 1)
+            Seen::created("sentinel", 1),
         ],
-        "{RULE}: events (a no-op modify sends none)"
-    );
-}
-
-/// Eight concurrent finalizer adds and then three concurrent removes converge to exactly the
-/// expected set, each effective change stored once (version 1 + 8 + 3).
-pub async fn concurrent_finalizer_changes_converge(subject: &Subject) {
-    const RULE: &str = "concurrent_finalizer_changes_converge";
-    let state = subject.state.clone();
-    create_ok(&*state, RULE, widget("w", 1), Some("ctrl")).await;
-    let pointer = widget_pointer("w");
-    let names: Vec<String> = (0..8).map(|i| format!("f{i}")).collect();
-
-    for (step, chosen, add) in [("add", &names[..], true), ("remove", &names[..3], false)] {
-        let barrier = Arc::new(Barrier::new(chosen.len()));
-        let tasks: Vec<_> = chosen
-            .iter()
-            .map(|name| {
-                let (state, pointer, barrier, name) = (
-                    state.clone(),
-                    pointer.clone(),
-                    barrier.clone(),
-                    name.clone(),
-                );
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    if add {
-                        state.add_finalizer(&pointer, &[&name]).await
-                    } else {
-                        state.remove_finalizer(&pointer, &[&name]).await
-                    }
-                })
-            })
-            .collect();
-        for task in tasks {
-            let joined = within(RULE, step, task).await;
-            let result = joined.unwrap_or_else(|e| panic!("{RULE}: {step} task panicked: {e}"));
-            expect_ok(RULE, step, result);
-        }
-    }
-
-    let stored = expect_ok(RULE, "get", state.get(&pointer).await);
-    let expected: BTreeSet<String> = names[3..].iter().cloned().collect();
-    assert_eq!(
-        (
-            stored.metadata().finalizers().clone(),
-            stored.metadata().version().get(),
-            stored.metadata().owner()
-        ),
-        (expected, 12, Some("ctrl")),
-        "{RULE}: (finalizers, version, owner) after 8 adds and 3 removes"
-    );
-}
-
-/// `teardown_and_destroy` waits while a finalizer is held and completes (destroying the
-/// resource) once another task removes the last one. A watcher sees exactly: created, torn
-/// down, finalizer removed, destroyed.
-pub async fn teardown_and_destroy_completes_when_last_finalizer_is_removed(subject: &Subject) {
-    const RULE: &str = "teardown_and_destroy_completes_when_last_finalizer_is_removed";
-    let state = subject.state.clone();
-    let mut fresh = widget("w", 1);
-    fresh.metadata.finalizers_mut().insert("holder".into());
-    create_ok(&*state, RULE, fresh, Some("ctrl")).await;
-    let pointer = widget_pointer("w");
-    let mut watch = expect_ok(
-        RULE,
-        "watch",
-        state.watch(&pointer, WatchOptions::default()).await,
-    );
-
-    let destroyer = {
-        let (state, pointer) = (state.clone(), pointer.clone());
-        tokio::spawn(async move { state.teardown_and_destroy(&pointer, Some("ctrl")).await })
-    };
-    let tearing_down = within(
-        RULE,
-        "waiting for the teardown",
-        state.watch_for(&pointer, |r| {
-            r.is_some_and(|r| r.metadata().phase() == Phase::TearingDown)
-        }),
+        "events (a no-op modify sends none)",
     )
     .await;
-    expect_ok(RULE, "watch_for tearing down", tearing_down);
-    expect_ok(
-        RULE,
-        "get while a finalizer is held",
-        state.get(&pointer).await,
-    );
-
-    expect_ok(
-        RULE,
-        "remove the last finalizer",
-        state.remove_finalizer(&pointer, &["holder"]).await,
-    );
-    let joined = within(RULE, "teardown_and_destroy", destroyer).await;
-    let result =
-        joined.unwrap_or_else(|e| panic!("{RULE}: teardown_and_destroy task panicked: {e}"));
-    expect_ok(RULE, "teardown_and_destroy", result);
-
-    let err = expect_err(
-        RULE,
-        "get after teardown_and_destroy",
-        state.get(&pointer).await,
-    );
-    assert!(
-        err.is_not_found(),
-        "{RULE}: get after teardown_and_destroy: {err:?}"
-    );
-    let events = next_events(RULE, &mut watch, 4).await;
-    assert_eq!(
-        seen_all(&events),
-        [
-            Seen::created("w", 1),
-            Seen::updated("w", 2),
-            Seen::updated("w", 3),
-            Seen::destroyed("w", 3)
-        ],
-        "{RULE}: events of the resource"
-    );
-}
-
-/// `teardown_and_destroy` succeeds when another task destroys the resource while it waits:
-/// whichever destroy lands first, the helper returns Ok and the resource is gone.
-pub async fn teardown_and_destroy_completes_when_another_task_destroys(subject: &Subject) {
-    const RULE: &str = "teardown_and_destroy_completes_when_another_task_destroys";
-    let state = subject.state.clone();
-    let mut fresh = widget("w", 1);
-    fresh.metadata.finalizers_mut().insert("holder".into());
-    create_ok(&*state, RULE, fresh, Some("ctrl")).await;
-    let pointer = widget_pointer("w");
-
-    let destroyer = {
-        let (state, pointer) = (state.clone(), pointer.clone());
-        tokio::spawn(async move { state.teardown_and_destroy(&pointer, Some("ctrl")).await })
-    };
-    let tearing_down = within(
-        RULE,
-        "waiting for the teardown",
-        state.watch_for(&pointer, |r| {
-            r.is_some_and(|r| r.metadata().phase() == Phase::TearingDown)
-        }),
-    )
-    .await;
-    expect_ok(RULE, "watch_for tearing down", tearing_down);
-
-    // The other task releases its finalizer and destroys the resource itself.
-    expect_ok(
-        RULE,
-        "remove the last finalizer",
-        state.remove_finalizer(&pointer, &["holder"]).await,
-    );
-    let owner = DestroyOptions {
-        owner: Some("ctrl".into()),
-    };
-    match state.destroy(&pointer, owner).await {
-        Ok(()) => {}
-        Err(e) if e.is_not_found() => {}
-        Err(e) => panic!("{RULE}: the other task's destroy: unexpected error {e:?}"),
-    }
-    let joined = within(RULE, "teardown_and_destroy", destroyer).await;
-    let result =
-        joined.unwrap_or_else(|e| panic!("{RULE}: teardown_and_destroy task panicked: {e}"));
-    expect_ok(RULE, "teardown_and_destroy", result);
-    let err = expect_err(RULE, "get afterwards", state.get(&pointer).await);
-    assert!(err.is_not_found(), "{RULE}: get afterwards: {err:?}");
-}
-
-/// Ten concurrent destroys of one resource: exactly one succeeds, the other nine get
-/// `NotFound`, nothing else; a watcher sees exactly one `Destroyed`.
-pub async fn concurrent_destroys_one_succeeds_rest_not_found(subject: &Subject) {
-    const RULE: &str = "concurrent_destroys_one_succeeds_rest_not_found";
-    let state = subject.state.clone();
-    create_ok(&*state, RULE, widget("w", 1), None).await;
-    let pointer = widget_pointer("w");
-    let mut watch = expect_ok(
-        RULE,
-        "watch_kind",
-        state
-            .watch_kind(&widgets(), WatchKindOptions::default())
-            .await,
-    );
-
-    let barrier = Arc::new(Barrier::new(10));
-    let tasks: Vec<_> = (0..10)
-        .map(|_| {
-            let (state, pointer, barrier) = (state.clone(), pointer.clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                state.destroy(&pointer, DestroyOptions::default()).await
-            })
-        })
-        .collect();
-    let (mut succeeded, mut not_found) = (0, 0);
-    for task in tasks {
-        let joined = within(RULE, "destroy", task).await;
-        match joined.unwrap_or_else(|e| panic!("{RULE}: destroy task panicked: {e}")) {
-            Ok(()) => succeeded += 1,
-            Err(Error::NotFound { pointer: p }) if p == pointer => not_found += 1,
-            Err(other) => panic!("{RULE}: a concurrent destroy failed with {other:?}"),
-        }
-    }
-    assert_eq!(
-        (succeeded, not_found),
-        (1, 9),
-        "{RULE}: (succeeded, not found)"
-    );
-
-    create_ok(&*state, RULE, widget("sentinel", 0), None).await;
-    let events = next_events(RULE, &mut watch, 2).await;
-    assert_eq!(
-        seen_all(&events),
-        [Seen::destroyed("w", 1), Seen::created("sentinel", 1)],
-        "{RULE}: exactly one destroyed event"
-    );
 }

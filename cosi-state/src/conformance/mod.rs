@@ -9,33 +9,42 @@
 //!
 //! # Adopting the suite
 //!
-//! A backend adds one integration test file (built with the `conformance` feature) holding an
-//! async factory that returns a fresh, empty [`Subject`] per test, and one macro call:
+//! A backend adopts the suite in three lines' worth of code:
+//!
+//! 1. a `[[test]]` entry in its crate's `Cargo.toml` with `required-features = ["conformance"]`;
+//! 2. in that test file, an async factory returning a fresh, empty [`Subject`] per call;
+//! 3. `cosi_state::conformance_tests!(factory);` — one `#[tokio::test]` per rule plus the
+//!    property test.
 //!
 //! ```
 //! use std::sync::Arc;
-//! use cosi_state::conformance::{Subject, HISTORY_WINDOW};
+//! use cosi_state::conformance::{Subject, HISTORY_WINDOW, MIN_DESTROY_MARKERS};
 //! use cosi_state::{MemoryOptions, MemoryState};
 //!
 //! async fn memory() -> Subject {
-//!     let options = MemoryOptions { history: HISTORY_WINDOW, max_destroy_markers: 1024 };
+//!     let options = MemoryOptions { history: HISTORY_WINDOW, max_destroy_markers: MIN_DESTROY_MARKERS };
 //!     Subject::new(Arc::new(MemoryState::new(options)))
 //! }
 //! cosi_state::conformance_tests!(memory);
 //! # fn main() {}
 //! ```
 //!
-//! A backend that needs a temporary directory or a key prefix keeps it alive with
-//! [`Subject::with_guard`]. Requirements on the backend under test:
+//! A backend that lives in a temporary directory or under an etcd key prefix keeps it alive
+//! (and cleans it up on drop) with [`Subject::with_guard`]. The rule functions are public too,
+//! so a backend can also call one directly (`conformance::update_checks_owner(&subject).await`).
+//!
+//! Requirements on the backend under test:
 //! - its per-kind exact history window is [`HISTORY_WINDOW`] events (the catch-up rules write
-//!   past it on purpose; the other rules stay well inside it);
+//!   past it on purpose; every other rule stays well inside it);
 //! - it keeps at least [`MIN_DESTROY_MARKERS`] destroy markers per kind, so that a watcher that
 //!   fell behind gets a compacted catch-up rather than a full resync;
-//! - it decodes the fixture types to their Rust types (typed access is checked).
+//! - it hands back the fixture types ([`Widget`], [`Gadget`]) as their Rust types, because
+//!   typed access is part of the contract (a backend that decodes from bytes registers them).
 //!
-//! The calling crate needs `tokio` (with the `macros` and `rt-multi-thread` features) as a
-//! dependency, because the generated tests are `#[tokio::test]`s. The property test runs
-//! `PROPTEST_CASES` cases (default [`DEFAULT_MODEL_CASES`]).
+//! The calling crate needs `tokio` (features `macros`, `rt-multi-thread`) as a dependency: the
+//! generated tests are `#[tokio::test]`s. The property test runs `PROPTEST_CASES` cases
+//! (default [`DEFAULT_MODEL_CASES`]). No rule sleeps: every wait for an event or a task is
+//! bounded by a 10 s timeout, so a broken backend fails instead of hanging.
 //!
 //! Every rule function panics with a message naming the rule and what differed.
 
@@ -45,6 +54,7 @@ use std::sync::Arc;
 
 use cosi_core::State;
 
+mod concurrency;
 mod crud;
 mod fixture;
 mod lifecycle;
@@ -53,6 +63,7 @@ mod query;
 
 mod watch;
 
+pub use concurrency::*;
 pub use crud::*;
 pub use fixture::{Gadget, Widget};
 pub use lifecycle::*;
@@ -132,6 +143,7 @@ macro_rules! conformance_tests {
             kind_watch_bootstraps_contents_in_id_order,
             kind_watch_tails_recent_events,
             kind_watch_resumes_after_every_bookmark,
+            kind_watch_resumes_after_bootstrap_bookmark,
             label_filtered_kind_watch_turns_transitions_into_created_and_destroyed,
             aggregated_watch_delivers_same_events_in_batches,
             label_operators_select_on_list,
@@ -139,11 +151,17 @@ macro_rules! conformance_tests {
             id_regex_selects_on_list,
             id_regex_selects_on_watch,
             watcher_behind_window_receives_compacted_catch_up,
-            strict_watcher_behind_window_gets_overrun_error
+            watch_resumed_from_bookmark_behind_window_converges,
+            strict_watcher_behind_window_gets_overrun_error,
+            single_watch_behind_window_catches_up_to_latest_state,
+            strict_single_watch_behind_window_gets_overrun_error
         );
         $crate::conformance_tests!(@rules $factory,
             [::tokio::test(flavor = "multi_thread", worker_threads = 2)];
             concurrent_finalizer_changes_converge,
+            concurrent_modifies_lose_no_update,
+            concurrent_creates_one_succeeds_rest_already_exist,
+            concurrent_writers_produce_one_total_order,
             teardown_and_destroy_completes_when_last_finalizer_is_removed,
             concurrent_destroys_one_succeeds_rest_not_found
         );
@@ -152,13 +170,48 @@ macro_rules! conformance_tests {
             $crate::conformance::model_agrees_with_backend(|| ($factory)());
         }
     };
-    (@rules $factory:expr, [$($attr:tt)*]; $($rule:ident),* $(,)?) => {
+    (@rules $factory:expr, [$attr:meta]; $($rule:ident),* $(,)?) => {
         $(
-            #[$($attr)*]
+            #[$attr]
             async fn $rule() {
                 let subject: $crate::conformance::Subject = ($factory)().await;
                 $crate::conformance::$rule(&subject).await;
             }
         )*
     };
+}
+
+#[cfg(test)]
+mod tests {
+    /// A rule function left out of `conformance_tests!` would silently never run for any backend.
+    #[test]
+    fn every_rule_function_is_generated_by_the_macro() {
+        let this = include_str!("mod.rs");
+        let start = this
+            .find("macro_rules! conformance_tests")
+            .expect("the macro is defined in this file");
+        let generated: Vec<&str> = this[start..]
+            .lines()
+            .map(|l| l.trim().trim_end_matches(','))
+            .collect();
+        let rule_files = [
+            include_str!("concurrency.rs"),
+            include_str!("crud.rs"),
+            include_str!("lifecycle.rs"),
+            include_str!("query.rs"),
+            include_str!("watch.rs"),
+        ];
+        let mut rules = 0;
+        for line in rule_files.iter().flat_map(|f| f.lines()) {
+            if let Some(rest) = line.strip_prefix("pub async fn ") {
+                let name = rest.split('(').next().unwrap_or(rest);
+                assert!(
+                    generated.contains(&name),
+                    "rule {name} is missing from conformance_tests!"
+                );
+                rules += 1;
+            }
+        }
+        assert!(rules >= 40, "only {rules} rule functions found");
+    }
 }

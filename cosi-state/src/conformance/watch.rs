@@ -5,13 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use cosi_core::{
     Bookmark, DestroyOptions, Error, Event, LabelOp, LabelQuery, LabelTerm, ListOptions, Phase,
-    ResourceSpec, SharedResource, State, UpdateOptions, WatchKindOptions, WatchOptions,
+    ResourceSpec, SharedResource, State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
 };
 
 use super::crud::with_value;
 use super::fixture::{
-    create_ok, expect_ok, labelled_widget, next_event, next_events, seen, seen_all, widget,
-    widget_pointer, widgets, within, Gadget, Seen, Widget, TIMEOUT,
+    create_ok, events_through, expect_events, expect_ok, labelled_widget, next_event, seen,
+    seen_all, widget, widget_pointer, widgets, within, Gadget, Seen, Widget, TIMEOUT,
 };
 use super::{Subject, HISTORY_WINDOW};
 
@@ -49,8 +49,8 @@ async fn watch_kind(rule: &str, state: &dyn State, options: WatchKindOptions) ->
 }
 
 /// A single-resource watch of a missing resource starts with a `Destroyed` tombstone for it,
-/// then reports its creation, updates (with the old state) and destruction, and nothing about
-/// other resources.
+/// then reports its creation, updates (with the old state), destruction and re-creation, and
+/// nothing about other resources.
 pub async fn single_watch_starts_with_tombstone_for_missing_resource(subject: &Subject) {
     const RULE: &str = "single_watch_starts_with_tombstone_for_missing_resource";
     let state = subject.state();
@@ -79,16 +79,19 @@ pub async fn single_watch_starts_with_tombstone_for_missing_resource(subject: &S
     create_ok(state, RULE, widget("w", 1), None).await;
     update_value(RULE, state, "w", 2).await;
     destroy(RULE, state, "w").await;
-    let events = next_events(RULE, &mut watch, 3).await;
-    assert_eq!(
-        seen_all(&events),
-        [
+    create_ok(state, RULE, widget("w", 7), None).await;
+    let events = expect_events(
+        RULE,
+        &mut watch,
+        &[
             Seen::created("w", 1),
             Seen::updated("w", 2),
-            Seen::destroyed("w", 2)
+            Seen::destroyed("w", 2),
+            Seen::created("w", 1),
         ],
-        "{RULE}: events after the tombstone"
-    );
+        "events after the tombstone",
+    )
+    .await;
     super::fixture::assert_updated_has_old(RULE, &events[1]);
 }
 
@@ -108,12 +111,18 @@ pub async fn single_watch_starts_with_current_state(subject: &Subject) {
             .await,
     );
     update_value(RULE, state, "w", 3).await;
-    let events = next_events(RULE, &mut watch, 2).await;
-    assert_eq!(
-        seen_all(&events),
-        [Seen::created("w", 2), Seen::updated("w", 3)],
-        "{RULE}: current state, then the change"
-    );
+    destroy(RULE, state, "w").await;
+    let events = expect_events(
+        RULE,
+        &mut watch,
+        &[
+            Seen::created("w", 2),
+            Seen::updated("w", 3),
+            Seen::destroyed("w", 3),
+        ],
+        "current state, then every change",
+    )
+    .await;
     super::fixture::assert_updated_has_old(RULE, &events[1]);
 }
 
@@ -133,26 +142,28 @@ pub async fn kind_watch_bootstraps_contents_in_id_order(subject: &Subject) {
         ..WatchKindOptions::default()
     };
     let mut watch = watch_kind(RULE, state, bootstrap.clone()).await;
-    let events = next_events(RULE, &mut watch, 4).await;
-    assert_eq!(
-        seen_all(&events),
-        [
+    expect_events(
+        RULE,
+        &mut watch,
+        &[
             Seen::created("a", 2),
             Seen::created("b", 1),
             Seen::created("c", 1),
-            Seen::bootstrapped()
+            Seen::bootstrapped(),
         ],
-        "{RULE}: bootstrap contents"
-    );
+        "bootstrap contents",
+    )
+    .await;
 
     update_value(RULE, state, "b", 1).await;
     destroy(RULE, state, "c").await;
-    let events = next_events(RULE, &mut watch, 2).await;
-    assert_eq!(
-        seen_all(&events),
-        [Seen::updated("b", 2), Seen::destroyed("c", 1)],
-        "{RULE}: live events after the bootstrap"
-    );
+    expect_events(
+        RULE,
+        &mut watch,
+        &[Seen::updated("b", 2), Seen::destroyed("c", 1)],
+        "live events after the bootstrap",
+    )
+    .await;
 
     let mut empty = expect_ok(
         RULE,
@@ -164,6 +175,49 @@ pub async fn kind_watch_bootstraps_contents_in_id_order(subject: &Subject) {
         seen(&first),
         Seen::bootstrapped(),
         "{RULE}: empty kind bootstrap"
+    );
+}
+
+/// The `Bootstrapped` marker's bookmark is a resume position: a watch resumed after it yields
+/// exactly the changes made after the bootstrap.
+pub async fn kind_watch_resumes_after_bootstrap_bookmark(subject: &Subject) {
+    const RULE: &str = "kind_watch_resumes_after_bootstrap_bookmark";
+    let state = subject.state();
+    create_ok(state, RULE, widget("a", 0), None).await;
+    create_ok(state, RULE, widget("b", 0), None).await;
+    let bootstrap = WatchKindOptions {
+        bootstrap: true,
+        ..WatchKindOptions::default()
+    };
+    let mut watch = watch_kind(RULE, state, bootstrap).await;
+    let expected = [
+        Seen::created("a", 1),
+        Seen::created("b", 1),
+        Seen::bootstrapped(),
+    ];
+    let events = expect_events(RULE, &mut watch, &expected, "bootstrap").await;
+    let position = bookmark_of(RULE, &events[2]);
+
+    update_value(RULE, state, "a", 1).await;
+    destroy(RULE, state, "b").await;
+    create_ok(state, RULE, widget("c", 0), None).await;
+    let live = [
+        Seen::updated("a", 2),
+        Seen::destroyed("b", 1),
+        Seen::created("c", 1),
+    ];
+    let from_bootstrap = expect_events(RULE, &mut watch, &live, "live after bootstrap").await;
+    let resumed_options = WatchKindOptions {
+        since: Some(position),
+        ..WatchKindOptions::default()
+    };
+    let mut resumed = watch_kind(RULE, state, resumed_options).await;
+    let from_resume = expect_events(RULE, &mut resumed, &live, "resumed after bootstrap").await;
+    let bookmarks = |events: &[Event]| events.iter().map(Event::bookmark).collect::<Vec<_>>();
+    assert_eq!(
+        bookmarks(&from_resume),
+        bookmarks(&from_bootstrap),
+        "{RULE}: resumed bookmarks"
     );
 }
 
@@ -198,19 +252,14 @@ pub async fn kind_watch_tails_recent_events(subject: &Subject) {
     let mut everything = watch_kind(RULE, state, tail(100)).await;
     create_ok(state, RULE, widget("d", 0), None).await;
 
-    let events = next_events(RULE, &mut last_three, 4).await;
     let mut expected = history[2..].to_vec();
     expected.push(Seen::created("d", 1));
-    assert_eq!(seen_all(&events), expected, "{RULE}: tail 3, then live");
+    expect_events(RULE, &mut last_three, &expected, "tail 3, then live").await;
 
-    let events = next_events(RULE, &mut everything, 6).await;
     let mut expected = history;
     expected.push(Seen::created("d", 1));
-    assert_eq!(
-        seen_all(&events),
-        expected,
-        "{RULE}: tail beyond the history, then live"
-    );
+    let what = "tail beyond the history, then live";
+    expect_events(RULE, &mut everything, &expected, what).await;
 }
 
 fn bookmark_of(rule: &str, event: &Event) -> Bookmark {
@@ -236,8 +285,7 @@ pub async fn kind_watch_resumes_after_every_bookmark(subject: &Subject) {
         Seen::destroyed("a", 2),
     ]);
 
-    let recorded = next_events(RULE, &mut recorder, expected.len()).await;
-    assert_eq!(seen_all(&recorded), expected, "{RULE}: recorded sequence");
+    let recorded = expect_events(RULE, &mut recorder, &expected, "recorded sequence").await;
     let bookmarks: Vec<Bookmark> = recorded.iter().map(|e| bookmark_of(RULE, e)).collect();
     assert!(
         bookmarks.windows(2).all(|w| w[0] < w[1]),
@@ -255,15 +303,10 @@ pub async fn kind_watch_resumes_after_every_bookmark(subject: &Subject) {
     create_ok(state, RULE, widget("sentinel", 0), None).await;
     for (i, watch) in resumed.iter_mut().enumerate() {
         let rest = &recorded[i + 1..];
-        let events = next_events(RULE, watch, rest.len() + 1).await;
         let mut want = seen_all(rest);
         want.push(Seen::created("sentinel", 1));
-        assert_eq!(
-            seen_all(&events),
-            want,
-            "{RULE}: resumed after bookmark {} (event {i})",
-            bookmarks[i]
-        );
+        let what = format!("resumed after bookmark {} (event {i})", bookmarks[i]);
+        let events = expect_events(RULE, watch, &want, &what).await;
         let got: Vec<Bookmark> = events[..rest.len()]
             .iter()
             .map(|e| bookmark_of(RULE, e))
@@ -315,10 +358,11 @@ pub async fn label_filtered_kind_watch_turns_transitions_into_created_and_destro
     destroy(RULE, state, "y").await;
     create_ok(state, RULE, labelled_widget("z", &[("app", "web")]), None).await;
 
-    let events = next_events(RULE, &mut watch, 6).await;
+    let events = events_through(RULE, &mut watch, &Seen::created("z", 1), 1).await;
     let mut got = seen_all(&events);
     // Leaving the filter may report either the last matching state (3) or the new one (4).
-    if got[2].kind == "destroyed"
+    if got.len() > 2
+        && got[2].kind == "destroyed"
         && got[2].id == "x"
         && (got[2].version == 3 || got[2].version == 4)
     {
@@ -356,8 +400,7 @@ pub async fn aggregated_watch_delivers_same_events_in_batches(subject: &Subject)
         Seen::created("d", 1),
     ]);
 
-    let from_plain = next_events(RULE, &mut plain, expected.len()).await;
-    assert_eq!(seen_all(&from_plain), expected, "{RULE}: plain watch");
+    let from_plain = expect_events(RULE, &mut plain, &expected, "plain watch").await;
 
     let mut from_batches = Vec::new();
     while from_batches.len() < expected.len() {
@@ -421,19 +464,26 @@ async fn create_pre_existing(rule: &str, state: &dyn State) -> View {
     view
 }
 
-/// A watcher paused past the history window is not ended: it receives a catch-up (events
-/// marked compacted, at most one per resource) after which its view equals the store's, and
-/// then continues with exact live events.
-pub async fn watcher_behind_window_receives_compacted_catch_up(subject: &Subject) {
-    const RULE: &str = "watcher_behind_window_receives_compacted_catch_up";
-    let state = subject.state();
-    let mut view = create_pre_existing(RULE, state).await;
-    let mut watch = watch_kind(RULE, state, WatchKindOptions::default()).await;
-    write_past_the_window(RULE, state).await;
+/// Whether a rule insists on a compacted catch-up, or also accepts the exact events.
+#[derive(Clone, Copy, PartialEq)]
+enum CatchUp {
+    Required,
+    ExactAllowed,
+}
 
+/// Reads a watch that fell behind until the sentinel, applying every event to `view`; then
+/// checks the catch-up (if `catch_up` requires one, there was one) carried at most one event per
+/// resource, and that `view` equals the store.
+async fn catch_up_matches_store(
+    rule: &str,
+    state: &dyn State,
+    watch: &mut Watch,
+    mut view: View,
+    catch_up: CatchUp,
+) {
     let mut compacted_ids = Vec::new();
     loop {
-        let event = next_event(RULE, &mut watch).await;
+        let event = next_event(rule, watch).await;
         if event.is_compacted() {
             compacted_ids.push(event.resource().map(|r| r.metadata().id().to_string()));
         }
@@ -445,9 +495,9 @@ pub async fn watcher_behind_window_receives_compacted_catch_up(subject: &Subject
                 view.remove(resource.metadata().id());
             }
             Event::Resync { .. } => panic!(
-                "{RULE}: a catch-up was computable (one destroy, markers kept) but got a resync"
+                "{rule}: a catch-up was computable (one destroy, markers kept) but got a resync"
             ),
-            Event::Errored { error } => panic!("{RULE}: a non-strict watch ended with {error:?}"),
+            Event::Errored { error } => panic!("{rule}: a non-strict watch ended with {error:?}"),
             _ => {}
         }
         if event
@@ -458,18 +508,18 @@ pub async fn watcher_behind_window_receives_compacted_catch_up(subject: &Subject
         }
     }
     assert!(
-        !compacted_ids.is_empty(),
-        "{RULE}: writing {} events past a window of {HISTORY_WINDOW} must produce a compacted catch-up",
+        catch_up == CatchUp::ExactAllowed || !compacted_ids.is_empty(),
+        "{rule}: writing {} events past a window of {HISTORY_WINDOW} must produce a compacted catch-up",
         2 * HISTORY_WINDOW + 4
     );
     let unique: BTreeSet<_> = compacted_ids.iter().collect();
     assert_eq!(
         unique.len(),
         compacted_ids.len(),
-        "{RULE}: a catch-up carries at most one event per resource: {compacted_ids:?}"
+        "{rule}: a catch-up carries at most one event per resource: {compacted_ids:?}"
     );
     let listed = expect_ok(
-        RULE,
+        rule,
         "list",
         state.list(&widgets(), &ListOptions::default()).await,
     );
@@ -479,17 +529,67 @@ pub async fn watcher_behind_window_receives_compacted_catch_up(subject: &Subject
         .collect();
     assert_eq!(
         view, store,
-        "{RULE}: the watcher's view after the catch-up must equal the store"
+        "{rule}: the watcher's view after the catch-up must equal the store"
     );
+}
 
-    update_value(RULE, state, "pre-c", 1).await;
-    let live = next_event(RULE, &mut watch).await;
+/// After a catch-up the watch continues with exact live events.
+async fn continues_live(rule: &str, state: &dyn State, watch: &mut Watch) {
+    update_value(rule, state, "pre-c", 1).await;
+    let live = next_event(rule, watch).await;
     assert_eq!(
         seen(&live),
         Seen::updated("pre-c", 2),
-        "{RULE}: live event after the catch-up"
+        "{rule}: live event after the catch-up"
     );
-    super::fixture::assert_updated_has_old(RULE, &live);
+    super::fixture::assert_updated_has_old(rule, &live);
+}
+
+/// A watcher paused past the history window is not ended: it receives a catch-up (events
+/// marked compacted, at most one per resource) after which its view equals the store's, and
+/// then continues with exact live events.
+pub async fn watcher_behind_window_receives_compacted_catch_up(subject: &Subject) {
+    const RULE: &str = "watcher_behind_window_receives_compacted_catch_up";
+    let state = subject.state();
+    let view = create_pre_existing(RULE, state).await;
+    let mut watch = watch_kind(RULE, state, WatchKindOptions::default()).await;
+    write_past_the_window(RULE, state).await;
+
+    catch_up_matches_store(RULE, state, &mut watch, view, CatchUp::Required).await;
+    continues_live(RULE, state, &mut watch).await;
+}
+
+/// A watch resumed after a bookmark that has left the history window is not refused: it
+/// receives a compacted catch-up from that position (or, from a backend that still holds the
+/// exact history there, such as etcd before compaction, the exact events), after which its view
+/// equals the store's, then live events.
+pub async fn watch_resumed_from_bookmark_behind_window_converges(subject: &Subject) {
+    const RULE: &str = "watch_resumed_from_bookmark_behind_window_converges";
+    let state = subject.state();
+    let view = create_pre_existing(RULE, state).await;
+    let bootstrap = WatchKindOptions {
+        bootstrap: true,
+        ..WatchKindOptions::default()
+    };
+    let mut first = watch_kind(RULE, state, bootstrap).await;
+    let expected = [
+        Seen::created("pre-a", 1),
+        Seen::created("pre-b", 1),
+        Seen::created("pre-c", 1),
+        Seen::bootstrapped(),
+    ];
+    let events = expect_events(RULE, &mut first, &expected, "bootstrap").await;
+    let position = bookmark_of(RULE, &events[3]);
+    drop(first);
+    write_past_the_window(RULE, state).await;
+
+    let resumed = WatchKindOptions {
+        since: Some(position),
+        ..WatchKindOptions::default()
+    };
+    let mut watch = watch_kind(RULE, state, resumed).await;
+    catch_up_matches_store(RULE, state, &mut watch, view, CatchUp::ExactAllowed).await;
+    continues_live(RULE, state, &mut watch).await;
 }
 
 /// A strict watcher that falls behind the window receives the exact events it can, then an
@@ -528,6 +628,88 @@ pub async fn strict_watcher_behind_window_gets_overrun_error(subject: &Subject) 
         }
         other => panic!("{RULE}: expected WatchOverrun, got {other:?}"),
     }
+    let end = tokio::time::timeout(TIMEOUT, watch.recv()).await;
+    assert!(
+        matches!(end, Ok(None)),
+        "{RULE}: the watch must end after the overrun error, got {end:?}"
+    );
+}
+
+/// A single-resource watch paused past the history window is not ended: it catches up
+/// (compacted) to the resource's latest state, then continues with exact live events.
+pub async fn single_watch_behind_window_catches_up_to_latest_state(subject: &Subject) {
+    const RULE: &str = "single_watch_behind_window_catches_up_to_latest_state";
+    let state = subject.state();
+    create_ok(state, RULE, widget("w", 0), None).await;
+    let pointer = widget_pointer("w");
+    let mut watch = expect_ok(
+        RULE,
+        "watch",
+        state.watch(&pointer, WatchOptions::default()).await,
+    );
+    let writes = 2 * HISTORY_WINDOW as u64;
+    for value in 1..=writes {
+        update_value(RULE, state, "w", value).await;
+    }
+
+    let latest = writes + 1;
+    let mut compacted = 0;
+    loop {
+        let event = next_event(RULE, &mut watch).await;
+        compacted += usize::from(event.is_compacted());
+        match &event {
+            Event::Created { resource, .. } | Event::Updated { resource, .. } => {
+                let md = resource.metadata();
+                assert_eq!(md.pointer(), &pointer, "{RULE}: event of another resource");
+                if md.version().get() == latest {
+                    assert_eq!(view_entry(resource).1, writes, "{RULE}: latest value");
+                    break;
+                }
+            }
+            other => panic!("{RULE}: unexpected event {other:?}"),
+        }
+    }
+    assert!(
+        compacted > 0,
+        "{RULE}: {writes} writes past a window of {HISTORY_WINDOW} must produce a compacted catch-up"
+    );
+    update_value(RULE, state, "w", 0).await;
+    let live = next_event(RULE, &mut watch).await;
+    assert_eq!(
+        seen(&live),
+        Seen::updated("w", latest + 1),
+        "{RULE}: live event after the catch-up"
+    );
+}
+
+/// A strict single-resource watch that falls behind the window ends with an explicit
+/// `WatchOverrun` error for the resource's kind.
+pub async fn strict_single_watch_behind_window_gets_overrun_error(subject: &Subject) {
+    const RULE: &str = "strict_single_watch_behind_window_gets_overrun_error";
+    let state = subject.state();
+    create_ok(state, RULE, widget("w", 0), None).await;
+    let strict = WatchOptions { strict: true };
+    let mut watch = expect_ok(
+        RULE,
+        "watch",
+        state.watch(&widget_pointer("w"), strict).await,
+    );
+    for value in 1..=(2 * HISTORY_WINDOW as u64) {
+        update_value(RULE, state, "w", value).await;
+    }
+    let error = loop {
+        match next_event(RULE, &mut watch).await {
+            Event::Errored { error } => break error,
+            event if event.is_compacted() || matches!(event, Event::Resync { .. }) => {
+                panic!("{RULE}: a strict watcher must not be caught up, got {event:?}")
+            }
+            _ => {}
+        }
+    };
+    assert!(
+        matches!(&error, Error::WatchOverrun { kind, .. } if *kind == widgets()),
+        "{RULE}: expected WatchOverrun for the widget kind, got {error:?}"
+    );
     let end = tokio::time::timeout(TIMEOUT, watch.recv()).await;
     assert!(
         matches!(end, Ok(None)),

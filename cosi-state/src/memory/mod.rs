@@ -38,16 +38,24 @@
 //! The machinery is synchronous and backend-neutral, in `pub(crate)` modules:
 //! - [`write_rules`]: `prepare_create`, `check_update` + `stamp_update`, `check_destroy` — the
 //!   rules of `State` as pure functions of the stored value and the write.
-//! - [`Collection`] (one kind): `read()`/`write()` give the [`KindContents`] under
-//!   the kind lock; its `apply_create`/`apply_update`/`apply_destroy` publish an already checked
-//!   and stamped write (window, markers, sequence number); [`Collection::wake`] must follow the write guard's drop.
-//!   `watch_kind`/`watch_pointer` return the [`KindWatcher`] event source, which
-//!   serves bootstrap, tail, resume, filters, catch-up, resync and strict mode.
+//! - [`Collection`] (one kind): `read()`/`write()` give the [`KindContents`] under the kind
+//!   lock; its `apply_create`/`apply_update`/`apply_destroy` publish an already checked and
+//!   stamped write (window, markers, sequence number); [`Collection::wake`] must follow the
+//!   write guard's drop. `watch_kind`/`watch_pointer` return the [`KindWatcher`] event source,
+//!   which serves bootstrap, tail, resume, filters, catch-up, resync and strict mode.
 //!   [`Collection::resumed_at`] continues a persisted sequence, so bookmarks survive restarts.
 //!
 //! A durable backend serializes its writes per kind, checks each against `read()`, persists
-//! it, then applies it under `write()` and wakes. The in-memory backend does the check and the
-//! apply under one write lock instead ([`Collection::create`] and friends).
+//! it, then applies it under `write()` and wakes. The in-memory backend checks and applies
+//! under one write lock instead, with one map lookup (`check_and_update`, `check_and_destroy`).
+//!
+//! # Costs
+//!
+//! Writers never wait for a consumer: they only contend for the kind lock, which a watcher
+//! holds for one bounded batch (or one bootstrap/catch-up scan). Fan-out costs an `Arc` clone
+//! per event per watcher. Memory is bounded by the live resources, the window (which keeps old
+//! values alive) and the destroy markers (which keep last states alive); a watcher holds only
+//! the batch it has not handed out yet.
 
 mod collection;
 mod contents;
