@@ -3,13 +3,50 @@
 //! Namespaces and type names are few and repeated on every resource, so they are interned: every
 //! `Kind` naming the same namespace shares one allocation, and cloning a `Kind` or a `Pointer` only
 //! bumps reference counts. Ids are per resource and are not interned.
+//!
+//! Because every `Kind` is interned, two kinds are equal exactly when they share their
+//! allocations: equality and hashing use the addresses (a store looks a kind up on every call),
+//! while ordering compares the names.
 
+use std::cell::RefCell;
+use std::cmp::Ordering;
 use std::collections::HashSet;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, OnceLock, RwLock};
+
+/// How many names each thread remembers in front of the shared table.
+const RECENT_NAMES: usize = 8;
+
+thread_local! {
+    /// The names this thread interned last: a program builds kinds from a handful of names over
+    /// and over, and a hit here skips the shared lock (and its cache-line traffic) and the hash.
+    static RECENT: RefCell<Vec<Arc<str>>> = const { RefCell::new(Vec::new()) };
+}
 
 /// Returns the shared copy of `name`, allocating it the first time it is seen.
 fn intern(name: &str) -> Arc<str> {
+    // `try_with` fails only while the thread is being torn down; the shared table still works.
+    let recent = RECENT.try_with(|recent| {
+        let mut recent = recent.try_borrow_mut().ok()?;
+        if let Some(found) = recent.iter().find(|known| ***known == *name) {
+            return Some(found.clone());
+        }
+        let shared = intern_shared(name);
+        if recent.len() == RECENT_NAMES {
+            recent.remove(0);
+        }
+        recent.push(shared.clone());
+        Some(shared)
+    });
+    match recent {
+        Ok(Some(shared)) => shared,
+        _ => intern_shared(name),
+    }
+}
+
+/// The process-wide table behind [`intern`].
+fn intern_shared(name: &str) -> Arc<str> {
     static NAMES: OnceLock<RwLock<HashSet<Arc<str>>>> = OnceLock::new();
     let names = NAMES.get_or_init(Default::default);
     // A poisoned lock only means another thread panicked while inserting; the set is still valid.
@@ -33,10 +70,45 @@ fn intern(name: &str) -> Arc<str> {
 /// assert_eq!(kind.namespace(), "config");
 /// assert_eq!(kind.to_string(), "config/MachineConfigs.config.cosi.dev");
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone)]
 pub struct Kind {
+    // Invariant: both names come from `intern` (the only constructor is `Kind::new`), so equal
+    // names are the same allocation. `PartialEq` and `Hash` rely on it.
     namespace: Arc<str>,
     resource_type: Arc<str>,
+}
+
+impl PartialEq for Kind {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.namespace, &other.namespace)
+            && Arc::ptr_eq(&self.resource_type, &other.resource_type)
+    }
+}
+
+impl Eq for Kind {}
+
+impl Hash for Kind {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Equal kinds share their allocations (see the field invariant), so the addresses
+        // are a hash consistent with `eq`, without reading the names.
+        state.write_usize(Arc::as_ptr(&self.namespace).cast::<u8>() as usize);
+        state.write_usize(Arc::as_ptr(&self.resource_type).cast::<u8>() as usize);
+    }
+}
+
+impl PartialOrd for Kind {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Kind {
+    fn cmp(&self, other: &Self) -> Ordering {
+        if self == other {
+            return Ordering::Equal;
+        }
+        (&*self.namespace, &*self.resource_type).cmp(&(&*other.namespace, &*other.resource_type))
+    }
 }
 
 impl Kind {
@@ -148,6 +220,65 @@ mod tests {
         assert!(Arc::ptr_eq(&a.namespace, &b.namespace));
         assert!(Arc::ptr_eq(&a.resource_type, &b.resource_type));
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn kinds_are_equal_exactly_when_their_names_are() {
+        let a = Kind::new("ns", "T.x.dev");
+        let (namespace, resource_type) = (format!("n{}", "s"), format!("T.{}.dev", "x"));
+        assert_eq!(a, Kind::new(&namespace, &resource_type));
+        assert_ne!(a, Kind::new("ns", "U.x.dev"));
+        assert_ne!(a, Kind::new("other", "T.x.dev"));
+        assert_eq!(a.cmp(&Kind::new("ns", "T.x.dev")), Ordering::Equal);
+    }
+
+    #[test]
+    fn equal_kinds_hash_equally() {
+        use std::collections::hash_map::RandomState;
+        use std::hash::BuildHasher;
+        let hasher = RandomState::new();
+        let a = Kind::new("ns", "T.x.dev");
+        // Names from fresh heap strings, not the literals' addresses.
+        let (namespace, resource_type) = (format!("n{}", "s"), format!("T.{}.dev", "x"));
+        let b = Kind::new(&namespace, &resource_type);
+        assert_eq!(hasher.hash_one(&a), hasher.hash_one(&b));
+    }
+
+    #[test]
+    fn kinds_order_by_namespace_then_type() {
+        let mut v = vec![
+            Kind::new("b", "A"),
+            Kind::new("a", "B"),
+            Kind::new("a", "A"),
+        ];
+        v.sort();
+        assert_eq!(
+            v,
+            vec![
+                Kind::new("a", "A"),
+                Kind::new("a", "B"),
+                Kind::new("b", "A")
+            ]
+        );
+    }
+
+    #[test]
+    fn interning_from_many_threads_yields_one_allocation() {
+        // More names than a thread remembers, so the shared table is exercised too.
+        let names: Vec<String> = (0..3 * RECENT_NAMES)
+            .map(|i| format!("Type{i}.x.dev"))
+            .collect();
+        let per_thread: Vec<Vec<Kind>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| scope.spawn(|| names.iter().map(|n| Kind::new("ns", n)).collect()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for kinds in &per_thread[1..] {
+            for (a, b) in kinds.iter().zip(&per_thread[0]) {
+                assert!(Arc::ptr_eq(&a.resource_type, &b.resource_type));
+            }
+        }
     }
 
     #[test]

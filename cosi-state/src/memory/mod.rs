@@ -61,6 +61,7 @@ mod collection;
 mod contents;
 mod destroy_markers;
 mod history;
+mod kind_map;
 mod kind_watch;
 mod watch_filter;
 pub(crate) mod write_rules;
@@ -75,12 +76,13 @@ use cosi_core::{
     CreateOptions, DestroyOptions, Kind, ListOptions, Pointer, Result, SharedResource, State,
     UpdateOptions, Watch, WatchKindOptions, WatchOptions,
 };
-use dashmap::DashMap;
 
 #[allow(unused_imports)] // Reused by the disk backend.
 pub(crate) use collection::{tombstone, Collection};
 #[allow(unused_imports)]
 pub(crate) use contents::KindContents;
+#[allow(unused_imports)]
+pub(crate) use kind_map::KindMap;
 #[allow(unused_imports)]
 pub(crate) use kind_watch::KindWatcher;
 #[allow(unused_imports)]
@@ -141,7 +143,7 @@ impl Default for MemoryOptions {
 /// ```
 #[derive(Debug)]
 pub struct MemoryState {
-    kinds: DashMap<Kind, Arc<Collection>>,
+    kinds: KindMap<Arc<Collection>>,
     options: MemoryOptions,
 }
 
@@ -149,7 +151,7 @@ impl MemoryState {
     /// An empty store.
     pub fn new(options: MemoryOptions) -> MemoryState {
         MemoryState {
-            kinds: DashMap::new(),
+            kinds: KindMap::default(),
             options,
         }
     }
