@@ -68,6 +68,8 @@ fn run() -> Result<(), WorkloadError> {
         report.record_ms("w1.list", store.list);
         report.record_rate("w1.destroy", n, store.destroy, "ops/s");
         report.record("w1.peak_rss", peak, "MiB");
+        let construct = construct_only(n);
+        report.record_rate("w1.construct", n, construct, "ops/s");
         report.record_rate("w1.map.insert", n, map.create, "ops/s");
         report.record_rate("w1.map.update", n, map.update, "ops/s");
         report.record_ms("w1.map.list", map.list);
@@ -79,6 +81,9 @@ fn run() -> Result<(), WorkloadError> {
         report.record("w1.destroy_vs_map", ratio(store.destroy, map.destroy), "x");
     }
     println!("# *_vs_map: store time / plain DashMap time for the same step (lower is better)");
+    println!(
+        "# w1.construct: building the N resources alone (included in w1.create and w1.map.insert)"
+    );
     report.print();
     Ok(())
 }
@@ -202,6 +207,18 @@ async fn store_steps(state: &dyn State, n: usize) -> Result<StepTimes, WorkloadE
         list,
         destroy,
     })
+}
+
+/// Builds the N values the create step writes, and nothing else: the part of the create time
+/// that is the workload building resources rather than the store storing them.
+fn construct_only(n: usize) -> Duration {
+    let start = Instant::now();
+    let items: Vec<Arc<Resource<BenchItem>>> =
+        (0..n).map(|i| Arc::new(new_item(i, i as i64))).collect();
+    let elapsed = start.elapsed();
+    // Keeps the optimiser from dropping the values unbuilt.
+    std::hint::black_box(items);
+    elapsed
 }
 
 /// The same four steps on a plain concurrent map of `Arc`s: the floor the store is measured
