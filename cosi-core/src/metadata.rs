@@ -5,7 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
@@ -89,18 +90,113 @@ impl fmt::Display for Phase {
 /// assert_eq!(md.phase(), Phase::Running);
 /// assert_eq!(md.labels()["app"], "web");
 /// ```
-#[derive(Clone, PartialEq, Debug)]
+#[derive(Clone)]
 pub struct Metadata {
     pointer: Pointer,
     version: Version,
-    owner: Option<String>,
     phase: Phase,
+    /// Owner, finalizers, labels and annotations: absent (`None`) while all are empty, and
+    /// shared between copies until one of them changes. Most resources carry none of them, so
+    /// a stored value stays small, and copying a value to change its spec copies none of them.
+    extras: Option<Arc<MetadataExtras>>,
+    timestamps: Timestamps,
+}
+
+/// `created` and `updated`, packed: two `SystemTime`s take 32 bytes, these 24, which keeps a
+/// small stored resource in a smaller allocation class. The conversion is exact both ways.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Timestamps {
+    created_secs: i64,
+    updated_secs: i64,
+    created_nanos: u32,
+    updated_nanos: u32,
+}
+
+impl Timestamps {
+    const EPOCH: Timestamps = Timestamps {
+        created_secs: 0,
+        updated_secs: 0,
+        created_nanos: 0,
+        updated_nanos: 0,
+    };
+
+    fn new(created: SystemTime, updated: SystemTime) -> Self {
+        let (created_secs, created_nanos) = since_epoch(created);
+        // A create stamps one instant twice: convert it once.
+        let (updated_secs, updated_nanos) = if updated == created {
+            (created_secs, created_nanos)
+        } else {
+            since_epoch(updated)
+        };
+        Timestamps {
+            created_secs,
+            updated_secs,
+            created_nanos,
+            updated_nanos,
+        }
+    }
+
+    fn created(&self) -> SystemTime {
+        at(self.created_secs, self.created_nanos)
+    }
+
+    fn updated(&self) -> SystemTime {
+        at(self.updated_secs, self.updated_nanos)
+    }
+}
+
+/// Whole seconds since the epoch (floored, so negative before it) and the nanoseconds after.
+fn since_epoch(time: SystemTime) -> (i64, u32) {
+    match time.duration_since(SystemTime::UNIX_EPOCH) {
+        // Every platform's `SystemTime` keeps at most an `i64` of seconds either side of the
+        // epoch, so the seconds fit; saturating is never reached in practice.
+        Ok(after) => (
+            i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
+            after.subsec_nanos(),
+        ),
+        Err(before) => {
+            let before = before.duration();
+            let secs = 0i64
+                .checked_sub_unsigned(before.as_secs())
+                .unwrap_or(i64::MIN);
+            match before.subsec_nanos() {
+                0 => (secs, 0),
+                nanos => (secs.saturating_sub(1), 1_000_000_000 - nanos),
+            }
+        }
+    }
+}
+
+/// The inverse of [`since_epoch`].
+fn at(secs: i64, nanos: u32) -> SystemTime {
+    let time = if secs >= 0 {
+        SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs.unsigned_abs(), nanos))
+    } else {
+        SystemTime::UNIX_EPOCH
+            .checked_sub(Duration::from_secs(secs.unsigned_abs()))
+            .and_then(|t| t.checked_add(Duration::from_nanos(u64::from(nanos))))
+    };
+    // Invariant: the parts came from `since_epoch` of a valid `SystemTime`, so the time they
+    // name is representable again.
+    time.expect("timestamps are stored from valid SystemTimes")
+}
+
+/// The rarely-set parts of [`Metadata`], kept behind one shared pointer.
+#[derive(Clone, Default, PartialEq)]
+struct MetadataExtras {
+    owner: Option<String>,
     finalizers: Finalizers,
     labels: Labels,
     annotations: Annotations,
-    created: SystemTime,
-    updated: SystemTime,
 }
+
+/// What an absent [`MetadataExtras`] reads as.
+static NO_EXTRAS: MetadataExtras = MetadataExtras {
+    owner: None,
+    finalizers: Finalizers::new(),
+    labels: Labels::new(),
+    annotations: Annotations::new(),
+};
 
 impl Metadata {
     /// Fresh metadata for a resource that has not been stored yet.
@@ -108,14 +204,19 @@ impl Metadata {
         Metadata {
             pointer,
             version: Version::UNSET,
-            owner: None,
             phase: Phase::Running,
-            finalizers: Finalizers::new(),
-            labels: Labels::new(),
-            annotations: Annotations::new(),
-            created: SystemTime::UNIX_EPOCH,
-            updated: SystemTime::UNIX_EPOCH,
+            extras: None,
+            timestamps: Timestamps::EPOCH,
         }
+    }
+
+    fn extras(&self) -> &MetadataExtras {
+        self.extras.as_deref().unwrap_or(&NO_EXTRAS)
+    }
+
+    /// The extras for changing, created empty or unshared first.
+    fn extras_mut(&mut self) -> &mut MetadataExtras {
+        Arc::make_mut(self.extras.get_or_insert_with(Default::default))
     }
 
     /// The resource's identity.
@@ -148,11 +249,14 @@ impl Metadata {
     }
     /// The owning controller, or `None` for user-owned resources.
     pub fn owner(&self) -> Option<&str> {
-        self.owner.as_deref()
+        self.extras().owner.as_deref()
     }
     /// Sets the owner (the store sets it from the writer's options).
     pub fn set_owner(&mut self, owner: Option<String>) {
-        self.owner = owner;
+        if owner.is_none() && self.extras.is_none() {
+            return;
+        }
+        self.extras_mut().owner = owner;
     }
     /// The lifecycle phase.
     pub fn phase(&self) -> Phase {
@@ -164,50 +268,189 @@ impl Metadata {
     }
     /// The finalizers.
     pub fn finalizers(&self) -> &Finalizers {
-        &self.finalizers
+        &self.extras().finalizers
     }
     /// Mutable finalizers.
     pub fn finalizers_mut(&mut self) -> &mut Finalizers {
-        &mut self.finalizers
+        &mut self.extras_mut().finalizers
     }
     /// The labels.
     pub fn labels(&self) -> &Labels {
-        &self.labels
+        &self.extras().labels
     }
     /// Mutable labels.
     pub fn labels_mut(&mut self) -> &mut Labels {
-        &mut self.labels
+        &mut self.extras_mut().labels
     }
     /// The annotations.
     pub fn annotations(&self) -> &Annotations {
-        &self.annotations
+        &self.extras().annotations
     }
     /// Mutable annotations.
     pub fn annotations_mut(&mut self) -> &mut Annotations {
-        &mut self.annotations
+        &mut self.extras_mut().annotations
     }
     /// When the resource was created (set by the store).
     pub fn created(&self) -> SystemTime {
-        self.created
+        self.timestamps.created()
     }
     /// When the resource was last changed (set by the store).
     pub fn updated(&self) -> SystemTime {
-        self.updated
+        self.timestamps.updated()
     }
     /// Sets both timestamps (the store does this on every write).
     pub fn set_timestamps(&mut self, created: SystemTime, updated: SystemTime) {
-        self.created = created;
-        self.updated = updated;
+        self.timestamps = Timestamps::new(created, updated);
     }
 
     /// Equality of everything but the timestamps: the test `modify` uses to skip no-op writes.
     pub fn eq_ignoring_timestamps(&self, other: &Metadata) -> bool {
         self.pointer == other.pointer
             && self.version == other.version
-            && self.owner == other.owner
             && self.phase == other.phase
-            && self.finalizers == other.finalizers
-            && self.labels == other.labels
-            && self.annotations == other.annotations
+            && (same_extras(&self.extras, &other.extras) || self.extras() == other.extras())
+    }
+}
+
+/// Whether both share one allocation (or both have none): equal without comparing contents.
+fn same_extras(a: &Option<Arc<MetadataExtras>>, b: &Option<Arc<MetadataExtras>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
+    }
+}
+
+impl PartialEq for Metadata {
+    fn eq(&self, other: &Self) -> bool {
+        self.eq_ignoring_timestamps(other) && self.timestamps == other.timestamps
+    }
+}
+
+impl fmt::Debug for Metadata {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The fields as they read, not how they are stored.
+        f.debug_struct("Metadata")
+            .field("pointer", &self.pointer)
+            .field("version", &self.version)
+            .field("owner", &self.owner())
+            .field("phase", &self.phase)
+            .field("finalizers", self.finalizers())
+            .field("labels", self.labels())
+            .field("annotations", self.annotations())
+            .field("created", &self.created())
+            .field("updated", &self.updated())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metadata() -> Metadata {
+        Metadata::new(Pointer::new("ns", "Things.test.cosi.dev", "a"))
+    }
+
+    #[test]
+    fn emptied_extras_equal_absent_extras() {
+        let mut touched = metadata();
+        touched.labels_mut().insert("app".into(), "web".into());
+        touched.labels_mut().clear();
+        touched.set_owner(None);
+        assert_eq!(touched, metadata());
+        assert!(touched.eq_ignoring_timestamps(&metadata()));
+    }
+
+    #[test]
+    fn changing_a_copy_leaves_the_original_unchanged() {
+        let mut original = metadata();
+        original.set_owner(Some("ctrl".into()));
+        original.labels_mut().insert("app".into(), "web".into());
+        let mut copy = original.clone();
+        copy.labels_mut().insert("tier".into(), "db".into());
+        copy.finalizers_mut().insert("f".into());
+        copy.annotations_mut().insert("note".into(), "x".into());
+        copy.set_owner(Some("other".into()));
+        assert_eq!(original.labels().len(), 1);
+        assert!(original.finalizers().is_empty());
+        assert!(original.annotations().is_empty());
+        assert_eq!(original.owner(), Some("ctrl"));
+        assert_eq!(copy.owner(), Some("other"));
+        assert_eq!(copy.labels().len(), 2);
+    }
+
+    #[test]
+    fn metadata_differing_in_any_extra_is_unequal() {
+        let base = metadata();
+        let mut owned = base.clone();
+        owned.set_owner(Some("ctrl".into()));
+        let mut finalized = base.clone();
+        finalized.finalizers_mut().insert("f".into());
+        let mut labeled = base.clone();
+        labeled.labels_mut().insert("k".into(), "v".into());
+        let mut annotated = base.clone();
+        annotated.annotations_mut().insert("k".into(), "v".into());
+        for changed in [owned, finalized, labeled, annotated] {
+            assert_ne!(changed, base);
+            assert!(!changed.eq_ignoring_timestamps(&base));
+        }
+    }
+
+    #[test]
+    fn timestamps_matter_for_equality_only() {
+        let mut later = metadata();
+        later.set_timestamps(SystemTime::UNIX_EPOCH, SystemTime::now());
+        assert_ne!(later, metadata());
+        assert!(later.eq_ignoring_timestamps(&metadata()));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn timestamps_read_back_exactly(
+            created_secs in -(1i64 << 40)..(1i64 << 40),
+            created_nanos in 0u32..1_000_000_000,
+            updated_secs in -(1i64 << 40)..(1i64 << 40),
+            updated_nanos in 0u32..1_000_000_000,
+        ) {
+            let time = |secs: i64, nanos: u32| {
+                let whole = Duration::from_secs(secs.unsigned_abs());
+                let t = if secs >= 0 {
+                    SystemTime::UNIX_EPOCH + whole
+                } else {
+                    SystemTime::UNIX_EPOCH - whole
+                };
+                t + Duration::from_nanos(u64::from(nanos))
+            };
+            let (created, updated) = (time(created_secs, created_nanos), time(updated_secs, updated_nanos));
+            let mut md = metadata();
+            md.set_timestamps(created, updated);
+            proptest::prop_assert_eq!(md.created(), created);
+            proptest::prop_assert_eq!(md.updated(), updated);
+        }
+    }
+
+    #[test]
+    fn timestamps_just_before_the_epoch_read_back_exactly() {
+        let before = SystemTime::UNIX_EPOCH - Duration::from_nanos(1);
+        let mut md = metadata();
+        md.set_timestamps(before, SystemTime::UNIX_EPOCH);
+        assert_eq!(md.created(), before);
+        assert_eq!(md.updated(), SystemTime::UNIX_EPOCH);
+    }
+
+    #[test]
+    fn new_metadata_has_epoch_timestamps() {
+        assert_eq!(metadata().created(), SystemTime::UNIX_EPOCH);
+        assert_eq!(metadata().updated(), SystemTime::UNIX_EPOCH);
+    }
+
+    #[test]
+    fn debug_shows_the_fields_as_they_read() {
+        let mut md = metadata();
+        md.set_owner(Some("ctrl".into()));
+        let shown = format!("{md:?}");
+        assert!(shown.contains("owner: Some(\"ctrl\")"), "{shown}");
+        assert!(shown.contains("labels: {}"), "{shown}");
     }
 }

@@ -1,39 +1,50 @@
 //! Resource identity: [`Kind`] (namespace and type) and [`Pointer`] (a kind plus an id).
 //!
-//! Namespaces and type names are few and repeated on every resource, so they are interned: every
-//! `Kind` naming the same namespace shares one allocation, and cloning a `Kind` or a `Pointer` only
-//! bumps reference counts. Ids are per resource and are not interned.
+//! Namespaces and type names are few and repeated on every resource, so kinds are interned:
+//! every `Kind` naming the same namespace and type is one pointer to one shared pair of names,
+//! and cloning a `Kind` or a `Pointer` only bumps reference counts. Ids are per resource and
+//! are not interned.
 //!
-//! Because every `Kind` is interned, two kinds are equal exactly when they share their
-//! allocations: equality and hashing use the addresses (a store looks a kind up on every call),
-//! while ordering compares the names.
+//! Because every `Kind` is interned, two kinds are equal exactly when they share their pair:
+//! equality and hashing use its address (a store looks a kind up on every call), while
+//! ordering compares the names.
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, OnceLock, RwLock};
 
-/// How many names each thread remembers in front of the shared table.
-const RECENT_NAMES: usize = 8;
-
-thread_local! {
-    /// The names this thread interned last: a program builds kinds from a handful of names over
-    /// and over, and a hit here skips the shared lock (and its cache-line traffic) and the hash.
-    static RECENT: RefCell<Vec<Arc<str>>> = const { RefCell::new(Vec::new()) };
+/// The names of one kind: the single allocation every equal [`Kind`] points to.
+struct KindNames {
+    namespace: Arc<str>,
+    resource_type: Arc<str>,
 }
 
-/// Returns the shared copy of `name`, allocating it the first time it is seen.
-fn intern(name: &str) -> Arc<str> {
-    // `try_with` fails only while the thread is being torn down; the shared table still works.
+/// How many kinds each thread remembers in front of the shared tables.
+const RECENT_KINDS: usize = 8;
+
+thread_local! {
+    /// The kinds this thread built last: a program builds kinds from a handful of names over
+    /// and over, and a hit here skips the shared locks (and their cache-line traffic) and the
+    /// hashing.
+    static RECENT: RefCell<Vec<Arc<KindNames>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Returns the shared pair for these names, allocating it the first time it is seen.
+fn intern_kind(namespace: &str, resource_type: &str) -> Arc<KindNames> {
+    // `try_with` fails only while the thread is being torn down; the shared tables still work.
     let recent = RECENT.try_with(|recent| {
         let mut recent = recent.try_borrow_mut().ok()?;
-        if let Some(found) = recent.iter().find(|known| ***known == *name) {
-            return Some(found.clone());
+        let known = recent
+            .iter()
+            .find(|known| *known.resource_type == *resource_type && *known.namespace == *namespace);
+        if let Some(known) = known {
+            return Some(known.clone());
         }
-        let shared = intern_shared(name);
-        if recent.len() == RECENT_NAMES {
+        let shared = intern_kind_shared(namespace, resource_type);
+        if recent.len() == RECENT_KINDS {
             recent.remove(0);
         }
         recent.push(shared.clone());
@@ -41,15 +52,44 @@ fn intern(name: &str) -> Arc<str> {
     });
     match recent {
         Ok(Some(shared)) => shared,
-        _ => intern_shared(name),
+        _ => intern_kind_shared(namespace, resource_type),
     }
 }
 
-/// The process-wide table behind [`intern`].
-fn intern_shared(name: &str) -> Arc<str> {
+/// The process-wide table behind [`intern_kind`], keyed by the addresses of the interned names
+/// (names are never dropped from their table, so an address names one string for good).
+fn intern_kind_shared(namespace: &str, resource_type: &str) -> Arc<KindNames> {
+    type Pairs = HashMap<(usize, usize), Arc<KindNames>>;
+    static KINDS: OnceLock<RwLock<Pairs>> = OnceLock::new();
+    let namespace = intern_name(namespace);
+    let resource_type = intern_name(resource_type);
+    let key = (address(&namespace), address(&resource_type));
+    let kinds = KINDS.get_or_init(Default::default);
+    // A poisoned lock only means another thread panicked while inserting; the map is still valid.
+    if let Some(found) = kinds.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return found.clone();
+    }
+    kinds
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(key)
+        .or_insert_with(|| {
+            Arc::new(KindNames {
+                namespace,
+                resource_type,
+            })
+        })
+        .clone()
+}
+
+fn address<T: ?Sized>(shared: &Arc<T>) -> usize {
+    Arc::as_ptr(shared).cast::<u8>() as usize
+}
+
+/// Returns the shared copy of `name`, allocating it the first time it is seen.
+fn intern_name(name: &str) -> Arc<str> {
     static NAMES: OnceLock<RwLock<HashSet<Arc<str>>>> = OnceLock::new();
     let names = NAMES.get_or_init(Default::default);
-    // A poisoned lock only means another thread panicked while inserting; the set is still valid.
     if let Some(found) = names.read().unwrap_or_else(|e| e.into_inner()).get(name) {
         return found.clone();
     }
@@ -72,16 +112,14 @@ fn intern_shared(name: &str) -> Arc<str> {
 /// ```
 #[derive(Clone)]
 pub struct Kind {
-    // Invariant: both names come from `intern` (the only constructor is `Kind::new`), so equal
-    // names are the same allocation. `PartialEq` and `Hash` rely on it.
-    namespace: Arc<str>,
-    resource_type: Arc<str>,
+    // Invariant: it comes from `intern_kind` (the only constructor is `Kind::new`), so kinds
+    // with equal names share this allocation. `PartialEq` and `Hash` rely on it.
+    names: Arc<KindNames>,
 }
 
 impl PartialEq for Kind {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.namespace, &other.namespace)
-            && Arc::ptr_eq(&self.resource_type, &other.resource_type)
+        Arc::ptr_eq(&self.names, &other.names)
     }
 }
 
@@ -89,10 +127,9 @@ impl Eq for Kind {}
 
 impl Hash for Kind {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        // Equal kinds share their allocations (see the field invariant), so the addresses
-        // are a hash consistent with `eq`, without reading the names.
-        state.write_usize(Arc::as_ptr(&self.namespace).cast::<u8>() as usize);
-        state.write_usize(Arc::as_ptr(&self.resource_type).cast::<u8>() as usize);
+        // Equal kinds share their allocation (see the field invariant), so the address is a
+        // hash consistent with `eq`, without reading the names.
+        state.write_usize(address(&self.names));
     }
 }
 
@@ -107,7 +144,7 @@ impl Ord for Kind {
         if self == other {
             return Ordering::Equal;
         }
-        (&*self.namespace, &*self.resource_type).cmp(&(&*other.namespace, &*other.resource_type))
+        (self.namespace(), self.resource_type()).cmp(&(other.namespace(), other.resource_type()))
     }
 }
 
@@ -115,19 +152,18 @@ impl Kind {
     /// Builds a kind from a namespace and a type name.
     pub fn new(namespace: &str, resource_type: &str) -> Self {
         Kind {
-            namespace: intern(namespace),
-            resource_type: intern(resource_type),
+            names: intern_kind(namespace, resource_type),
         }
     }
 
     /// The namespace.
     pub fn namespace(&self) -> &str {
-        &self.namespace
+        &self.names.namespace
     }
 
     /// The resource type name, e.g. `MachineConfigs.config.cosi.dev`.
     pub fn resource_type(&self) -> &str {
-        &self.resource_type
+        &self.names.resource_type
     }
 
     /// A pointer to the resource `id` of this kind.
@@ -141,7 +177,7 @@ impl Kind {
 
 impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.resource_type)
+        write!(f, "{}/{}", self.namespace(), self.resource_type())
     }
 }
 
@@ -214,11 +250,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kinds_with_equal_names_share_one_allocation() {
+    fn kinds_with_equal_names_share_one_allocation_and_names_are_shared() {
         let a = Kind::new("ns", "T.x.dev");
         let b = Kind::new("ns", "T.x.dev");
-        assert!(Arc::ptr_eq(&a.namespace, &b.namespace));
-        assert!(Arc::ptr_eq(&a.resource_type, &b.resource_type));
+        assert!(Arc::ptr_eq(&a.names, &b.names));
+        let c = Kind::new("ns", "U.x.dev");
+        assert!(Arc::ptr_eq(&a.names.namespace, &c.names.namespace));
         assert_eq!(a, b);
     }
 
@@ -265,7 +302,7 @@ mod tests {
     #[test]
     fn interning_from_many_threads_yields_one_allocation() {
         // More names than a thread remembers, so the shared table is exercised too.
-        let names: Vec<String> = (0..3 * RECENT_NAMES)
+        let names: Vec<String> = (0..3 * RECENT_KINDS)
             .map(|i| format!("Type{i}.x.dev"))
             .collect();
         let per_thread: Vec<Vec<Kind>> = std::thread::scope(|scope| {
@@ -276,7 +313,7 @@ mod tests {
         });
         for kinds in &per_thread[1..] {
             for (a, b) in kinds.iter().zip(&per_thread[0]) {
-                assert!(Arc::ptr_eq(&a.resource_type, &b.resource_type));
+                assert!(Arc::ptr_eq(&a.names, &b.names));
             }
         }
     }

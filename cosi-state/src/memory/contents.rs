@@ -70,6 +70,14 @@ impl KindContents {
                 .cloned()
                 .into_iter()
                 .collect(),
+            // Unfiltered: an exact-size iterator, so the result is allocated once at its final
+            // size (not grown by doubling, which copies and briefly holds up to twice as much),
+            // and no stored value is read beyond its reference count.
+            IdFilter::All if !filter.has_labels() => self
+                .resources
+                .values()
+                .map(|e| e.resource.clone())
+                .collect(),
             _ => self
                 .resources
                 .values()
@@ -217,6 +225,10 @@ impl KindContents {
                     .cloned()
                     .map(created),
             ),
+            // Unfiltered: exact-size, so `out` grows once (see `list`).
+            IdFilter::All if !filter.has_labels() => {
+                out.extend(self.resources.values().map(|e| created(e.resource.clone())))
+            }
             _ => out.extend(
                 self.resources
                     .values()
