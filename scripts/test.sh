@@ -2,34 +2,39 @@
 # Runs the whole test suite on a fresh machine: installs what the tests need (etcd, protoc) via
 # scripts/install-deps.sh when present, then every test of every crate with every feature (so the
 # backend conformance suite and the etcd backend tests run), then the docs with warnings denied.
-# Exits non-zero on the first failure.
+# Prints cargo's summary lines at the end; exits non-zero when any step failed.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-if [[ -x scripts/install-deps.sh ]]; then
+if [[ -f scripts/install-deps.sh ]]; then
     echo "==> scripts/install-deps.sh"
-    scripts/install-deps.sh
-elif [[ -f scripts/install-deps.sh ]]; then
-    echo "==> bash scripts/install-deps.sh"
     bash scripts/install-deps.sh
 fi
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+failed=()
 
 echo "==> cargo test --workspace --all-features"
-# Keep cargo's full output on screen and its summary lines for the end.
+# Tee keeps cargo's full output on screen and a copy for the summary; pipefail keeps its status.
 if ! cargo test --workspace --all-features 2>&1 | tee "$log"; then
-    echo "FAILED: cargo test --workspace --all-features" >&2
-    grep -E '^(test result:|error|failures:)' "$log" >&2 || true
-    exit 1
+    failed+=("cargo test --workspace --all-features")
 fi
 
 echo "==> cargo doc --workspace --no-deps (RUSTDOCFLAGS=-D warnings)"
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+if ! RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps; then
+    failed+=("cargo doc --workspace --no-deps")
+fi
 
 echo "==> summary"
 grep -E '^test result:' "$log" | awk '
-    { print; passed += $4; failed += $6; ignored += $8 }
-    END { printf "total: %d passed, %d failed, %d ignored\n", passed, failed, ignored }'
+    { print; passed += $4; failures += $6; ignored += $8 }
+    END { printf "tests: %d passed, %d failed, %d ignored\n", passed, failures, ignored }'
+grep -E '^(failures:|    [^ ].* \(line [0-9]+\)$|---- )' "$log" || true
+
+if ((${#failed[@]})); then
+    printf 'FAILED: %s\n' "${failed[@]}" >&2
+    exit 1
+fi
+echo "all checks passed"

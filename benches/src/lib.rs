@@ -9,7 +9,8 @@
 //! - [`args`]: the command line every workload accepts (`--runs N`, `--n N`);
 //! - [`check`]: result checks that fail the workload loudly — a fast wrong answer is a failure;
 //! - [`item`]: the benchmark resource, spec `{ value: i64, label: String }`;
-//! - [`backend`]: the state backends the workloads run against.
+//! - [`backend`]: the state backends the workloads run against;
+//! - [`machine`]: the machine description printed at the top of every workload's output.
 //!
 //! See `benches/README.md` for how to run the workloads and how to add one.
 
@@ -17,5 +18,6 @@ pub mod args;
 pub mod backend;
 pub mod check;
 pub mod item;
+pub mod machine;
 pub mod peak_rss;
 pub mod report;

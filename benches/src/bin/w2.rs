@@ -55,6 +55,7 @@ fn run() -> Result<(), WorkloadError> {
         ROUNDS + 1,
         args.runs
     );
+    println!("# machine: {}", benches::machine::describe());
     let mut report = Report::default();
     let mut catch_ups = Vec::new();
     for run in 1..=args.runs {

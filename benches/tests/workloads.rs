@@ -1,0 +1,80 @@
+//! Every workload binary runs at a small size, passes its own result checks and prints its
+//! figures as `name value unit` lines. (How fast they run is measured by running them in release
+//! mode, never asserted here.)
+
+use std::process::Command;
+
+/// Runs a workload binary and returns the names of the figures it printed.
+fn figure_names(binary: &str, args: &[&str]) -> Vec<String> {
+    let output = Command::new(binary)
+        .args(args)
+        .output()
+        .expect("the workload binary starts");
+    let stdout = String::from_utf8(output.stdout).expect("utf-8 output");
+    assert!(
+        output.status.success(),
+        "workload failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            assert_eq!(fields.len(), 3, "not a `name value unit` line: {line:?}");
+            assert!(
+                fields[1].parse::<f64>().is_ok(),
+                "value is not a number: {line:?}"
+            );
+            fields[0].to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn w1_checks_its_result_and_prints_every_figure() {
+    let names = figure_names(env!("CARGO_BIN_EXE_w1"), &["--n", "500", "--runs", "2"]);
+    for figure in [
+        "w1.create",
+        "w1.update",
+        "w1.list",
+        "w1.destroy",
+        "w1.peak_rss",
+        "w1.create_vs_map",
+    ] {
+        assert!(
+            names.iter().any(|n| n == figure),
+            "missing {figure} in {names:?}"
+        );
+    }
+}
+
+#[test]
+fn w2_checks_its_result_and_prints_every_figure() {
+    let names = figure_names(env!("CARGO_BIN_EXE_w2"), &["--n", "50", "--runs", "1"]);
+    for figure in [
+        "w2.events_delivered",
+        "w2.wall",
+        "w2.caught_up_watchers",
+        "w2.history16k.events_delivered",
+        "w2.vs_broadcast",
+    ] {
+        assert!(
+            names.iter().any(|n| n == figure),
+            "missing {figure} in {names:?}"
+        );
+    }
+}
+
+#[test]
+fn bad_arguments_fail_with_a_message() {
+    let output = Command::new(env!("CARGO_BIN_EXE_w1"))
+        .args(["--runs", "zero"])
+        .output()
+        .expect("the workload binary starts");
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "FAILED: w1: --runs: expected a positive integer, got \"zero\"\n"
+    );
+}

@@ -1,0 +1,38 @@
+//! The demo runs to completion and prints what it promises: the watcher's events, the table and
+//! the YAML form.
+
+use std::process::Command;
+
+#[test]
+fn demo_prints_events_table_and_yaml() {
+    // Given the demo binary, when it runs
+    let output = Command::new(env!("CARGO_BIN_EXE_demo"))
+        .output()
+        .expect("the demo binary starts");
+
+    // Then it succeeds and prints every part
+    let stdout = String::from_utf8(output.stdout).expect("utf-8 output");
+    assert!(
+        output.status.success(),
+        "demo failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in [
+        "   runtime/Services.runtime.cosi.dev/etcd: version conflict: expected 1, stored 2",
+        "   modify with nothing to change writes nothing: still version 2",
+        "   created      runtime/Services.runtime.cosi.dev/apid version 1",
+        "   updated      runtime/Services.runtime.cosi.dev/etcd version 2",
+        "   destroyed    runtime/Services.runtime.cosi.dev/apid version 1",
+        "NAMESPACE   TYPE      ID        VERSION   State     Healthy   Restarts   Image",
+        "runtime     Service   etcd      2         running   true      0          gcr.io/etcd:v3.5.16",
+        "runtime     Service   kubelet   2         running   false     1          ghcr.io/cosi/kubelet:v1.31.1",
+        "  id: etcd",
+        "  version: 2",
+        "  state: running",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "missing line {line:?} in:\n{stdout}"
+        );
+    }
+}
