@@ -6,14 +6,17 @@
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod disk;
+mod known_types;
 mod memory;
+mod record;
 mod router;
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
 
-pub use disk::{DiskDurability, DiskOptions, DiskState, KnownTypes};
+pub use disk::{DiskDurability, DiskOptions, DiskState};
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdOptions, EtcdState};
+pub use known_types::KnownTypes;
 pub use memory::{MemoryOptions, MemoryState};
 pub use router::NamespaceRouter;

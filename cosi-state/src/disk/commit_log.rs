@@ -27,9 +27,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::file::{self, Change, StoreFile};
 use super::record::{self, ChangeOp};
 use super::state::Collections;
-use super::types::KnownTypes;
 use super::DiskOptions;
 use crate::memory::{write_rules, Collection};
+use crate::KnownTypes;
 
 /// A write waiting for the committer.
 pub(crate) enum WriteOp {

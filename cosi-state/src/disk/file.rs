@@ -12,8 +12,8 @@ use cosi_core::{Error, Kind, Pointer, Result, SharedResource};
 use redb::{Database, ReadableTable, TableDefinition};
 
 use super::record::{self, ChangeEntry, ChangeOp};
-use super::types::KnownTypes;
 use super::{DiskDurability, DiskOptions};
+use crate::KnownTypes;
 
 /// The store format this build writes and the newest it reads. Bump it when the meaning of a
 /// table or of a record changes in a way an older build must not misread.

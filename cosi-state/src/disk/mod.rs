@@ -11,7 +11,7 @@
 //!
 //! The on-disk format and the commit protocol are written down in `docs/disk-format.md`.
 //!
-//! Modules: [`record`] (bytes of one resource / change), [`types`] (which specs decode typed),
+//! Modules: [`record`] (bytes of one resource / change, on the crate's record codec),
 //! [`file`] (tables, open, load, the one write path), [`commit_log`] (batching, validation,
 //! publication), [`state`] (the `State` impl).
 
@@ -20,12 +20,10 @@ mod file;
 mod record;
 mod recovery;
 mod state;
-mod types;
 
 use crate::MemoryOptions;
 
 pub use state::DiskState;
-pub use types::KnownTypes;
 
 /// When a write counts as done.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

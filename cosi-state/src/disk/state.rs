@@ -15,9 +15,9 @@ use tokio::task::JoinHandle;
 use super::commit_log::{Committer, WriteOp, WriteRequest};
 use super::file::StoreFile;
 use super::recovery;
-use super::types::KnownTypes;
 use super::DiskOptions;
 use crate::memory::{Collection, KindMap, WatchFilter};
+use crate::KnownTypes;
 use crate::MemoryOptions;
 
 /// The per-kind collections of a disk store: shared by readers, watchers and the committer

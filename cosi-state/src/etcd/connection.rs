@@ -4,24 +4,25 @@
 
 use std::fmt::Display;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::RwLock;
 use std::time::Duration;
 
-use cosi_core::{Error, Kind, Pointer, Result, SharedResource};
+use cosi_core::{Error, Kind, Pointer, ResourceSpec, Result, SharedResource};
 use etcd_client::{Client, GetOptions, KeyValue, Txn, TxnResponse};
 
 use super::keys;
-use super::record::Decoders;
+use super::record;
+use crate::KnownTypes;
 
 /// Keys fetched per range request: keeps each response far below gRPC's message size limit.
 const PAGE: i64 = 1000;
 
-/// A client bound to one key prefix, with the decoders of this process.
+/// A client bound to one key prefix, with the spec types this process decodes.
 pub(super) struct Connection {
     client: Client,
     prefix: Vec<u8>,
     request_timeout: Duration,
-    decoders: Arc<Decoders>,
+    types: RwLock<KnownTypes>,
 }
 
 impl Connection {
@@ -29,13 +30,13 @@ impl Connection {
         client: Client,
         prefix: Vec<u8>,
         request_timeout: Duration,
-        decoders: Arc<Decoders>,
+        types: KnownTypes,
     ) -> Self {
         Connection {
             client,
             prefix,
             request_timeout,
-            decoders,
+            types: RwLock::new(types),
         }
     }
 
@@ -43,8 +44,19 @@ impl Connection {
         &self.client
     }
 
-    pub fn decoders(&self) -> &Decoders {
-        &self.decoders
+    /// Makes records of `S` decode as `Resource<S>` (idempotent).
+    pub fn register<S: ResourceSpec>(&self) {
+        // A poisoned lock only means a panic elsewhere while inserting; the map is still valid.
+        self.types
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .register::<S>();
+    }
+
+    /// Decodes the value stored under `pointer`'s key.
+    pub fn decode_value(&self, pointer: &Pointer, bytes: &[u8]) -> Result<SharedResource> {
+        let types = self.types.read().unwrap_or_else(|e| e.into_inner());
+        record::decode(&types, pointer, bytes)
     }
 
     pub fn kind_prefix(&self, kind: &Kind) -> Vec<u8> {
@@ -160,7 +172,7 @@ impl Connection {
     ) -> Option<Result<SharedResource>> {
         let id = keys::id_of(prefix, kv.key())?;
         let pointer = kind.pointer(id);
-        Some(self.decoders.decode(&pointer, kv.value()))
+        Some(self.decode_value(&pointer, kv.value()))
     }
 }
 

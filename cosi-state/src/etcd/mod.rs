@@ -55,9 +55,9 @@ use dashmap::DashMap;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, Txn, TxnOp};
 use tokio::sync::OnceCell;
 
+use crate::KnownTypes;
 use connection::Connection;
 use hub::KindHub;
-use record::Decoders;
 pub use record::FORMAT_V1;
 pub use server::{EtcdServer, DEFAULT_ETCD_BINARY};
 use watcher::{Filter, Start};
@@ -203,7 +203,7 @@ impl EtcdState {
             client,
             options.prefix.as_bytes().to_vec(),
             options.request_timeout,
-            Arc::new(Decoders::default()),
+            KnownTypes::new(),
         );
         Ok(EtcdState {
             connection: Arc::new(connection),
@@ -215,7 +215,7 @@ impl EtcdState {
     /// Makes resources of type `S` load as `Resource<S>` (idempotent). Unregistered types load
     /// as [`cosi_core::DynamicResource`].
     pub fn register<S: ResourceSpec>(&self) {
-        self.connection.decoders().register::<S>();
+        self.connection.register::<S>();
     }
 
     /// The options this state was connected with.
@@ -278,7 +278,7 @@ impl EtcdState {
     async fn read(&self, pointer: &Pointer) -> Result<(SharedResource, i64)> {
         match self.connection.get(pointer).await?.0 {
             Some(kv) => Ok((
-                self.connection.decoders().decode(pointer, kv.value())?,
+                self.connection.decode_value(pointer, kv.value())?,
                 kv.mod_revision(),
             )),
             None => Err(Error::NotFound {
@@ -506,7 +506,7 @@ impl State for EtcdState {
         // Subscribed before the read: every change after the read's revision comes from the hub.
         let (stored, position) = self.connection.get(pointer).await?;
         let first = match stored {
-            Some(kv) => Some(self.connection.decoders().decode(pointer, kv.value())?),
+            Some(kv) => Some(self.connection.decode_value(pointer, kv.value())?),
             None => None,
         };
         let bookmark = Bookmark(position as u64);

@@ -1,8 +1,11 @@
-//! [`KnownTypes`]: the spec types a disk store can decode into typed resources.
+//! [`KnownTypes`]: the spec types a backend that stores resources as bytes (disk, etcd) decodes
+//! into typed resources.
 //!
-//! Records hold specs as JSON. At open, a record whose type is registered here becomes a typed
+//! Records hold specs as JSON. A record whose type is registered here becomes a typed
 //! [`cosi_core::Resource`]; any other record becomes a [`cosi_core::DynamicResource`] and is kept
-//! exactly as stored: listed, watched, rewritten only when someone writes it.
+//! exactly as stored: listed, watched, rewritten only when someone writes it. The backends differ
+//! only in what a registered type's undecodable spec becomes: the disk keeps it in dynamic form
+//! ([`KnownTypes::decode`]), etcd refuses the record ([`KnownTypes::decode_exact`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -77,6 +80,29 @@ impl KnownTypes {
             }
         }
         std::sync::Arc::new(DynamicResource { metadata, spec })
+    }
+
+    /// Builds a resource from stored parts. A spec that the registered type cannot decode is an
+    /// [`Error::InvalidArgument`] on the resource's `spec`.
+    pub(crate) fn decode_exact(
+        &self,
+        metadata: Metadata,
+        spec: serde_json::Value,
+    ) -> Result<SharedResource> {
+        let Some(decoder) = self.decoders.get(metadata.resource_type()) else {
+            return Ok(std::sync::Arc::new(DynamicResource { metadata, spec }));
+        };
+        let pointer = metadata.pointer().clone();
+        decoder(metadata, spec).map_err(|e| {
+            Error::invalid(
+                pointer.to_string(),
+                "spec",
+                format!(
+                    "stored spec does not decode as {}: {e}",
+                    pointer.resource_type()
+                ),
+            )
+        })
     }
 
     /// Turns a dynamic resource of a registered type into its typed form, so that what a reader
