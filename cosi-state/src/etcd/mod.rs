@@ -48,13 +48,14 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use cosi_core::{
     make_mut, Bookmark, CreateOptions, DestroyOptions, Error, Event, Kind, ListOptions, Pointer,
-    ResourceSpec, Result, SharedResource, State, UpdateOptions, Version, Watch, WatchKindOptions,
+    ResourceSpec, Result, SharedResource, State, UpdateOptions, Watch, WatchKindOptions,
     WatchOptions,
 };
 use dashmap::DashMap;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, Txn, TxnOp};
 use tokio::sync::OnceCell;
 
+use crate::memory::write_rules;
 use crate::KnownTypes;
 use connection::Connection;
 use hub::KindHub;
@@ -321,49 +322,6 @@ fn revision_of(response: &etcd_client::TxnResponse) -> i64 {
     response.header().map_or(0, |h| h.revision())
 }
 
-/// The option combinations every backend of this crate rejects.
-fn check_watch_options(kind: &Kind, options: &WatchKindOptions) -> Result<()> {
-    if options.bootstrap && (options.tail.is_some() || options.since.is_some()) {
-        let field = if options.tail.is_some() {
-            "tail"
-        } else {
-            "since"
-        };
-        return Err(Error::invalid(
-            kind.to_string(),
-            field,
-            "cannot be combined with bootstrap (a bootstrap already delivers the contents)",
-        ));
-    }
-    if options.tail.is_some() && options.since.is_some() {
-        return Err(Error::invalid(
-            kind.to_string(),
-            "since",
-            "cannot be combined with tail (both choose where the watch starts)",
-        ));
-    }
-    Ok(())
-}
-
-/// Namespace, type and id must be non-empty (the rule every backend of this crate applies).
-fn check_identity(pointer: &Pointer) -> Result<()> {
-    let parts = [
-        ("metadata.namespace", pointer.namespace()),
-        ("metadata.type", pointer.resource_type()),
-        ("metadata.id", pointer.id()),
-    ];
-    for (field, value) in parts {
-        if value.is_empty() {
-            return Err(Error::invalid(
-                pointer.to_string(),
-                field,
-                "must not be empty",
-            ));
-        }
-    }
-    Ok(())
-}
-
 #[async_trait]
 impl State for EtcdState {
     async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
@@ -384,15 +342,9 @@ impl State for EtcdState {
         options: CreateOptions,
     ) -> Result<SharedResource> {
         let pointer = resource.metadata().pointer().clone();
-        check_identity(&pointer)?;
+        // Checked before the hub starts: an empty namespace or type must not open an etcd watch.
+        write_rules::prepare_create(&mut resource, options.owner, SystemTime::now())?;
         let hub = self.hub(pointer.kind()).await?;
-        let now = SystemTime::now();
-        {
-            let md = make_mut(&mut resource).metadata_mut();
-            md.set_version(Version::FIRST);
-            md.set_owner(options.owner);
-            md.set_timestamps(now, now);
-        }
         let key = self.connection.key(&pointer);
         let value = record::encode(&*resource)?;
         let txn = Txn::new()
@@ -413,41 +365,15 @@ impl State for EtcdState {
         options: UpdateOptions,
     ) -> Result<SharedResource> {
         let pointer = resource.metadata().pointer().clone();
-        let expected = resource.metadata().version();
+        let carried = resource.metadata().version();
         let key = self.connection.key(&pointer);
         let hub = self.hub(pointer.kind()).await?;
         loop {
+            // Checked against the value read, and written only if etcd still holds that value
+            // (the compare-and-swap below): the rules apply to the state the write replaces.
             let (stored, revision) = self.read(&pointer).await?;
-            let md = stored.metadata();
-            if md.version() != expected {
-                return Err(Error::VersionConflict {
-                    pointer,
-                    expected,
-                    actual: md.version(),
-                });
-            }
-            if md.owner() != options.owner.as_deref() {
-                return Err(Error::OwnerConflict {
-                    pointer,
-                    owner: md.owner().map(str::to_string),
-                    writer: options.owner,
-                });
-            }
-            if let Some(phase) = options.expected_phase {
-                if md.phase() != phase {
-                    return Err(Error::PhaseConflict {
-                        pointer,
-                        expected: phase,
-                        actual: md.phase(),
-                    });
-                }
-            }
-            {
-                let next = make_mut(&mut resource).metadata_mut();
-                next.set_version(md.version().next());
-                next.set_owner(md.owner().map(str::to_string));
-                next.set_timestamps(md.created(), SystemTime::now());
-            }
+            write_rules::check_update(&*stored, &*resource, &options)?;
+            write_rules::stamp_update(&*stored, &mut resource, SystemTime::now());
             let value = record::encode(&*resource)?;
             let txn = Txn::new()
                 .when([Compare::mod_revision(
@@ -461,7 +387,9 @@ impl State for EtcdState {
                 hub.wrote(revision_of(&response));
                 return Ok(resource);
             }
-            // Someone wrote in between: re-read, which reports their version as the conflict.
+            // Someone wrote in between: carry the caller's version again (the stamp replaced
+            // it), so that the re-read reports their version as the conflict.
+            make_mut(&mut resource).metadata_mut().set_version(carried);
         }
     }
 
@@ -470,20 +398,7 @@ impl State for EtcdState {
         let hub = self.hub(pointer.kind()).await?;
         loop {
             let (stored, revision) = self.read(pointer).await?;
-            let md = stored.metadata();
-            if md.owner() != options.owner.as_deref() {
-                return Err(Error::OwnerConflict {
-                    pointer: pointer.clone(),
-                    owner: md.owner().map(str::to_string),
-                    writer: options.owner,
-                });
-            }
-            if !md.finalizers().is_empty() {
-                return Err(Error::PendingFinalizers {
-                    pointer: pointer.clone(),
-                    finalizers: md.finalizers().clone(),
-                });
-            }
+            write_rules::check_destroy(&*stored, &options)?;
             let txn = Txn::new()
                 .when([Compare::mod_revision(
                     key.clone(),
@@ -542,7 +457,7 @@ impl State for EtcdState {
     }
 
     async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
-        check_watch_options(kind, &options)?;
+        crate::memory::check_watch_options(kind, &options)?;
         let hub = self.hub(kind).await?;
         let filter = filter_of(options.ids.clone(), options.labels.clone());
         let (subscription, start) = if let Some(since) = options.since {

@@ -192,25 +192,7 @@ impl Collection {
     /// Starts a kind watch.
     pub(crate) fn watch_kind(self: &Arc<Self>, options: WatchKindOptions) -> Result<KindWatcher> {
         let subject = || self.kind.to_string();
-        if options.bootstrap && (options.tail.is_some() || options.since.is_some()) {
-            let field = if options.tail.is_some() {
-                "tail"
-            } else {
-                "since"
-            };
-            return Err(Error::invalid(
-                subject(),
-                field,
-                "cannot be combined with bootstrap (a bootstrap already delivers the contents)",
-            ));
-        }
-        if options.tail.is_some() && options.since.is_some() {
-            return Err(Error::invalid(
-                subject(),
-                "since",
-                "cannot be combined with tail (both choose where the watch starts)",
-            ));
-        }
+        check_watch_options(&self.kind, &options)?;
         let filter = WatchFilter::new(options.ids.as_ref(), &options.labels);
         let mut pending = VecDeque::new();
         let contents = self.read();
@@ -289,4 +271,29 @@ pub(crate) fn tombstone(pointer: &Pointer) -> SharedResource {
         metadata: Metadata::new(pointer.clone()),
         spec: serde_json::Value::Null,
     })
+}
+
+/// Checks the option combinations of a kind watch that every backend rejects: `bootstrap` with
+/// `tail` or `since`, and `tail` with `since`.
+pub(crate) fn check_watch_options(kind: &Kind, options: &WatchKindOptions) -> Result<()> {
+    if options.bootstrap && (options.tail.is_some() || options.since.is_some()) {
+        let field = if options.tail.is_some() {
+            "tail"
+        } else {
+            "since"
+        };
+        return Err(Error::invalid(
+            kind.to_string(),
+            field,
+            "cannot be combined with bootstrap (a bootstrap already delivers the contents)",
+        ));
+    }
+    if options.tail.is_some() && options.since.is_some() {
+        return Err(Error::invalid(
+            kind.to_string(),
+            "since",
+            "cannot be combined with tail (both choose where the watch starts)",
+        ));
+    }
+    Ok(())
 }

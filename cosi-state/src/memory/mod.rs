@@ -79,7 +79,7 @@ use cosi_core::{
 };
 
 #[allow(unused_imports)] // Reused by the disk backend.
-pub(crate) use collection::{tombstone, Collection};
+pub(crate) use collection::{check_watch_options, tombstone, Collection};
 #[allow(unused_imports)]
 pub(crate) use contents::KindContents;
 #[allow(unused_imports)]

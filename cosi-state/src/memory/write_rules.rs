@@ -4,6 +4,8 @@
 //! per-kind lock; the disk backend checks before it persists and then publishes the stamped value.
 //! They own the meaning of `create`/`update`/`destroy` (which fields the store sets, which
 //! conflicts are reported, with which `expected`/`actual`), and nothing about storage or events.
+//! The etcd backend applies them to the value it read and writes only if etcd still holds that
+//! value.
 
 use std::time::SystemTime;
 
