@@ -26,8 +26,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::file::{self, Change, StoreFile};
 use super::record::{self, ChangeOp};
-use super::state::Collections;
 use super::DiskOptions;
+use crate::memory::Collections;
 use crate::memory::{write_rules, Collection};
 use crate::KnownTypes;
 
@@ -208,7 +208,7 @@ impl Pending {
         match self.values.get(pointer) {
             Some(value) => value.clone(),
             None => collections
-                .get(pointer.kind())
+                .find(pointer.kind())
                 .and_then(|c| c.read().get(pointer.id()).cloned()),
         }
     }

@@ -16,33 +16,8 @@ use super::commit_log::{Committer, WriteOp, WriteRequest};
 use super::file::StoreFile;
 use super::recovery;
 use super::DiskOptions;
-use crate::memory::{Collection, KindMap, WatchFilter};
+use crate::memory::Collections;
 use crate::KnownTypes;
-use crate::MemoryOptions;
-
-/// The per-kind collections of a disk store: shared by readers, watchers and the committer
-/// (their only writer).
-#[derive(Debug)]
-pub(crate) struct Collections {
-    kinds: KindMap<Arc<Collection>>,
-    options: MemoryOptions,
-}
-
-impl Collections {
-    pub(crate) fn get(&self, kind: &Kind) -> Option<Arc<Collection>> {
-        self.kinds.get(kind).map(|c| c.clone())
-    }
-
-    pub(crate) fn get_or_create(&self, kind: &Kind) -> Arc<Collection> {
-        if let Some(collection) = self.kinds.get(kind) {
-            return collection.clone();
-        }
-        self.kinds
-            .entry(kind.clone())
-            .or_insert_with(|| Arc::new(Collection::new(kind.clone(), &self.options)))
-            .clone()
-    }
-}
 
 /// A [`State`] kept in a redb file and served from memory.
 ///
@@ -108,13 +83,11 @@ impl DiskState {
                     source: None,
                 })??
         };
-        let collections = Arc::new(Collections {
-            kinds: KindMap::default(),
-            options: options.memory.clone(),
-        });
+        // Shared by readers, watchers and the committer (their only writer).
+        let collections = Arc::new(Collections::new(options.memory.clone()));
         for (kind, contents) in loaded {
             let collection = recovery::restore(kind.clone(), contents, &options.memory);
-            collections.kinds.insert(kind, collection);
+            collections.insert(kind, collection);
         }
         let (queue, requests) = mpsc::channel(options.queue_capacity.max(1));
         let committer = Committer {
@@ -173,22 +146,11 @@ impl DiskState {
 #[async_trait]
 impl State for DiskState {
     async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
-        match self.collections.get(pointer.kind()) {
-            Some(collection) => collection.get(pointer),
-            None => Err(Error::NotFound {
-                pointer: pointer.clone(),
-            }),
-        }
+        self.collections.get_resource(pointer)
     }
 
     async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
-        match self.collections.get(kind) {
-            Some(collection) => {
-                let filter = WatchFilter::new(options.ids.as_ref(), &options.labels);
-                Ok(collection.read().list(&filter))
-            }
-            None => Ok(Vec::new()),
-        }
+        Ok(self.collections.list(kind, options))
     }
 
     async fn create(

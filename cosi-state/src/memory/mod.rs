@@ -58,6 +58,7 @@
 //! the batch it has not handed out yet.
 
 mod collection;
+mod collections;
 mod contents;
 mod destroy_markers;
 mod history;
@@ -70,8 +71,6 @@ pub(crate) mod write_rules;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use cosi_core::{
     CreateOptions, DestroyOptions, Kind, ListOptions, Pointer, Result, SharedResource, State,
@@ -80,6 +79,7 @@ use cosi_core::{
 
 #[allow(unused_imports)] // Reused by the disk backend.
 pub(crate) use collection::{check_watch_options, tombstone, Collection};
+pub(crate) use collections::Collections;
 #[allow(unused_imports)]
 pub(crate) use contents::KindContents;
 #[allow(unused_imports)]
@@ -144,7 +144,7 @@ impl Default for MemoryOptions {
 /// ```
 #[derive(Debug)]
 pub struct MemoryState {
-    kinds: KindMap<Arc<Collection>>,
+    collections: Collections,
     options: MemoryOptions,
 }
 
@@ -152,7 +152,7 @@ impl MemoryState {
     /// An empty store.
     pub fn new(options: MemoryOptions) -> MemoryState {
         MemoryState {
-            kinds: KindMap::default(),
+            collections: Collections::new(options.clone()),
             options,
         }
     }
@@ -161,26 +161,13 @@ impl MemoryState {
     pub fn options(&self) -> &MemoryOptions {
         &self.options
     }
-
-    /// Runs `f` on the kind's collection, creating it if needed.
-    fn with_collection<T>(&self, kind: &Kind, f: impl FnOnce(&Arc<Collection>) -> T) -> T {
-        if let Some(collection) = self.kinds.get(kind) {
-            return f(&collection);
-        }
-        let collection = self
-            .kinds
-            .entry(kind.clone())
-            .or_insert_with(|| Arc::new(Collection::new(kind.clone(), &self.options)))
-            .clone();
-        f(&collection)
-    }
 }
 
 impl Drop for MemoryState {
     fn drop(&mut self) {
         // Watches hold their collection, not the store: without this they would wait forever
         // for changes that can no longer come.
-        for collection in self.kinds.iter() {
+        for collection in self.collections.iter() {
             collection.close();
         }
     }
@@ -195,22 +182,11 @@ impl Default for MemoryState {
 #[async_trait]
 impl State for MemoryState {
     async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
-        match self.kinds.get(pointer.kind()) {
-            Some(collection) => collection.get(pointer),
-            None => Err(cosi_core::Error::NotFound {
-                pointer: pointer.clone(),
-            }),
-        }
+        self.collections.get_resource(pointer)
     }
 
     async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
-        match self.kinds.get(kind) {
-            Some(collection) => {
-                let filter = WatchFilter::new(options.ids.as_ref(), &options.labels);
-                Ok(collection.read().list(&filter))
-            }
-            None => Ok(Vec::new()),
-        }
+        Ok(self.collections.list(kind, options))
     }
 
     async fn create(
@@ -219,7 +195,8 @@ impl State for MemoryState {
         options: CreateOptions,
     ) -> Result<SharedResource> {
         let kind = resource.metadata().kind().clone();
-        self.with_collection(&kind, |c| c.create(resource, options))
+        self.collections
+            .with(&kind, |c| c.create(resource, options))
     }
 
     async fn update(
@@ -227,7 +204,7 @@ impl State for MemoryState {
         resource: SharedResource,
         options: UpdateOptions,
     ) -> Result<SharedResource> {
-        match self.kinds.get(resource.metadata().kind()) {
+        match self.collections.find(resource.metadata().kind()) {
             Some(collection) => collection.update(resource, options),
             None => Err(cosi_core::Error::NotFound {
                 pointer: resource.metadata().pointer().clone(),
@@ -236,7 +213,7 @@ impl State for MemoryState {
     }
 
     async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
-        match self.kinds.get(pointer.kind()) {
+        match self.collections.find(pointer.kind()) {
             Some(collection) => collection.destroy(pointer, &options),
             None => Err(cosi_core::Error::NotFound {
                 pointer: pointer.clone(),
@@ -245,13 +222,14 @@ impl State for MemoryState {
     }
 
     async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
-        let watcher =
-            self.with_collection(pointer.kind(), |c| c.watch_pointer(pointer, options.strict));
+        let watcher = self
+            .collections
+            .with(pointer.kind(), |c| c.watch_pointer(pointer, options.strict));
         Ok(Watch::new(watcher))
     }
 
     async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
-        let watcher = self.with_collection(kind, |c| c.watch_kind(options))?;
+        let watcher = self.collections.with(kind, |c| c.watch_kind(options))?;
         Ok(Watch::new(watcher))
     }
 }
