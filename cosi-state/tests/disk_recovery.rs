@@ -425,3 +425,28 @@ async fn writes_with_eventual_durability_are_in_the_file_after_a_clean_close() {
         5
     );
 }
+
+#[tokio::test]
+async fn watches_end_when_the_store_is_dropped() {
+    // Given a store with a live kind watch
+    let dir = tempfile::tempdir().unwrap();
+    let state = open(
+        &dir.path().join("s.redb"),
+        DiskOptions::default(),
+        KnownTypes::new(),
+    )
+    .await;
+    let mut watch = state
+        .watch_kind(&Widget::kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+
+    // When the store is dropped without closing it
+    drop(state);
+
+    // Then the watch ends instead of waiting for changes that can no longer come
+    let end = tokio::time::timeout(Duration::from_secs(10), watch.recv())
+        .await
+        .expect("the watch ends");
+    assert!(end.is_none(), "no event after the store is gone: {end:?}");
+}

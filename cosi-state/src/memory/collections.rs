@@ -16,6 +16,17 @@ pub(crate) struct Collections {
     options: MemoryOptions,
 }
 
+impl Drop for Collections {
+    fn drop(&mut self) {
+        // Watches hold their collection, not the store: without this they would wait forever
+        // for changes that can no longer come. Every store that owns collections (memory, and
+        // disk once its committer has stopped) ends its watches this way.
+        for collection in self.iter() {
+            collection.close();
+        }
+    }
+}
+
 impl Collections {
     /// No collections yet; each one made later is sized by `options`.
     pub(crate) fn new(options: MemoryOptions) -> Self {

@@ -163,16 +163,6 @@ impl MemoryState {
     }
 }
 
-impl Drop for MemoryState {
-    fn drop(&mut self) {
-        // Watches hold their collection, not the store: without this they would wait forever
-        // for changes that can no longer come.
-        for collection in self.collections.iter() {
-            collection.close();
-        }
-    }
-}
-
 impl Default for MemoryState {
     fn default() -> Self {
         MemoryState::new(MemoryOptions::default())
