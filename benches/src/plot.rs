@@ -38,19 +38,18 @@ pub fn per_item_cost(path: &Path, records: &[Record]) -> Result<(), WorkloadErro
         })
         .filter(|(_, points)| !points.is_empty())
         .collect();
+    if lines.is_empty() {
+        return Err(WorkloadError::new("no W4 figures to plot"));
+    }
     let all = lines.iter().flat_map(|(_, points)| points.iter().copied());
     let (x_min, x_max, y_min, y_max) = all.fold(
         (f64::MAX, f64::MIN, f64::MAX, f64::MIN),
         |(x0, x1, y0, y1), (x, y)| (x0.min(x), x1.max(x), y0.min(y), y1.max(y)),
     );
-    if lines.is_empty() {
-        return Err(WorkloadError::new("no W4 figures to plot"));
-    }
-    // Whole decades on both axes, so every grid line is a power of ten.
-    let decade_floor = |v: f64| 10f64.powf(v.log10().floor());
-    let decade_ceil = |v: f64| 10f64.powf(v.log10().ceil().max(v.log10().floor() + 1.0));
-    let (x_min, x_max) = (decade_floor(x_min), decade_ceil(x_max));
-    let (y_min, y_max) = (decade_floor(y_min), decade_ceil(y_max));
+    // Half a decade of margin around the points; grid lines at the powers of ten inside.
+    let margin = 10f64.sqrt();
+    let (x_min, x_max) = (x_min / margin, x_max * margin);
+    let (y_min, y_max) = (y_min / margin, y_max * margin);
     draw(path, &lines, (x_min, x_max), (y_min, y_max))
         .map_err(|e| WorkloadError::new(format!("cannot draw {}: {e}", path.display())))
 }
@@ -68,7 +67,7 @@ fn draw(
         .build_cartesian_2d((x_min..x_max).log_scale(), (y_min..y_max).log_scale())?;
     let grid = RGBColor(210, 210, 210);
     let decades = |low: f64, high: f64| {
-        (low.log10().round() as i32..=high.log10().round() as i32).map(|e| 10f64.powi(e))
+        (low.log10().ceil() as i32..=high.log10().floor() as i32).map(|e| 10f64.powi(e))
     };
     for x in decades(x_min, x_max) {
         chart.draw_series(LineSeries::new([(x, y_min), (x, y_max)], &grid))?;

@@ -100,7 +100,7 @@ pub fn plan(mode: Mode) -> Vec<Step> {
     for &n in &w3_sizes {
         let runs = match (mode, n) {
             (Mode::Quick, _) => 2,
-            (Mode::Full, n) if n >= 100_000 => 2,
+            (Mode::Full, n) if n >= 100_000 => 3,
             (Mode::Full, _) => 5,
         };
         steps.push(step("W3", "w3", n, runs));
