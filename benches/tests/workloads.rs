@@ -103,6 +103,7 @@ fn suite_rejects_unknown_arguments_without_running_anything() {
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         String::from_utf8_lossy(&output.stderr),
-        "FAILED: suite: unknown argument \"--fast\"; usage: suite [--quick | --full] [--out DIR]\n"
+        "FAILED: suite: unknown argument \"--fast\"; usage: suite [--quick | --full] [--out DIR] \
+         [--bin-dir DIR]\n"
     );
 }

@@ -4,7 +4,8 @@
 //! fails makes the suite fail. Writes `results/suite-<mode>.json` (one record per figure),
 //! `results/w4-<mode>.png` (W4 per-item cost against N) and prints a table of every figure.
 //!
-//! Usage: `suite [--quick] [--out DIR]` (default: the full plan, `benches/results`).
+//! Usage: `suite [--quick | --full] [--out DIR] [--bin-dir DIR]` (default: the full plan,
+//! `benches/results`, the workload binaries beside this one).
 //!
 //! The workloads run as separate processes rather than as library calls because each one's
 //! peak-memory figures (`VmHWM`, W6's resident-size deltas) are only meaningful in a process of
@@ -39,27 +40,37 @@ fn main() -> ExitCode {
 struct Options {
     mode: Mode,
     out: PathBuf,
+    /// Where the workload binaries are; `None`: beside this binary.
+    bin_dir: Option<PathBuf>,
 }
+
+const USAGE: &str = "usage: suite [--quick | --full] [--out DIR] [--bin-dir DIR]";
 
 fn parse_args() -> Result<Options, WorkloadError> {
     let mut options = Options {
         mode: Mode::Full,
         out: Path::new(env!("CARGO_MANIFEST_DIR")).join("results"),
+        bin_dir: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => options.mode = Mode::Quick,
             "--full" => options.mode = Mode::Full,
-            "--out" => {
-                options.out = args
+            "--out" | "--bin-dir" => {
+                let dir = args
                     .next()
                     .map(PathBuf::from)
-                    .ok_or_else(|| WorkloadError::new("--out needs a directory"))?
+                    .ok_or_else(|| WorkloadError::new(format!("{arg} needs a directory")))?;
+                if arg == "--out" {
+                    options.out = dir;
+                } else {
+                    options.bin_dir = Some(dir);
+                }
             }
             _ => {
                 return Err(WorkloadError::new(format!(
-                    "unknown argument {arg:?}; usage: suite [--quick | --full] [--out DIR]"
+                    "unknown argument {arg:?}; {USAGE}"
                 )))
             }
         }
@@ -69,10 +80,13 @@ fn parse_args() -> Result<Options, WorkloadError> {
 
 fn run() -> Result<(), WorkloadError> {
     let options = parse_args()?;
-    let bin_dir = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_path_buf))
-        .ok_or_else(|| WorkloadError::new("cannot find the directory of the suite binary"))?;
+    let bin_dir = match options.bin_dir.clone() {
+        Some(dir) => dir,
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(Path::to_path_buf))
+            .ok_or_else(|| WorkloadError::new("cannot find the directory of the suite binary"))?,
+    };
     let steps = plan(options.mode);
     let started_unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -166,7 +180,7 @@ fn run_step(bin_dir: &Path, step: &Step) -> Result<Vec<Record>, WorkloadError> {
         })?;
     if !output.status.success() {
         return Err(WorkloadError::new(format!(
-            "exit {}: {}",
+            "{}: {}",
             output.status,
             String::from_utf8_lossy(&output.stderr).trim()
         )));
