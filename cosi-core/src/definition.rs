@@ -1,6 +1,8 @@
 //! Resource definitions: the static description of a resource type (name, default namespace,
 //! aliases, print columns, sensitivity) that tools use to find and display resources.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 /// Whether readers need a special role to see resources of a type.
@@ -94,9 +96,28 @@ impl ResourceDefinition {
             .unwrap_or(&self.resource_type)
     }
 
-    /// The singular display name: the plural without its trailing `s` (`MachineConfig`).
-    pub fn display_type(&self) -> &str {
+    /// The singular display name, from the plural by the English rules type names meet:
+    /// `MachineConfigs` → `MachineConfig`, `ServiceStatuses` → `ServiceStatus`,
+    /// `NodeAddresses` → `NodeAddress`, `Policies` → `Policy`, `Meshes` → `Mesh`.
+    ///
+    /// ```
+    /// use cosi_core::ResourceDefinition;
+    /// let singular = |t: &str| ResourceDefinition::new(t, "ns").display_type().into_owned();
+    /// assert_eq!(singular("ServiceStatuses.v1.cosi.dev"), "ServiceStatus");
+    /// assert_eq!(singular("NodeAddresses.net.cosi.dev"), "NodeAddress");
+    /// assert_eq!(singular("Policies.sec.cosi.dev"), "Policy");
+    /// assert_eq!(singular("Services.v1.cosi.dev"), "Service");
+    /// ```
+    pub fn display_type(&self) -> Cow<'_, str> {
         let plural = self.plural();
-        plural.strip_suffix('s').unwrap_or(plural)
+        if let Some(stem) = plural.strip_suffix("ies") {
+            return Cow::Owned(format!("{stem}y"));
+        }
+        for suffix in ["sses", "uses", "xes", "ches", "shes"] {
+            if plural.ends_with(suffix) {
+                return Cow::Borrowed(&plural[..plural.len() - 2]);
+            }
+        }
+        Cow::Borrowed(plural.strip_suffix('s').unwrap_or(plural))
     }
 }

@@ -328,7 +328,7 @@ pub(crate) fn spec_field(path: &str) -> String {
 
 /// The lowercased plural, singular and aliases of a definition.
 fn short_names(definition: &ResourceDefinition) -> BTreeSet<String> {
-    [definition.plural(), definition.display_type()]
+    [definition.plural(), &definition.display_type()]
         .into_iter()
         .chain(definition.aliases.iter().map(String::as_str))
         .map(str::to_lowercase)

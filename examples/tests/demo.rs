@@ -29,10 +29,36 @@ fn demo_prints_events_table_and_yaml() {
         "  id: etcd",
         "  version: 2",
         "  state: running",
+        "== close the store and reopen the file: every acknowledged write is there",
     ] {
         assert!(
             stdout.lines().any(|l| l == line),
             "missing line {line:?} in:\n{stdout}"
         );
     }
+}
+
+#[test]
+fn demo_contents_survive_closing_and_reopening_the_store() {
+    // Given the demo binary, when it runs
+    let output = Command::new(env!("CARGO_BIN_EXE_demo"))
+        .output()
+        .expect("the demo binary starts");
+    let stdout = String::from_utf8(output.stdout).expect("utf-8 output");
+    assert!(output.status.success(), "demo failed:\n{stdout}");
+
+    // Then the table after reopening the file equals the table before closing it
+    let table_rows = |from: &str| -> Vec<String> {
+        let start = stdout.find(from).expect("section present");
+        stdout[start..]
+            .lines()
+            .skip(1)
+            .take_while(|l| !l.starts_with("=="))
+            .map(str::to_string)
+            .collect()
+    };
+    let before = table_rows("== table");
+    let after = table_rows("== close the store and reopen the file");
+    assert_eq!(before.len(), 3, "header and two rows expected: {before:?}");
+    assert_eq!(before, after);
 }

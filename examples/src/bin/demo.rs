@@ -1,6 +1,7 @@
-//! The demo: a small node-daemon-shaped program on the embedded default backend (the in-memory
-//! state). It watches a resource kind, creates, updates and destroys resources, then prints
-//! what the watcher saw, the resources as a table and one of them as YAML.
+//! The demo: a small node-daemon-shaped program on the embedded default backend, the durable
+//! redb store ([`DiskState`]) in a fresh temporary directory. It watches a resource kind, creates,
+//! updates and destroys resources, prints what the watcher saw, the resources as a table and one
+//! of them as YAML, then closes the store, reopens the file and shows the same contents.
 //!
 //! Run it with `cargo run -p examples --bin demo`.
 
@@ -11,7 +12,7 @@ use cosi_core::{
     dynamic, table, CreateOptions, DestroyOptions, Event, ListOptions, Registry, Resource,
     ResourceDefinition, ResourceSpec, State, StateExt, UpdateOptions, WatchKindOptions,
 };
-use cosi_state::{MemoryOptions, MemoryState};
+use cosi_state::{DiskOptions, DiskState, KnownTypes};
 use serde::{Deserialize, Serialize};
 
 /// The status of one system service, as a node daemon would publish it.
@@ -66,7 +67,15 @@ async fn main() -> ExitCode {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let state = MemoryState::new(MemoryOptions::default());
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("state.redb");
+    println!("== opening the store at {}", path.display());
+    let state = DiskState::open(
+        &path,
+        DiskOptions::default(),
+        KnownTypes::new().with::<Service>(),
+    )
+    .await?;
     let mut registry = Registry::new();
     registry.register::<Service>()?;
     // Tools name types however the user typed them; the registry resolves aliases.
@@ -189,5 +198,18 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("== etcd as YAML");
     let etcd = state.get(&kind.pointer("etcd")).await?;
     print!("{}", dynamic::to_yaml(&*etcd)?);
+
+    println!("== close the store and reopen the file: every acknowledged write is there");
+    drop(watch);
+    state.close().await;
+    let reopened = DiskState::open(
+        &path,
+        DiskOptions::default(),
+        KnownTypes::new().with::<Service>(),
+    )
+    .await?;
+    let services = reopened.list(&kind, &ListOptions::default()).await?;
+    print!("{}", table::render(&definition, &services)?);
+    reopened.close().await;
     Ok(())
 }
