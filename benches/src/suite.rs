@@ -1,4 +1,4 @@
-//! The benchmark suite: which workload runs at which size and how often (the [`Plan`] of a
+//! The benchmark suite: which workload runs at which size and how often (the [`plan`] of a
 //! quick or a full run), the results file's [`Record`]s, and W4's per-item costs derived from
 //! the W1 and W3 runs of the sweep. The `suite` binary runs the plan; this module holds what
 //! can be checked without running anything.
