@@ -6,11 +6,15 @@
 //! - [`report`]: figures collected over several runs and printed as medians, one
 //!   `name value unit` line each (lines starting with `#` are commentary);
 //! - [`peak_rss`]: peak resident memory (`VmHWM` from `/proc/self/status`);
+//! - [`plot`]: the W4 per-item cost plot (PNG);
 //! - [`args`]: the command line every workload accepts (`--runs N`, `--n N`);
 //! - [`check`]: result checks that fail the workload loudly — a fast wrong answer is a failure;
 //! - [`item`]: the benchmark resource, spec `{ value: i64, label: String }`;
 //! - [`backend`]: the state backends the workloads run against;
-//! - [`machine`]: the machine description printed at the top of every workload's output.
+//! - [`machine`]: the machine description printed at the top of every workload's output;
+//! - [`output`]: a workload's printed figures read back (by the suite and by W6);
+//! - [`suite`]: the plan of the `suite` binary (every workload, quick or full) and W4's
+//!   per-item costs.
 //!
 //! See `benches/README.md` for how to run the workloads and how to add one.
 
@@ -19,5 +23,8 @@ pub mod backend;
 pub mod check;
 pub mod item;
 pub mod machine;
+pub mod output;
 pub mod peak_rss;
+pub mod plot;
 pub mod report;
+pub mod suite;

@@ -78,3 +78,32 @@ fn bad_arguments_fail_with_a_message() {
         "FAILED: w1: --runs: expected a positive integer, got \"zero\"\n"
     );
 }
+
+#[test]
+fn w6_measures_each_run_in_its_own_process_and_prints_every_figure() {
+    let names = figure_names(env!("CARGO_BIN_EXE_w6"), &["--n", "2000", "--runs", "2"]);
+    assert_eq!(
+        names,
+        [
+            "w6.n2000.store",
+            "w6.n2000.arc_vec",
+            "w6.n2000.raw",
+            "w6.n2000.store_vs_raw",
+            "w6.n2000.store_vs_arc_vec",
+        ]
+    );
+}
+
+#[test]
+fn suite_rejects_unknown_arguments_without_running_anything() {
+    let output = Command::new(env!("CARGO_BIN_EXE_suite"))
+        .args(["--fast"])
+        .output()
+        .expect("the suite binary starts");
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "FAILED: suite: unknown argument \"--fast\"; usage: suite [--quick | --full] [--out DIR] \
+         [--bin-dir DIR]\n"
+    );
+}
