@@ -18,6 +18,11 @@
 //! kube-runtime's default [`Config`] (no debounce, unbounded concurrency; one reconcile per
 //! object at a time) on a multi-threaded tokio runtime with default options, as `w3`.
 //!
+//! As a same-process baseline (as in `w3`), each run also times the writes the chain implies
+//! done directly on fresh in-memory APIs, without controllers, their watches drained by a task
+//! each: phase 1 = N creates each of A, B and C; phase 2 = 5 rounds of N updates each.
+//! `vs_raw` is chain time / raw time: what the appliers add over the fake API server's cost.
+//!
 //! Completion is observed through a watch on C; afterwards every B and C is read back from the
 //! in-memory API and checked, every applier result must be `Ok`, and both appliers must shut
 //! down once their watches end.
@@ -319,16 +324,30 @@ fn run() -> Result<(), WorkloadError> {
     let mut report = benches::report::Report::default();
     for run in 1..=args.runs {
         let outcome = runtime.block_on(run_chain(items))?;
+        let (raw1, raw2) = runtime.block_on(raw_writes(items))?;
         println!(
-            "# kube run {run}: phase 1 {:.1} ms, phase 2 {:.1} ms, reconciles C1 {} C2 {}",
+            "# kube run {run}: phase 1 {:.1} ms, phase 2 {:.1} ms, reconciles C1 {} C2 {}; \
+             raw writes: phase 1 {:.1} ms, phase 2 {:.1} ms",
             outcome.phase1.as_secs_f64() * 1e3,
             outcome.phase2.as_secs_f64() * 1e3,
             outcome.reconciles_c1,
             outcome.reconciles_c2,
+            raw1.as_secs_f64() * 1e3,
+            raw2.as_secs_f64() * 1e3,
         );
         report.record("w3.kube.phase1", outcome.phase1.as_secs_f64(), "s");
         report.record_rate("w3.kube.phase1_rate", items, outcome.phase1, "items/s");
         report.record("w3.kube.phase2", outcome.phase2.as_secs_f64(), "s");
+        report.record(
+            "w3.kube.phase1_vs_raw",
+            outcome.phase1.as_secs_f64() / raw1.as_secs_f64(),
+            "x",
+        );
+        report.record(
+            "w3.kube.phase2_vs_raw",
+            outcome.phase2.as_secs_f64() / raw2.as_secs_f64(),
+            "x",
+        );
         report.record(
             "w3.kube.reconciles_c1",
             outcome.reconciles_c1 as f64,
@@ -406,6 +425,65 @@ async fn run_chain(items: usize) -> Result<ChainRun, WorkloadError> {
         reconciles_c1: c1.reconciles,
         reconciles_c2: c2.reconciles,
     })
+}
+
+/// The writes the chain implies, done directly on fresh in-memory APIs whose watches are
+/// drained: returns the phase 1 and phase 2 times.
+async fn raw_writes(items: usize) -> Result<(Duration, Duration), WorkloadError> {
+    let (api_a, watches_a) = MemoryApi::<ChainA>::new(1);
+    let (api_b, watches_b) = MemoryApi::<ChainB>::new(1);
+    let (api_c, watches_c) = MemoryApi::<ChainC>::new(1);
+    let drains = [
+        tokio::spawn(drain(watches_a)),
+        tokio::spawn(drain(watches_b)),
+        tokio::spawn(drain(watches_c)),
+    ];
+    let write = |i: usize, value: i64| {
+        let (api_a, api_b, api_c) = (&api_a, &api_b, &api_c);
+        async move {
+            let name = item_id(i);
+            api_a.apply(&name, spec(i, value)).await?;
+            api_b.apply(&name, spec(i, value + 1)).await?;
+            api_c.apply(&name, spec(i, value + 2)).await
+        }
+    };
+    let start = Instant::now();
+    for i in 0..items {
+        write(i, i as i64).await.map_err(write_failed)?;
+    }
+    let phase1 = start.elapsed();
+    let start = Instant::now();
+    for round in 1..=ROUNDS {
+        for i in 0..items {
+            write(i, i as i64 + round * ROUND_STEP)
+                .await
+                .map_err(write_failed)?;
+        }
+    }
+    let phase2 = start.elapsed();
+    drop((api_a, api_b, api_c));
+    let mut received = 0;
+    for drain in drains {
+        received += drain
+            .await
+            .map_err(|e| WorkloadError::new(format!("a watch drain failed: {e}")))?;
+    }
+    let expected = 3 * items * (1 + ROUNDS as usize);
+    ensure(received == expected, || {
+        format!("raw writes: the watches received {received} events, expected {expected}")
+    })?;
+    Ok((phase1, phase2))
+}
+
+/// Reads watch channels until they close; returns how many events they carried.
+async fn drain<K>(watches: Vec<mpsc::Receiver<watcher::Event<K>>>) -> usize {
+    let mut received = 0;
+    for mut watch in watches {
+        while watch.recv().await.is_some() {
+            received += 1;
+        }
+    }
+    received
 }
 
 fn spec(i: usize, value: i64) -> ChainSpec {
