@@ -40,7 +40,24 @@ pub struct Step {
     pub runs: usize,
 }
 
+/// Workload binaries built only with a cargo feature (`w3_kube`, the kube-runtime peer of W3:
+/// `--features kube-peer`). The suite runs their steps when the binary is there and skips them
+/// otherwise, so a default build still runs the whole suite.
+pub const OPTIONAL_BINARIES: [&str; 1] = ["w3_kube"];
+
 impl Step {
+    /// Whether the suite skips this step when its binary was not built.
+    ///
+    /// ```
+    /// use benches::suite::{plan, Mode};
+    /// let optional: Vec<_> = plan(Mode::Quick).into_iter().filter(|s| s.is_optional()).collect();
+    /// assert_eq!(optional.len(), 1);
+    /// assert_eq!(optional[0].binary, "w3_kube");
+    /// ```
+    pub fn is_optional(&self) -> bool {
+        OPTIONAL_BINARIES.contains(&self.binary)
+    }
+
     /// The command-line arguments of the workload binary.
     pub fn args(&self) -> Vec<String> {
         vec![
@@ -64,7 +81,8 @@ pub fn sweep_sizes(mode: Mode) -> (Vec<usize>, Vec<usize>) {
 }
 
 /// The steps of a mode, in running order. W1's step at 100,000 and W3's at 10,000 give the
-/// headline W1 and W3 figures; all of the W1 and W3 steps together are the W4 sweep.
+/// headline W1 and W3 figures; all of the W1 and W3 steps together are the W4 sweep. The
+/// `W3-kube` step (W3 through kube-runtime, at 10,000) is [optional](Step::is_optional).
 ///
 /// ```
 /// use benches::suite::{plan, Mode};
@@ -105,6 +123,11 @@ pub fn plan(mode: Mode) -> Vec<Step> {
         };
         steps.push(step("W3", "w3", n, runs));
     }
+    // The peer comparison: W3's headline size through kube-runtime's applier.
+    steps.push(match mode {
+        Mode::Quick => step("W3-kube", "w3_kube", 10_000, 2),
+        Mode::Full => step("W3-kube", "w3_kube", 10_000, 5),
+    });
     match mode {
         Mode::Quick => {
             steps.push(step("W5", "w5", 500, 1));

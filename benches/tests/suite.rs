@@ -6,14 +6,18 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
-/// Every workload binary the quick plan runs.
+/// Every workload binary the quick plan runs, but the optional `w3_kube`.
 const WORKLOADS: [&str; 5] = ["w1", "w2", "w3", "w5", "w6"];
 
 /// Writes a stand-in for each workload: prints one figure named after the binary
 /// (`w1.create`, `w2.create`, ...), except for `failing`, which fails like a workload whose
 /// result check failed.
 fn stand_ins(dir: &Path, failing: Option<&str>) {
-    for name in WORKLOADS {
+    stand_ins_of(dir, &WORKLOADS, failing);
+}
+
+fn stand_ins_of(dir: &Path, workloads: &[&str], failing: Option<&str>) {
+    for &name in workloads {
         let body = if Some(name) == failing {
             format!("echo 'FAILED: {name}: C item-0000007 has value 3, expected 9' >&2\nexit 1\n")
         } else {
@@ -51,7 +55,8 @@ fn suite_records_every_printed_figure_with_its_spread_and_the_w4_cost() {
     let output = run_quick_suite(bin_dir.path(), out.path());
 
     // then it succeeds and writes one record per figure: 8 steps (W1 at 3 sizes, W2, W3 at 2
-    // sizes, W5, W6) plus a W4 per-item cost for each W1 step.
+    // sizes, W5, W6; the optional `w3_kube` was not built) plus a W4 per-item cost for each W1
+    // step.
     assert!(
         output.status.success(),
         "{}",
@@ -104,11 +109,44 @@ fn failing_workload_fails_the_suite_and_no_results_are_written() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains(
-            "FAILED: suite: 2 of 8 steps failed, no results written:\n  \
+            "FAILED: suite: 2 of 9 steps failed, no results written:\n  \
              w3 N = 1000: exit status: 1: FAILED: w3: C item-0000007 has value 3, expected 9\n  \
              w3 N = 10000: exit status: 1: FAILED: w3: C item-0000007 has value 3, expected 9\n"
         ),
         "{stderr}"
     );
     assert!(!out.path().join("suite-quick.json").exists());
+}
+
+#[test]
+fn optional_kube_peer_step_runs_when_its_binary_was_built() {
+    // Given stand-in workloads including the feature-gated `w3_kube`,
+    let bin_dir = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    stand_ins_of(
+        bin_dir.path(),
+        &["w1", "w2", "w3", "w3_kube", "w5", "w6"],
+        None,
+    );
+
+    // when the quick suite runs,
+    let output = run_quick_suite(bin_dir.path(), out.path());
+
+    // then its figure is recorded after W3's, at W3's headline size.
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json = std::fs::read_to_string(out.path().join("suite-quick.json")).unwrap();
+    let results: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let records = results["records"].as_array().unwrap();
+    assert_eq!(records.len(), 12);
+    assert_eq!(
+        records[9],
+        serde_json::json!({
+            "workload": "W3-kube", "figure": "w3_kube.create", "parameters": { "n": 10000 },
+            "median": 2000.0, "min": 1000.0, "max": 4000.0, "runs": 3, "unit": "ops/s"
+        })
+    );
 }

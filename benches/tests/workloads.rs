@@ -66,6 +66,27 @@ fn w2_checks_its_result_and_prints_every_figure() {
     }
 }
 
+#[cfg(feature = "kube-peer")]
+#[test]
+fn w3_kube_checks_its_result_and_prints_every_figure() {
+    let names = figure_names(
+        env!("CARGO_BIN_EXE_w3_kube"),
+        &["--n", "200", "--runs", "1"],
+    );
+    assert_eq!(
+        names,
+        [
+            "w3.kube.phase1",
+            "w3.kube.phase1_rate",
+            "w3.kube.phase2",
+            "w3.kube.phase1_vs_raw",
+            "w3.kube.phase2_vs_raw",
+            "w3.kube.reconciles_c1",
+            "w3.kube.reconciles_c2",
+        ]
+    );
+}
+
 #[test]
 fn bad_arguments_fail_with_a_message() {
     let output = Command::new(env!("CARGO_BIN_EXE_w1"))

@@ -110,6 +110,12 @@ fn run() -> Result<(), WorkloadError> {
             step.n,
             step.runs
         );
+        if step.is_optional() && !bin_dir.join(step.binary).is_file() {
+            eprintln!(
+                "skipped: not built (`cargo build --release -p benches --features kube-peer`)"
+            );
+            continue;
+        }
         let step_start = Instant::now();
         match run_step(&bin_dir, step) {
             Ok(step_records) => {

@@ -247,10 +247,7 @@ struct ControllerEnd {
 fn start_controller<In: ChainObject, Out: ChainObject>(
     watch: mpsc::Receiver<watcher::Event<In>>,
     output: Arc<MemoryApi<Out>>,
-) -> JoinHandle<ControllerEnd>
-where
-    In: Resource<Scope = NamespaceResourceScope>,
-{
+) -> JoinHandle<ControllerEnd> {
     let (store, writer): (Store<In>, _) = reflector::store();
     let queue = trigger_self(
         reflector::reflector(writer, watch_stream(watch)).applied_objects(),
