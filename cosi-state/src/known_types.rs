@@ -83,7 +83,9 @@ impl KnownTypes {
     }
 
     /// Builds a resource from stored parts. A spec that the registered type cannot decode is an
-    /// [`Error::InvalidArgument`] on the resource's `spec`.
+    /// [`Error::InvalidArgument`] on the resource's `spec`. Used by the etcd backend, which
+    /// refuses such records where the disk backend keeps them in dynamic form.
+    #[cfg(feature = "etcd")]
     pub(crate) fn decode_exact(
         &self,
         metadata: Metadata,
