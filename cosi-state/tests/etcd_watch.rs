@@ -7,8 +7,8 @@ mod etcd_common;
 use std::collections::BTreeMap;
 
 use cosi_core::{
-    Bookmark, CreateOptions, DestroyOptions, Event, LabelOp, LabelQuery, LabelTerm, Resource,
-    ResourceSpec, State, UpdateOptions, WatchKindOptions, WatchOptions,
+    Bookmark, CreateOptions, Event, LabelOp, LabelQuery, LabelTerm, Resource, ResourceSpec, State,
+    UpdateOptions, WatchKindOptions, WatchOptions,
 };
 use cosi_state::etcd::EtcdOptions;
 use etcd_common::{
@@ -30,10 +30,7 @@ async fn pointer_watch_starts_with_a_tombstone_then_sees_every_change() {
     create_counter(&state, "b", 9).await;
     create_counter(&state, "a", 1).await;
     bump(&state, "a", 2).await;
-    state
-        .destroy(&pointer, DestroyOptions::default())
-        .await
-        .unwrap();
+    destroy(&state, "a").await;
     let seen = next_summaries(&mut watch, 3).await;
     assert_eq!(
         seen,

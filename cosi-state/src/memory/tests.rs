@@ -62,6 +62,14 @@ async fn create(state: &MemoryState, id: &str, value: i64) -> SharedResource {
         .unwrap()
 }
 
+/// Creates counter `id` holding `value`, owned by `owner`.
+async fn create_owned(state: &MemoryState, id: &str, value: i64, owner: &str) -> SharedResource {
+    let options = CreateOptions {
+        owner: Some(owner.into()),
+    };
+    state.create(counter(id, value), options).await.unwrap()
+}
+
 /// Reads, changes the value and writes back.
 async fn set(state: &MemoryState, id: &str, value: i64) -> SharedResource {
     let stored = state.get(&pointer(id)).await.unwrap();
@@ -187,15 +195,7 @@ fn describe_all(events: &[Event]) -> Vec<String> {
 #[tokio::test]
 async fn create_stores_version_one_with_owner_and_equal_timestamps() {
     let state = MemoryState::default();
-    let stored = state
-        .create(
-            counter("a", 1),
-            CreateOptions {
-                owner: Some("ctrl".into()),
-            },
-        )
-        .await
-        .unwrap();
+    let stored = create_owned(&state, "a", 1, "ctrl").await;
     let md = stored.metadata();
     assert_eq!(md.version(), Version::FIRST);
     assert_eq!(md.owner(), Some("ctrl"));
@@ -242,15 +242,7 @@ async fn create_with_an_empty_id_is_an_invalid_argument() {
 #[tokio::test]
 async fn update_bumps_version_and_keeps_created_and_owner() {
     let state = MemoryState::default();
-    let first = state
-        .create(
-            counter("a", 1),
-            CreateOptions {
-                owner: Some("ctrl".into()),
-            },
-        )
-        .await
-        .unwrap();
+    let first = create_owned(&state, "a", 1, "ctrl").await;
     let mut copy = cosi_core::downcast_ref::<Counter>(&*first).unwrap().clone();
     copy.spec.value = 2;
     copy.metadata.set_timestamps(
