@@ -57,6 +57,15 @@ impl Controller for Copier {
     }
 }
 
+/// A harness started with one [`Copier`] named `name`, and that copier's run counter.
+async fn started_with_copier(name: &'static str) -> (Harness, Arc<AtomicUsize>) {
+    let h = Harness::new();
+    let (c, runs) = copier(name);
+    h.register(c).unwrap();
+    h.start().await;
+    (h, runs)
+}
+
 fn copier(name: &'static str) -> (Copier, Arc<AtomicUsize>) {
     let runs = Arc::new(AtomicUsize::new(0));
     (
@@ -71,10 +80,7 @@ fn copier(name: &'static str) -> (Copier, Arc<AtomicUsize>) {
 #[tokio::test(start_paused = true)]
 async fn a_burst_of_input_changes_costs_one_reconcile() {
     // Given a started copier (one reconcile at start)
-    let h = Harness::new();
-    let (c, runs) = copier("Copier");
-    h.register(c).unwrap();
-    h.start().await;
+    let (h, runs) = started_with_copier("Copier").await;
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 
     // When 50 inputs are created before the controller gets to run
@@ -275,11 +281,17 @@ impl Controller for Follower {
     }
 }
 
+/// Registers a [`Follower`] and returns its run counter.
+fn register_follower(h: &Harness) -> Arc<AtomicUsize> {
+    let runs = Arc::new(AtomicUsize::new(0));
+    h.register(Follower { runs: runs.clone() }).unwrap();
+    runs
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_controller_declares_inputs_at_run_time_and_is_woken_by_them() {
     let h = Harness::new();
-    let runs = Arc::new(AtomicUsize::new(0));
-    h.register(Follower { runs: runs.clone() }).unwrap();
+    let runs = register_follower(&h);
     h.start().await;
     let state = h.state();
     create(&state, "a1", A { value: 10 }).await;
@@ -346,6 +358,24 @@ impl Controller for Flaky {
     }
 }
 
+/// Registers a [`Flaky`] that fails (or panics) while `fail` is set; returns its run counter.
+fn register_flaky(
+    h: &Harness,
+    name: &'static str,
+    panic: bool,
+    fail: &Arc<Mutex<bool>>,
+) -> Arc<AtomicUsize> {
+    let runs = Arc::new(AtomicUsize::new(0));
+    h.register(Flaky {
+        name,
+        panic,
+        fail: fail.clone(),
+        runs: runs.clone(),
+    })
+    .unwrap();
+    runs
+}
+
 fn test_options() -> EngineOptions {
     EngineOptions {
         restart_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(8)),
@@ -358,22 +388,8 @@ async fn failing_and_panicking_controllers_restart_with_growing_backoff_while_ot
     // Given a failing, a panicking and a healthy controller
     let h = Harness::with_options(test_options());
     let fail = Arc::new(Mutex::new(true));
-    let failing_runs = Arc::new(AtomicUsize::new(0));
-    let panicking_runs = Arc::new(AtomicUsize::new(0));
-    h.register(Flaky {
-        name: "Failing",
-        panic: false,
-        fail: fail.clone(),
-        runs: failing_runs.clone(),
-    })
-    .unwrap();
-    h.register(Flaky {
-        name: "Panicking",
-        panic: true,
-        fail: fail.clone(),
-        runs: panicking_runs.clone(),
-    })
-    .unwrap();
+    let failing_runs = register_flaky(&h, "Failing", false, &fail);
+    let panicking_runs = register_flaky(&h, "Panicking", true, &fail);
     let (healthy, healthy_runs) = copier("Healthy");
     h.register(healthy).unwrap();
     h.start().await;
@@ -475,10 +491,7 @@ async fn a_reconcile_runs_again_after_the_requested_delay() {
 
 #[tokio::test(start_paused = true)]
 async fn status_counters_are_exact_and_published_as_resources() {
-    let h = Harness::new();
-    let (c, _) = copier("Copier");
-    h.register(c).unwrap();
-    h.start().await;
+    let (h, _) = started_with_copier("Copier").await;
     for i in 0..3 {
         create(&h.state(), &format!("x{i}"), A { value: i }).await;
         h.settle().await;
@@ -613,18 +626,28 @@ impl Controller for Slow {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn shutdown_lets_a_running_reconcile_finish() {
-    let h = Harness::new();
-    let (tx, rx) = tokio::sync::oneshot::channel();
+/// Starts the engine with a [`Slow`] held by `release`, once its reconcile is running;
+/// returns its count of finished reconciles.
+async fn start_with_slow(
+    h: &Harness,
+    release: tokio::sync::oneshot::Receiver<()>,
+) -> Arc<AtomicUsize> {
     let finished = Arc::new(AtomicUsize::new(0));
     h.register(Slow {
-        release: Some(rx),
+        release: Some(release),
         finished: finished.clone(),
     })
     .unwrap();
     h.engine().start();
     tokio::task::yield_now().await;
+    finished
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_lets_a_running_reconcile_finish() {
+    let h = Harness::new();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let finished = start_with_slow(&h, rx).await;
     let engine = h.engine().clone();
     let shutdown = tokio::spawn(async move { engine.shutdown().await });
     tokio::task::yield_now().await;
@@ -642,14 +665,7 @@ async fn shutdown_aborts_a_reconcile_that_outlives_the_timeout() {
         ..EngineOptions::default()
     });
     let (_tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let finished = Arc::new(AtomicUsize::new(0));
-    h.register(Slow {
-        release: Some(rx),
-        finished: finished.clone(),
-    })
-    .unwrap();
-    h.engine().start();
-    tokio::task::yield_now().await;
+    let finished = start_with_slow(&h, rx).await;
     let report = h.shutdown().await;
     assert_eq!(report.aborted, 1);
     assert_eq!(finished.load(Ordering::SeqCst), 0);
@@ -772,8 +788,7 @@ async fn statuses_can_be_watched_like_any_resource() {
 #[tokio::test(start_paused = true)]
 async fn inputs_that_cannot_be_watched_are_rejected_and_the_old_ones_kept() {
     let h = Harness::with_options(test_options());
-    let runs = Arc::new(AtomicUsize::new(0));
-    h.register(Follower { runs: runs.clone() }).unwrap();
+    register_follower(&h);
     h.start().await;
     create(&h.state(), "a1", A { value: 10 }).await;
     h.faults().fail_reads(A::kind());

@@ -30,6 +30,25 @@ fn chain(queued: bool) -> Harness {
     h
 }
 
+/// Registers an A → B transform, per item with `workers` workers when `queued`.
+fn register_a_to_b(h: &Harness, transform: Transform<A, B>, queued: bool, workers: usize) {
+    if queued {
+        h.register_queue(transform.into_queue(workers)).unwrap();
+    } else {
+        h.register(transform).unwrap();
+    }
+}
+
+/// A started [`chain`] that has converged on one input, A/x with value 1.
+async fn settled_chain_with_x(queued: bool) -> (Harness, Arc<dyn State>) {
+    let h = chain(queued);
+    h.start().await;
+    let state = h.state();
+    create(&state, "x", A { value: 1 }).await;
+    h.settle().await;
+    (h, state)
+}
+
 async fn chained_transforms_propagate_creates_and_updates(queued: bool) {
     let h = chain(queued);
     h.start().await;
@@ -60,11 +79,7 @@ async fn chained_transforms_propagate_creates_and_updates_queued() {
 }
 
 async fn an_unchanged_output_is_not_written(queued: bool) {
-    let h = chain(queued);
-    h.start().await;
-    let state = h.state();
-    create(&state, "x", A { value: 1 }).await;
-    h.settle().await;
+    let (h, state) = settled_chain_with_x(queued).await;
     let b_version = h.expect::<B>("x").await.metadata.version();
     let c_version = h.expect::<C>("x").await.metadata.version();
     // A new version of A with the same spec (a label change).
@@ -94,11 +109,7 @@ async fn an_unchanged_output_is_not_written_queued() {
 
 async fn strong_inputs_are_released_only_after_their_outputs_are_destroyed(queued: bool) {
     // Given a chain holding finalizers: A/x ← AtoB, B/x ← BtoC
-    let h = chain(queued);
-    h.start().await;
-    let state = h.state();
-    create(&state, "x", A { value: 1 }).await;
-    h.settle().await;
+    let (h, state) = settled_chain_with_x(queued).await;
     let stored_a = h.expect::<A>("x").await;
     let stored_b = h.expect::<B>("x").await;
     assert_eq!(
@@ -146,11 +157,7 @@ async fn strong_inputs_are_released_only_after_their_outputs_are_destroyed_queue
 
 async fn an_output_waits_for_foreign_finalizers_before_it_is_destroyed(queued: bool) {
     let h = Harness::new();
-    if queued {
-        h.register_queue(a_to_b().into_queue(2)).unwrap();
-    } else {
-        h.register(a_to_b()).unwrap();
-    }
+    register_a_to_b(&h, a_to_b(), queued, 2);
     h.start().await;
     let state = h.state();
     create(&state, "x", A { value: 1 }).await;
@@ -186,11 +193,7 @@ async fn an_output_waits_for_foreign_finalizers_before_it_is_destroyed_queued() 
 async fn an_output_whose_input_vanished_is_destroyed(queued: bool) {
     let h = Harness::new();
     let t = Transform::<A, B>::same_id("Weak", |a: &A| Some(B { value: a.value }));
-    if queued {
-        h.register_queue(t.into_queue(1)).unwrap();
-    } else {
-        h.register(t).unwrap();
-    }
+    register_a_to_b(&h, t, queued, 1);
     h.start().await;
     let state = h.state();
     create(&state, "x", A { value: 1 }).await;
@@ -218,11 +221,7 @@ async fn an_input_the_map_skips_has_no_output(queued: bool) {
         (a.value % 2 == 0).then_some(B { value: a.value })
     })
     .with_finalizers();
-    if queued {
-        h.register_queue(t.into_queue(1)).unwrap();
-    } else {
-        h.register(t).unwrap();
-    }
+    register_a_to_b(&h, t, queued, 1);
     h.start().await;
     let state = h.state();
     create(&state, "x", A { value: 2 }).await;

@@ -2,7 +2,7 @@
 //! not), the change log that lets watches resume after a bookmark, and old records read by newer
 //! spec versions.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +62,50 @@ async fn create<S: ResourceSpec>(state: &DiskState, id: &str, spec: S) -> Arc<dy
         .expect("create")
 }
 
+/// A fresh directory (deleted when the guard drops) and the store file path inside it.
+fn temp_store() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    (dir, path)
+}
+
+/// Opens with default options, with only [`Widget`] registered.
+async fn open_knowing_widgets(path: &Path) -> DiskState {
+    open(
+        path,
+        DiskOptions::default(),
+        KnownTypes::new().with::<Widget>(),
+    )
+    .await
+}
+
+/// Creates widgets `w0..w{count}`, each sized by its index.
+async fn create_widgets(state: &DiskState, count: u32) {
+    for i in 0..count {
+        create(state, &format!("w{i}"), Widget { size: i }).await;
+    }
+}
+
+async fn destroy_widget(state: &DiskState, id: &str) {
+    state
+        .destroy(&Widget::kind().pointer(id), Default::default())
+        .await
+        .unwrap();
+}
+
+async fn watch_widgets(state: &DiskState, options: WatchKindOptions) -> Watch {
+    state.watch_kind(&Widget::kind(), options).await.unwrap()
+}
+
+/// How many resources of `kind` the store lists.
+async fn count(state: &DiskState, kind: &Kind) -> usize {
+    state
+        .list(kind, &ListOptions::default())
+        .await
+        .unwrap()
+        .len()
+}
+
 async fn next(watch: &mut Watch) -> Event {
     tokio::time::timeout(Duration::from_secs(10), watch.recv())
         .await
@@ -91,8 +135,7 @@ fn ev(
 
 #[tokio::test]
 async fn resources_survive_a_restart_typed_when_their_type_is_registered() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store.redb");
+    let (_dir, path) = temp_store();
     let types = KnownTypes::new().with::<Widget>();
     let state = open(&path, DiskOptions::default(), types.clone()).await;
     let stored = create(&state, "w", Widget { size: 3 }).await;
@@ -119,23 +162,16 @@ async fn resources_survive_a_restart_typed_when_their_type_is_registered() {
 
 #[tokio::test]
 async fn a_watch_resumes_after_a_bookmark_taken_before_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store.redb");
+    let (_dir, path) = temp_store();
     let state = open(&path, DiskOptions::default(), KnownTypes::new()).await;
     let a = create(&state, "a", Widget { size: 1 }).await;
-    let mut watch = state
-        .watch_kind(&Widget::kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_widgets(&state, WatchKindOptions::default()).await;
     create(&state, "b", Widget { size: 2 }).await;
     let seen = next(&mut watch).await;
     assert_eq!(summary(&seen), ev("created", "b", 1, 2));
     let bookmark = seen.bookmark().unwrap();
     state.update(a, UpdateOptions::default()).await.unwrap();
-    state
-        .destroy(&Widget::kind().pointer("b"), Default::default())
-        .await
-        .unwrap();
+    destroy_widget(&state, "b").await;
     drop(watch);
     state.close().await;
 
@@ -144,7 +180,7 @@ async fn a_watch_resumes_after_a_bookmark_taken_before_a_restart() {
         since: Some(bookmark),
         ..WatchKindOptions::default()
     };
-    let mut watch = state.watch_kind(&Widget::kind(), options).await.unwrap();
+    let mut watch = watch_widgets(&state, options).await;
     let updated = next(&mut watch).await;
     assert_eq!(summary(&updated), ev("updated", "a", 2, 3));
     let Event::Updated {
@@ -164,8 +200,7 @@ async fn a_watch_resumes_after_a_bookmark_taken_before_a_restart() {
 
 #[tokio::test]
 async fn a_bookmark_older_than_the_retained_log_gets_a_resync_after_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store.redb");
+    let (_dir, path) = temp_store();
     let options = DiskOptions {
         retained_changes: 2,
         ..DiskOptions::default()
@@ -174,10 +209,7 @@ async fn a_bookmark_older_than_the_retained_log_gets_a_resync_after_a_restart() 
     for id in ["a", "b", "c", "d"] {
         create(&state, id, Widget { size: 0 }).await;
     }
-    state
-        .destroy(&Widget::kind().pointer("a"), Default::default())
-        .await
-        .unwrap();
+    destroy_widget(&state, "a").await;
     state.close().await;
 
     let state = open(&path, options, KnownTypes::new()).await;
@@ -185,7 +217,7 @@ async fn a_bookmark_older_than_the_retained_log_gets_a_resync_after_a_restart() 
         since: Some(Bookmark(1)),
         ..WatchKindOptions::default()
     };
-    let mut watch = state.watch_kind(&Widget::kind(), since).await.unwrap();
+    let mut watch = watch_widgets(&state, since).await;
     let first = next(&mut watch).await;
     assert!(
         matches!(
@@ -214,14 +246,13 @@ async fn a_bookmark_older_than_the_retained_log_gets_a_resync_after_a_restart() 
         since: Some(Bookmark(4)),
         ..WatchKindOptions::default()
     };
-    let mut watch = state.watch_kind(&Widget::kind(), within).await.unwrap();
+    let mut watch = watch_widgets(&state, within).await;
     assert_eq!(summary(&next(&mut watch).await), ev("destroyed", "a", 1, 5));
 }
 
 #[tokio::test]
 async fn a_resource_of_an_unregistered_type_is_kept_as_is() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store.redb");
+    let (_dir, path) = temp_store();
     let both = KnownTypes::new().with::<Widget>().with::<Gadget>();
     let state = open(&path, DiskOptions::default(), both.clone()).await;
     let gadget = create(
@@ -236,12 +267,7 @@ async fn a_resource_of_an_unregistered_type_is_kept_as_is() {
     state.close().await;
 
     // Given a process that does not know Gadget, when it opens the store and writes to it,
-    let state = open(
-        &path,
-        DiskOptions::default(),
-        KnownTypes::new().with::<Widget>(),
-    )
-    .await;
+    let state = open_knowing_widgets(&path).await;
     let listed = state
         .list(&Gadget::kind(), &ListOptions::default())
         .await
@@ -264,26 +290,13 @@ async fn a_resource_of_an_unregistered_type_is_kept_as_is() {
         .unwrap();
     assert_eq!(*reloaded, *downcast_ref::<Gadget>(&*gadget).unwrap());
     let kind = Kind::new("test", Widget::TYPE);
-    assert_eq!(
-        state
-            .list(&kind, &ListOptions::default())
-            .await
-            .unwrap()
-            .len(),
-        2
-    );
+    assert_eq!(count(&state, &kind).await, 2);
 }
 
 #[tokio::test]
 async fn a_spec_field_added_later_decodes_from_old_records_with_its_default() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store.redb");
-    let state = open(
-        &path,
-        DiskOptions::default(),
-        KnownTypes::new().with::<Widget>(),
-    )
-    .await;
+    let (_dir, path) = temp_store();
+    let state = open_knowing_widgets(&path).await;
     create(&state, "w", Widget { size: 7 }).await;
     state.close().await;
 
@@ -309,14 +322,8 @@ async fn a_spec_field_added_later_decodes_from_old_records_with_its_default() {
 
 #[tokio::test]
 async fn a_dynamic_write_of_a_registered_type_is_stored_typed() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store.redb");
-    let state = open(
-        &path,
-        DiskOptions::default(),
-        KnownTypes::new().with::<Widget>(),
-    )
-    .await;
+    let (_dir, path) = temp_store();
+    let state = open_knowing_widgets(&path).await;
     let dynamic = Arc::new(DynamicResource {
         metadata: cosi_core::Metadata::new(Widget::kind().pointer("w")),
         spec: serde_json::json!({"size": 9}),
@@ -352,16 +359,13 @@ async fn a_dynamic_write_of_a_registered_type_is_stored_typed() {
 
 #[tokio::test]
 async fn the_durable_change_log_keeps_only_the_retained_changes_per_kind() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store.redb");
+    let (_dir, path) = temp_store();
     let options = DiskOptions {
         retained_changes: 3,
         ..DiskOptions::default()
     };
     let state = open(&path, options, KnownTypes::new()).await;
-    for i in 0..10 {
-        create(&state, &format!("w{i}"), Widget { size: i }).await;
-    }
+    create_widgets(&state, 10).await;
     create(
         &state,
         "g",
@@ -402,28 +406,18 @@ async fn the_durable_change_log_keeps_only_the_retained_changes_per_kind() {
 
 #[tokio::test]
 async fn writes_with_eventual_durability_are_in_the_file_after_a_clean_close() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store.redb");
+    let (_dir, path) = temp_store();
     let relaxed = DiskOptions {
         durability: cosi_state::DiskDurability::Eventual,
         ..DiskOptions::default()
     };
     let state = open(&path, relaxed, KnownTypes::new()).await;
-    for i in 0..5 {
-        create(&state, &format!("w{i}"), Widget { size: i }).await;
-    }
+    create_widgets(&state, 5).await;
     state.close().await;
 
     let state = open(&path, DiskOptions::default(), KnownTypes::new()).await;
     let kind = Widget::kind();
-    assert_eq!(
-        state
-            .list(&kind, &ListOptions::default())
-            .await
-            .unwrap()
-            .len(),
-        5
-    );
+    assert_eq!(count(&state, &kind).await, 5);
 }
 
 #[tokio::test]
@@ -436,10 +430,7 @@ async fn watches_end_when_the_store_is_dropped() {
         KnownTypes::new(),
     )
     .await;
-    let mut watch = state
-        .watch_kind(&Widget::kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_widgets(&state, WatchKindOptions::default()).await;
 
     // When the store is dropped without closing it
     drop(state);

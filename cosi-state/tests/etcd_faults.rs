@@ -10,7 +10,10 @@ use cosi_core::{
     CreateOptions, Error, Event, ListOptions, ResourceSpec, SharedResource, State, WatchKindOptions,
 };
 use cosi_state::etcd::{EtcdOptions, EtcdState};
-use etcd_common::{connect, counter, ev, next_event, start_server, state, summary, Counter};
+use etcd_common::{
+    connect, counter, create_counter, ev, next_event, next_summary, start_server, state, summary,
+    watch_every, Counter,
+};
 
 /// A guard far above the request timeout: a call that outlives it hangs.
 const HANG_GUARD: Duration = Duration::from_secs(20);
@@ -40,18 +43,9 @@ async fn watch_survives_an_etcd_restart_without_losing_or_repeating_changes() {
     let mut server = start_server();
     let options = EtcdOptions::new([server.endpoint()]).with_prefix("/restart/");
     let state = connect(options.clone()).await;
-    let mut watch = state
-        .watch_kind(&Counter::kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
-    state
-        .create(counter("a", 1), CreateOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(
-        summary(&next_event(&mut watch).await),
-        ev("created", "a", 1)
-    );
+    let mut watch = watch_every(&state).await;
+    create_counter(&state, "a", 1).await;
+    assert_eq!(next_summary(&mut watch).await, ev("created", "a", 1));
 
     server.stop();
     server.restart().unwrap();
@@ -60,20 +54,11 @@ async fn watch_survives_an_etcd_restart_without_losing_or_repeating_changes() {
     create_retrying(&other, counter("b", 2)).await;
     create_retrying(&state, counter("c", 3)).await;
 
-    assert_eq!(
-        summary(&next_event(&mut watch).await),
-        ev("created", "b", 2)
-    );
-    assert_eq!(
-        summary(&next_event(&mut watch).await),
-        ev("created", "c", 3)
-    );
+    assert_eq!(next_summary(&mut watch).await, ev("created", "b", 2));
+    assert_eq!(next_summary(&mut watch).await, ev("created", "c", 3));
     // Nothing repeated: the next event is the next change.
     create_retrying(&state, counter("d", 4)).await;
-    assert_eq!(
-        summary(&next_event(&mut watch).await),
-        ev("created", "d", 4)
-    );
+    assert_eq!(next_summary(&mut watch).await, ev("created", "d", 4));
 }
 
 fn assert_retryable_backend_error(result: Result<impl std::fmt::Debug, Error>) {
@@ -124,15 +109,9 @@ async fn put_raw(state: &EtcdState, id: &str, bytes: &[u8]) {
 #[tokio::test]
 async fn invalid_record_fails_its_get_and_list_serves_the_rest() {
     let state = state("invalid").await;
-    state
-        .create(counter("a", 1), CreateOptions::default())
-        .await
-        .unwrap();
+    create_counter(&state, "a", 1).await;
     put_raw(&state, "b", b"\x01{not json").await;
-    state
-        .create(counter("c", 3), CreateOptions::default())
-        .await
-        .unwrap();
+    create_counter(&state, "c", 3).await;
 
     let err = state.get(&Counter::kind().pointer("b")).await.unwrap_err();
     assert!(!err.is_retryable());
@@ -173,30 +152,15 @@ async fn record_of_an_unknown_format_is_reported_not_guessed() {
 #[tokio::test]
 async fn watch_sees_a_resource_overwritten_with_garbage_as_destroyed() {
     let state = state("garbage-watch").await;
-    let mut watch = state
-        .watch_kind(&Counter::kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
-    state
-        .create(counter("a", 1), CreateOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_every(&state).await;
+    create_counter(&state, "a", 1).await;
     put_raw(&state, "a", b"garbage").await;
-    state
-        .create(counter("b", 2), CreateOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(
-        summary(&next_event(&mut watch).await),
-        ev("created", "a", 1)
-    );
+    create_counter(&state, "b", 2).await;
+    assert_eq!(next_summary(&mut watch).await, ev("created", "a", 1));
     let gone = next_event(&mut watch).await;
     assert!(matches!(gone, Event::Destroyed { .. }), "{gone:?}");
     assert_eq!(summary(&gone), ev("destroyed", "a", 1));
-    assert_eq!(
-        summary(&next_event(&mut watch).await),
-        ev("created", "b", 2)
-    );
+    assert_eq!(next_summary(&mut watch).await, ev("created", "b", 2));
 }
 
 #[tokio::test]
@@ -223,11 +187,8 @@ async fn watchers_resync_when_etcd_comes_back_with_its_data_gone() {
         Event::Bootstrapped { .. }
     ));
     for id in ["a", "b"] {
-        state
-            .create(counter(id, 1), CreateOptions::default())
-            .await
-            .unwrap();
-        assert_eq!(summary(&next_event(&mut watch).await), ev("created", id, 1));
+        create_counter(&state, id, 1).await;
+        assert_eq!(next_summary(&mut watch).await, ev("created", id, 1));
     }
 
     server.restart_empty().unwrap();
@@ -247,10 +208,7 @@ async fn watchers_resync_when_etcd_comes_back_with_its_data_gone() {
     }
     if view.is_empty() {
         // The resync read ran before "c" was written: it arrives live.
-        assert_eq!(
-            summary(&next_event(&mut watch).await),
-            ev("created", "c", 2)
-        );
+        assert_eq!(next_summary(&mut watch).await, ev("created", "c", 2));
         view.insert("c".to_string());
     }
     assert_eq!(view, ["c".to_string()].into());

@@ -8,20 +8,12 @@ use cosi_core::{
     make_mut, CreateOptions, DestroyOptions, DynamicResource, Error, IdQuery, LabelOp, LabelQuery,
     LabelTerm, ListOptions, Phase, Resource, ResourceSpec, State, UpdateOptions, Version,
 };
-use etcd_common::{counter, state, value_of, Counter};
+use etcd_common::{counter, create_counter, create_owned, state, value_of, Counter};
 
 #[tokio::test]
 async fn create_stores_version_one_and_get_returns_it() {
     let state = state("create").await;
-    let created = state
-        .create(
-            counter("a", 7),
-            CreateOptions {
-                owner: Some("ctrl".into()),
-            },
-        )
-        .await
-        .unwrap();
+    let created = create_owned(&state, "a", 7, "ctrl").await;
     assert_eq!(created.metadata().version(), Version::FIRST);
     let stored = state.get(created.metadata().pointer()).await.unwrap();
     assert_eq!(stored.metadata(), created.metadata());
@@ -32,10 +24,7 @@ async fn create_stores_version_one_and_get_returns_it() {
 #[tokio::test]
 async fn create_of_an_existing_id_fails_with_already_exists() {
     let state = state("exists").await;
-    state
-        .create(counter("a", 1), CreateOptions::default())
-        .await
-        .unwrap();
+    create_counter(&state, "a", 1).await;
     let err = state
         .create(counter("a", 2), CreateOptions::default())
         .await
@@ -68,10 +57,7 @@ async fn create_with_an_empty_id_is_invalid_and_writes_nothing() {
 #[tokio::test]
 async fn update_with_the_stored_version_bumps_it_and_keeps_created() {
     let state = state("update").await;
-    let created = state
-        .create(counter("a", 1), CreateOptions::default())
-        .await
-        .unwrap();
+    let created = create_counter(&state, "a", 1).await;
     let mut changed = cosi_core::downcast_ref::<Counter>(&*created)
         .unwrap()
         .clone();
@@ -88,10 +74,7 @@ async fn update_with_the_stored_version_bumps_it_and_keeps_created() {
 #[tokio::test]
 async fn update_with_stale_version_conflicts() {
     let state = state("stale").await;
-    let created = state
-        .create(counter("a", 1), CreateOptions::default())
-        .await
-        .unwrap();
+    let created = create_counter(&state, "a", 1).await;
     state
         .update(created.clone(), UpdateOptions::default())
         .await
@@ -113,15 +96,7 @@ async fn update_with_stale_version_conflicts() {
 #[tokio::test]
 async fn update_by_another_owner_conflicts_and_changes_nothing() {
     let state = state("owner").await;
-    let created = state
-        .create(
-            counter("a", 1),
-            CreateOptions {
-                owner: Some("ctrl".into()),
-            },
-        )
-        .await
-        .unwrap();
+    let created = create_owned(&state, "a", 1, "ctrl").await;
     let err = state
         .update(created.clone(), UpdateOptions::owned_by(Some("intruder")))
         .await
@@ -134,10 +109,7 @@ async fn update_by_another_owner_conflicts_and_changes_nothing() {
 #[tokio::test]
 async fn update_in_an_unexpected_phase_conflicts() {
     let state = state("phase").await;
-    let created = state
-        .create(counter("a", 1), CreateOptions::default())
-        .await
-        .unwrap();
+    let created = create_counter(&state, "a", 1).await;
     let mut tearing = created.clone();
     make_mut(&mut tearing)
         .metadata_mut()
@@ -184,10 +156,7 @@ async fn destroy_with_pending_finalizers_fails_and_keeps_the_resource() {
 #[tokio::test]
 async fn destroy_removes_the_resource_and_a_second_destroy_is_not_found() {
     let state = state("destroy").await;
-    let created = state
-        .create(counter("a", 1), CreateOptions::default())
-        .await
-        .unwrap();
+    let created = create_counter(&state, "a", 1).await;
     let pointer = created.metadata().pointer().clone();
     state
         .destroy(&pointer, DestroyOptions::default())
@@ -204,15 +173,7 @@ async fn destroy_removes_the_resource_and_a_second_destroy_is_not_found() {
 #[tokio::test]
 async fn destroy_by_another_owner_conflicts() {
     let state = state("destroy-owner").await;
-    let created = state
-        .create(
-            counter("a", 1),
-            CreateOptions {
-                owner: Some("ctrl".into()),
-            },
-        )
-        .await
-        .unwrap();
+    let created = create_owned(&state, "a", 1, "ctrl").await;
     let err = state
         .destroy(created.metadata().pointer(), DestroyOptions::default())
         .await
@@ -284,9 +245,7 @@ async fn unregistered_types_load_as_dynamic_resources() {
 async fn states_with_different_prefixes_do_not_see_each_other() {
     let a = state("isolated").await;
     let b = state("isolated").await;
-    a.create(counter("x", 1), CreateOptions::default())
-        .await
-        .unwrap();
+    create_counter(&a, "x", 1).await;
     assert!(b
         .list(&Counter::kind(), &ListOptions::default())
         .await

@@ -7,29 +7,15 @@ mod etcd_common;
 use std::collections::BTreeMap;
 
 use cosi_core::{
-    Bookmark, CreateOptions, DestroyOptions, Event, Kind, LabelOp, LabelQuery, LabelTerm, Resource,
-    ResourceSpec, State, UpdateOptions, WatchKindOptions, WatchOptions,
+    Bookmark, CreateOptions, Event, LabelOp, LabelQuery, LabelTerm, Resource, ResourceSpec, State,
+    UpdateOptions, WatchKindOptions, WatchOptions,
 };
 use cosi_state::etcd::EtcdOptions;
 use etcd_common::{
-    connect, counter, ev, next_event, options, start_server, state, summary, value_of, Counter,
+    assert_watch_ends, bump, connect, counter, create_counter, destroy, ev, kind, next_event,
+    next_summaries, next_summary, options, start_server, state, summary, value_of, watch_every,
+    Counter,
 };
-
-fn kind() -> Kind {
-    Counter::kind()
-}
-
-async fn bump(state: &impl State, id: &str, value: i64) {
-    let stored = state.get(&kind().pointer(id)).await.unwrap();
-    let mut next = cosi_core::downcast_ref::<Counter>(&*stored)
-        .unwrap()
-        .clone();
-    next.spec.value = value;
-    state
-        .update(next.into_shared(), UpdateOptions::default())
-        .await
-        .unwrap();
-}
 
 #[tokio::test]
 async fn pointer_watch_starts_with_a_tombstone_then_sees_every_change() {
@@ -41,23 +27,11 @@ async fn pointer_watch_starts_with_a_tombstone_then_sees_every_change() {
         .unwrap();
     let first = next_event(&mut watch).await;
     assert!(matches!(first, Event::Destroyed { .. }), "{first:?}");
-    state
-        .create(counter("b", 9), CreateOptions::default())
-        .await
-        .unwrap();
-    state
-        .create(counter("a", 1), CreateOptions::default())
-        .await
-        .unwrap();
+    create_counter(&state, "b", 9).await;
+    create_counter(&state, "a", 1).await;
     bump(&state, "a", 2).await;
-    state
-        .destroy(&pointer, DestroyOptions::default())
-        .await
-        .unwrap();
-    let mut seen = Vec::new();
-    for _ in 0..3 {
-        seen.push(summary(&next_event(&mut watch).await));
-    }
+    destroy(&state, "a").await;
+    let seen = next_summaries(&mut watch, 3).await;
     assert_eq!(
         seen,
         [
@@ -72,24 +46,15 @@ async fn pointer_watch_starts_with_a_tombstone_then_sees_every_change() {
 async fn bootstrap_delivers_contents_in_id_order_then_live_events() {
     let state = state("bootstrap").await;
     for id in ["b", "a"] {
-        state
-            .create(counter(id, 0), CreateOptions::default())
-            .await
-            .unwrap();
+        create_counter(&state, id, 0).await;
     }
     let options = WatchKindOptions {
         bootstrap: true,
         ..Default::default()
     };
     let mut watch = state.watch_kind(&kind(), options).await.unwrap();
-    assert_eq!(
-        summary(&next_event(&mut watch).await),
-        ev("created", "a", 0)
-    );
-    assert_eq!(
-        summary(&next_event(&mut watch).await),
-        ev("created", "b", 0)
-    );
+    assert_eq!(next_summary(&mut watch).await, ev("created", "a", 0));
+    assert_eq!(next_summary(&mut watch).await, ev("created", "b", 0));
     assert!(matches!(
         next_event(&mut watch).await,
         Event::Bootstrapped { .. }
@@ -106,19 +71,10 @@ async fn bootstrap_delivers_contents_in_id_order_then_live_events() {
 #[tokio::test]
 async fn live_watch_sees_only_later_changes_with_increasing_revision_bookmarks() {
     let state = state("live").await;
-    state
-        .create(counter("before", 0), CreateOptions::default())
-        .await
-        .unwrap();
-    let mut watch = state
-        .watch_kind(&kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
+    create_counter(&state, "before", 0).await;
+    let mut watch = watch_every(&state).await;
     for i in 0..5 {
-        state
-            .create(counter(&format!("r{i}"), i), CreateOptions::default())
-            .await
-            .unwrap();
+        create_counter(&state, &format!("r{i}"), i).await;
     }
     let mut last = Bookmark(0);
     for i in 0..5 {
@@ -140,10 +96,7 @@ async fn label_filter_turns_entering_into_created_and_leaving_into_destroyed() {
         ..Default::default()
     };
     let mut watch = state.watch_kind(&kind(), options).await.unwrap();
-    let created = state
-        .create(counter("a", 0), CreateOptions::default())
-        .await
-        .unwrap();
+    let created = create_counter(&state, "a", 0).await;
     let mut web = cosi_core::downcast_ref::<Counter>(&*created)
         .unwrap()
         .clone();
@@ -170,19 +123,10 @@ async fn label_filter_turns_entering_into_created_and_leaving_into_destroyed() {
 async fn bookmark_resumes_in_a_new_state_instance() {
     let options = options("resume");
     let first = connect(options.clone()).await;
-    let mut watch = first
-        .watch_kind(&kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
-    first
-        .create(counter("a", 1), CreateOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_every(&first).await;
+    create_counter(&first, "a", 1).await;
     let bookmark = next_event(&mut watch).await.bookmark().unwrap();
-    first
-        .create(counter("b", 2), CreateOptions::default())
-        .await
-        .unwrap();
+    create_counter(&first, "b", 2).await;
     bump(&first, "a", 3).await;
     drop(watch);
     drop(first);
@@ -194,10 +138,7 @@ async fn bookmark_resumes_in_a_new_state_instance() {
         ..Default::default()
     };
     let mut watch = second.watch_kind(&kind(), since).await.unwrap();
-    second
-        .create(counter("c", 4), CreateOptions::default())
-        .await
-        .unwrap();
+    create_counter(&second, "c", 4).await;
     let mut seen = Vec::new();
     for _ in 0..3 {
         let event = next_event(&mut watch).await;
@@ -233,23 +174,11 @@ async fn compacted_bookmark_gets_resync_and_a_full_bootstrap() {
     // Compaction is server-wide: this test gets a server of its own.
     let server = start_server();
     let state = connect(EtcdOptions::new([server.endpoint()]).with_prefix("/compacted/")).await;
-    let mut watch = state
-        .watch_kind(&kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
-    state
-        .create(counter("a", 1), CreateOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_every(&state).await;
+    create_counter(&state, "a", 1).await;
     let bookmark = next_event(&mut watch).await.bookmark().unwrap();
-    state
-        .create(counter("b", 2), CreateOptions::default())
-        .await
-        .unwrap();
-    state
-        .destroy(&kind().pointer("a"), DestroyOptions::default())
-        .await
-        .unwrap();
+    create_counter(&state, "b", 2).await;
+    destroy(&state, "a").await;
     // Compact etcd's history up to now: the bookmark's successors are gone.
     let head = state
         .client()
@@ -276,22 +205,13 @@ async fn compacted_bookmark_gets_resync_and_a_full_bootstrap() {
         next_event(&mut resumed).await,
         Event::Resync { .. }
     ));
-    assert_eq!(
-        summary(&next_event(&mut resumed).await),
-        ev("created", "b", 2)
-    );
+    assert_eq!(next_summary(&mut resumed).await, ev("created", "b", 2));
     assert!(matches!(
         next_event(&mut resumed).await,
         Event::Bootstrapped { .. }
     ));
-    state
-        .create(counter("c", 3), CreateOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(
-        summary(&next_event(&mut resumed).await),
-        ev("created", "c", 3)
-    );
+    create_counter(&state, "c", 3).await;
+    assert_eq!(next_summary(&mut resumed).await, ev("created", "c", 3));
 }
 
 #[tokio::test]
@@ -299,30 +219,15 @@ async fn slow_watcher_gets_a_compacted_catch_up_relative_to_what_it_saw() {
     // A window of 2 changes and a buffer of 1 event: the watcher falls far behind.
     let state = connect(options("slow").with_history_window(2).with_watch_buffer(1)).await;
     for id in ["a", "b", "c"] {
-        state
-            .create(counter(id, 0), CreateOptions::default())
-            .await
-            .unwrap();
+        create_counter(&state, id, 0).await;
     }
-    let mut slow = state
-        .watch_kind(&kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
+    let mut slow = watch_every(&state).await;
     for value in 1..=20 {
         bump(&state, "a", value).await;
     }
-    state
-        .destroy(&kind().pointer("b"), DestroyOptions::default())
-        .await
-        .unwrap();
-    state
-        .create(counter("d", 0), CreateOptions::default())
-        .await
-        .unwrap();
-    state
-        .create(counter("sentinel", 0), CreateOptions::default())
-        .await
-        .unwrap();
+    destroy(&state, "b").await;
+    create_counter(&state, "d", 0).await;
+    create_counter(&state, "sentinel", 0).await;
 
     // The watcher's view, built only from its events, ends equal to the store.
     let mut view: BTreeMap<String, i64> = [("a", 0), ("b", 0), ("c", 0)]
@@ -380,10 +285,7 @@ async fn strict_watcher_that_falls_behind_ends_with_an_overrun_at_its_last_bookm
     };
     let mut slow = state.watch_kind(&kind(), strict).await.unwrap();
     for i in 0..20 {
-        state
-            .create(counter(&format!("r{i:02}"), i), CreateOptions::default())
-            .await
-            .unwrap();
+        create_counter(&state, &format!("r{i:02}"), i).await;
         state
             .create(
                 counter(&format!("skip-{i:02}"), i),
@@ -405,37 +307,24 @@ async fn strict_watcher_that_falls_behind_ends_with_an_overrun_at_its_last_bookm
         }
         other => panic!("expected an overrun, got {other}"),
     }
-    let end = tokio::time::timeout(etcd_common::EVENT_TIMEOUT, slow.recv()).await;
-    assert!(matches!(end, Ok(None)), "{end:?}");
+    assert_watch_ends(&mut slow).await;
 }
 
 #[tokio::test]
 async fn tail_delivers_the_last_changes_then_live_ones() {
     let state = state("tail").await;
     // The kind's window starts with this process's first watch of the kind.
-    let _first = state
-        .watch_kind(&kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
+    let _first = watch_every(&state).await;
     for i in 0..4 {
-        state
-            .create(counter(&format!("r{i}"), i), CreateOptions::default())
-            .await
-            .unwrap();
+        create_counter(&state, &format!("r{i}"), i).await;
     }
     let tail = WatchKindOptions {
         tail: Some(2),
         ..Default::default()
     };
     let mut watch = state.watch_kind(&kind(), tail).await.unwrap();
-    state
-        .create(counter("r4", 4), CreateOptions::default())
-        .await
-        .unwrap();
-    let mut seen = Vec::new();
-    for _ in 0..3 {
-        seen.push(summary(&next_event(&mut watch).await));
-    }
+    create_counter(&state, "r4", 4).await;
+    let seen = next_summaries(&mut watch, 3).await;
     assert_eq!(
         seen,
         [
@@ -455,10 +344,7 @@ async fn watchers_of_other_kinds_and_prefixes_see_nothing() {
         const DEFAULT_NAMESPACE: &'static str = "test";
     }
     let state = state("kinds").await;
-    let mut watch = state
-        .watch_kind(&kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_every(&state).await;
     state
         .create(
             Resource::new("x", Other {}).into_shared(),
@@ -466,14 +352,8 @@ async fn watchers_of_other_kinds_and_prefixes_see_nothing() {
         )
         .await
         .unwrap();
-    state
-        .create(counter("mine", 1), CreateOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(
-        summary(&next_event(&mut watch).await),
-        ev("created", "mine", 1)
-    );
+    create_counter(&state, "mine", 1).await;
+    assert_eq!(next_summary(&mut watch).await, ev("created", "mine", 1));
 }
 
 /// A gauge from etcd's `/metrics` page.
@@ -503,12 +383,7 @@ async fn all_local_watchers_of_a_kind_share_one_etcd_watch() {
     let state = connect(EtcdOptions::new([server.endpoint()]).with_prefix("/shared/")).await;
     let mut watches = Vec::new();
     for _ in 0..5 {
-        watches.push(
-            state
-                .watch_kind(&kind(), WatchKindOptions::default())
-                .await
-                .unwrap(),
-        );
+        watches.push(watch_every(&state).await);
     }
     watches.push(
         state
@@ -517,12 +392,9 @@ async fn all_local_watchers_of_a_kind_share_one_etcd_watch() {
             .unwrap(),
     );
     next_event(watches.last_mut().unwrap()).await; // the pointer watch's tombstone
-    state
-        .create(counter("a", 1), CreateOptions::default())
-        .await
-        .unwrap();
+    create_counter(&state, "a", 1).await;
     for watch in &mut watches {
-        assert_eq!(summary(&next_event(watch).await), ev("created", "a", 1));
+        assert_eq!(next_summary(watch).await, ev("created", "a", 1));
     }
     assert_eq!(
         etcd_gauge(&server.endpoint(), "etcd_debugging_mvcc_watcher_total"),
@@ -551,11 +423,7 @@ async fn all_local_watchers_of_a_kind_share_one_etcd_watch() {
 #[tokio::test]
 async fn dropping_the_state_ends_its_watches() {
     let state = state("drop").await;
-    let mut watch = state
-        .watch_kind(&kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_every(&state).await;
     drop(state);
-    let end = tokio::time::timeout(etcd_common::EVENT_TIMEOUT, watch.recv()).await;
-    assert!(matches!(end, Ok(None)), "{end:?}");
+    assert_watch_ends(&mut watch).await;
 }

@@ -62,6 +62,14 @@ async fn create(state: &MemoryState, id: &str, value: i64) -> SharedResource {
         .unwrap()
 }
 
+/// Creates counter `id` holding `value`, owned by `owner`.
+async fn create_owned(state: &MemoryState, id: &str, value: i64, owner: &str) -> SharedResource {
+    let options = CreateOptions {
+        owner: Some(owner.into()),
+    };
+    state.create(counter(id, value), options).await.unwrap()
+}
+
 /// Reads, changes the value and writes back.
 async fn set(state: &MemoryState, id: &str, value: i64) -> SharedResource {
     let stored = state.get(&pointer(id)).await.unwrap();
@@ -80,6 +88,45 @@ async fn destroy(state: &MemoryState, id: &str) {
         .destroy(&pointer(id), DestroyOptions::default())
         .await
         .unwrap()
+}
+
+/// Creates `app=<label>`-labelled counter `id` (unlabelled for `None`).
+async fn create_labelled(state: &MemoryState, id: &str, value: i64, label: Option<&str>) {
+    state
+        .create(labelled(id, value, label), CreateOptions::default())
+        .await
+        .unwrap();
+}
+
+/// Creates counters `r0..r{count}`, each holding its index.
+async fn create_numbered(state: &MemoryState, count: i64) {
+    for i in 0..count {
+        create(state, &format!("r{i}"), i).await;
+    }
+}
+
+/// A watch of every counter, from now on.
+async fn watch_every(state: &MemoryState) -> Watch {
+    watch_kind_with(state, WatchKindOptions::default()).await
+}
+
+async fn watch_kind_with(state: &MemoryState, options: WatchKindOptions) -> Watch {
+    state.watch_kind(&kind(), options).await.unwrap()
+}
+
+async fn watch_pointer(state: &MemoryState, id: &str) -> Watch {
+    state
+        .watch(&pointer(id), WatchOptions::default())
+        .await
+        .unwrap()
+}
+
+/// Asserts that the watch ends (yields `None`) instead of waiting for more.
+async fn assert_ends(watch: &mut Watch) {
+    let end = tokio::time::timeout(Duration::from_secs(5), watch.recv())
+        .await
+        .expect("the watch ends instead of waiting");
+    assert!(end.is_none());
 }
 
 async fn recv(watch: &mut Watch) -> Event {
@@ -148,15 +195,7 @@ fn describe_all(events: &[Event]) -> Vec<String> {
 #[tokio::test]
 async fn create_stores_version_one_with_owner_and_equal_timestamps() {
     let state = MemoryState::default();
-    let stored = state
-        .create(
-            counter("a", 1),
-            CreateOptions {
-                owner: Some("ctrl".into()),
-            },
-        )
-        .await
-        .unwrap();
+    let stored = create_owned(&state, "a", 1, "ctrl").await;
     let md = stored.metadata();
     assert_eq!(md.version(), Version::FIRST);
     assert_eq!(md.owner(), Some("ctrl"));
@@ -203,15 +242,7 @@ async fn create_with_an_empty_id_is_an_invalid_argument() {
 #[tokio::test]
 async fn update_bumps_version_and_keeps_created_and_owner() {
     let state = MemoryState::default();
-    let first = state
-        .create(
-            counter("a", 1),
-            CreateOptions {
-                owner: Some("ctrl".into()),
-            },
-        )
-        .await
-        .unwrap();
+    let first = create_owned(&state, "a", 1, "ctrl").await;
     let mut copy = cosi_core::downcast_ref::<Counter>(&*first).unwrap().clone();
     copy.spec.value = 2;
     copy.metadata.set_timestamps(
@@ -349,10 +380,7 @@ async fn list_is_sorted_by_id_and_filtered() {
         ("b", None),
         ("d", Some("db")),
     ] {
-        state
-            .create(labelled(id, 0, label), CreateOptions::default())
-            .await
-            .unwrap();
+        create_labelled(&state, id, 0, label).await;
     }
     let ids = |v: Vec<SharedResource>| -> Vec<String> {
         v.iter().map(|r| r.metadata().id().to_string()).collect()
@@ -378,10 +406,7 @@ async fn list_is_sorted_by_id_and_filtered() {
 #[tokio::test]
 async fn kind_watch_delivers_every_change_in_order_with_bookmarks() {
     let state = MemoryState::default();
-    let mut watch = state
-        .watch_kind(&kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_every(&state).await;
     create(&state, "a", 1).await;
     set(&state, "a", 2).await;
     destroy(&state, "a").await;
@@ -401,16 +426,14 @@ async fn bootstrap_delivers_contents_in_id_order_then_bootstrapped() {
     let state = MemoryState::default();
     create(&state, "b", 2).await;
     create(&state, "a", 1).await;
-    let mut watch = state
-        .watch_kind(
-            &kind(),
-            WatchKindOptions {
-                bootstrap: true,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let mut watch = watch_kind_with(
+        &state,
+        WatchKindOptions {
+            bootstrap: true,
+            ..Default::default()
+        },
+    )
+    .await;
     create(&state, "c", 3).await;
     let events = recv_batch(&mut watch, 10).await;
     assert_eq!(
@@ -427,13 +450,8 @@ async fn bootstrap_delivers_contents_in_id_order_then_bootstrapped() {
 #[tokio::test]
 async fn recv_batch_returns_everything_available_up_to_max() {
     let state = MemoryState::default();
-    let mut watch = state
-        .watch_kind(&kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
-    for i in 0..10 {
-        create(&state, &format!("r{i}"), i).await;
-    }
+    let mut watch = watch_every(&state).await;
+    create_numbered(&state, 10).await;
     assert_eq!(recv_batch(&mut watch, 4).await.len(), 4);
     assert_eq!(recv_batch(&mut watch, 100).await.len(), 6);
 }
@@ -441,10 +459,7 @@ async fn recv_batch_returns_everything_available_up_to_max() {
 #[tokio::test]
 async fn a_waiting_watcher_is_woken_by_a_write() {
     let state = Arc::new(MemoryState::default());
-    let mut watch = state
-        .watch_kind(&kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_every(&state).await;
     let writer = {
         let state = state.clone();
         tokio::spawn(async move {
@@ -459,19 +474,15 @@ async fn a_waiting_watcher_is_woken_by_a_write() {
 #[tokio::test]
 async fn tail_replays_the_last_events_of_the_window() {
     let state = MemoryState::default();
-    for i in 0..5 {
-        create(&state, &format!("r{i}"), i).await;
-    }
-    let mut watch = state
-        .watch_kind(
-            &kind(),
-            WatchKindOptions {
-                tail: Some(2),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    create_numbered(&state, 5).await;
+    let mut watch = watch_kind_with(
+        &state,
+        WatchKindOptions {
+            tail: Some(2),
+            ..Default::default()
+        },
+    )
+    .await;
     let events = recv_batch(&mut watch, 10).await;
     assert_eq!(
         describe_all(&events),
@@ -482,19 +493,15 @@ async fn tail_replays_the_last_events_of_the_window() {
 #[tokio::test]
 async fn since_resumes_after_the_bookmark() {
     let state = MemoryState::default();
-    for i in 0..5 {
-        create(&state, &format!("r{i}"), i).await;
-    }
-    let mut watch = state
-        .watch_kind(
-            &kind(),
-            WatchKindOptions {
-                since: Some(Bookmark(3)),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    create_numbered(&state, 5).await;
+    let mut watch = watch_kind_with(
+        &state,
+        WatchKindOptions {
+            since: Some(Bookmark(3)),
+            ..Default::default()
+        },
+    )
+    .await;
     let events = recv_batch(&mut watch, 10).await;
     assert_eq!(
         describe_all(&events),
@@ -527,10 +534,7 @@ async fn pointer_watch_starts_with_the_current_state() {
     let state = MemoryState::default();
     create(&state, "a", 1).await;
     create(&state, "b", 1).await;
-    let mut watch = state
-        .watch(&pointer("a"), WatchOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_pointer(&state, "a").await;
     set(&state, "b", 2).await;
     set(&state, "a", 2).await;
     assert_eq!(describe(&recv(&mut watch).await), "created a 1 - @2");
@@ -540,10 +544,7 @@ async fn pointer_watch_starts_with_the_current_state() {
 #[tokio::test]
 async fn pointer_watch_of_an_absent_resource_starts_with_a_tombstone() {
     let state = MemoryState::default();
-    let mut watch = state
-        .watch(&pointer("a"), WatchOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_pointer(&state, "a").await;
     match recv(&mut watch).await {
         Event::Destroyed {
             resource,
@@ -563,10 +564,7 @@ async fn pointer_watch_of_an_absent_resource_starts_with_a_tombstone() {
 #[tokio::test]
 async fn pointer_watch_ids_are_exact_not_patterns() {
     let state = MemoryState::default();
-    let mut watch = state
-        .watch(&pointer("a.b"), WatchOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_pointer(&state, "a.b").await;
     recv(&mut watch).await;
     create(&state, "axb", 1).await;
     create(&state, "a.b", 2).await;
@@ -600,10 +598,7 @@ async fn relabel(state: &MemoryState, id: &str, value: i64, label: Option<&str>)
 #[tokio::test]
 async fn a_watcher_within_the_window_gets_every_event_exactly() {
     let state = small(4, 16);
-    let mut watch = state
-        .watch_kind(&kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_every(&state).await;
     create(&state, "a", 1).await;
     set(&state, "a", 2).await;
     set(&state, "a", 3).await;
@@ -626,10 +621,7 @@ async fn a_watcher_behind_the_window_gets_a_compacted_catch_up_then_live_events(
     for id in ["a", "b", "c", "d"] {
         create(&state, id, 0).await;
     }
-    let mut watch = state
-        .watch_kind(&kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_every(&state).await;
     set(&state, "a", 1).await; // 5
     destroy(&state, "b").await; // 6
     create(&state, "e", 1).await; // 7: created and destroyed within the gap
@@ -661,16 +653,14 @@ async fn since_an_old_bookmark_gets_a_catch_up() {
     create(&state, "b", 1).await; // 2
     set(&state, "a", 2).await; // 3
     destroy(&state, "b").await; // 4
-    let mut watch = state
-        .watch_kind(
-            &kind(),
-            WatchKindOptions {
-                since: Some(Bookmark(1)),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let mut watch = watch_kind_with(
+        &state,
+        WatchKindOptions {
+            since: Some(Bookmark(1)),
+            ..Default::default()
+        },
+    )
+    .await;
     assert_eq!(
         describe_all(&recv_batch(&mut watch, 10).await),
         ["updated a ?->2 c @4"]
@@ -683,10 +673,7 @@ async fn a_watcher_behind_evicted_destroy_markers_gets_a_resync() {
     create(&state, "a", 1).await; // 1
     create(&state, "b", 1).await; // 2
     create(&state, "c", 1).await; // 3
-    let mut watch = state
-        .watch_kind(&kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_every(&state).await;
     destroy(&state, "a").await; // 4: its marker is evicted by the next destroy
     destroy(&state, "b").await; // 5
     set(&state, "c", 2).await; // 6
@@ -701,16 +688,14 @@ async fn a_watcher_behind_evicted_destroy_markers_gets_a_resync() {
 #[tokio::test]
 async fn a_strict_watcher_that_falls_behind_ends_with_an_overrun() {
     let state = small(1, 16);
-    let mut watch = state
-        .watch_kind(
-            &kind(),
-            WatchKindOptions {
-                strict: true,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let mut watch = watch_kind_with(
+        &state,
+        WatchKindOptions {
+            strict: true,
+            ..Default::default()
+        },
+    )
+    .await;
     create(&state, "a", 1).await;
     create(&state, "b", 1).await;
     match recv(&mut watch).await {
@@ -722,38 +707,27 @@ async fn a_strict_watcher_that_falls_behind_ends_with_an_overrun() {
         }
         other => panic!("expected an overrun, got {other:?}"),
     }
-    let end = tokio::time::timeout(Duration::from_secs(5), watch.recv())
-        .await
-        .unwrap();
-    assert!(end.is_none());
+    assert_ends(&mut watch).await;
 }
 
 #[tokio::test]
 async fn label_filter_turns_entering_and_leaving_into_created_and_destroyed() {
     let state = MemoryState::default();
-    let mut watch = state
-        .watch_kind(
-            &kind(),
-            WatchKindOptions {
-                labels: web_only(),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    state
-        .create(labelled("a", 0, None), CreateOptions::default())
-        .await
-        .unwrap(); // 1: not matching
+    let mut watch = watch_kind_with(
+        &state,
+        WatchKindOptions {
+            labels: web_only(),
+            ..Default::default()
+        },
+    )
+    .await;
+    create_labelled(&state, "a", 0, None).await; // 1: not matching
     relabel(&state, "a", 1, Some("web")).await; // 2: enters
     relabel(&state, "a", 2, Some("web")).await; // 3: stays
     relabel(&state, "a", 3, Some("db")).await; // 4: leaves
     relabel(&state, "a", 4, None).await; // 5: still out
     destroy(&state, "a").await; // 6: out
-    state
-        .create(labelled("b", 9, Some("web")), CreateOptions::default())
-        .await
-        .unwrap(); // 7
+    create_labelled(&state, "b", 9, Some("web")).await; // 7
     assert_eq!(
         describe_all(&recv_batch(&mut watch, 10).await),
         [
@@ -769,33 +743,22 @@ async fn label_filter_turns_entering_and_leaving_into_created_and_destroyed() {
 async fn filters_apply_to_the_catch_up() {
     let state = small(1, 16);
     for (id, label) in [("a", Some("web")), ("b", Some("web")), ("c", None)] {
-        state
-            .create(labelled(id, 0, label), CreateOptions::default())
-            .await
-            .unwrap();
+        create_labelled(&state, id, 0, label).await;
     }
-    let mut watch = state
-        .watch_kind(
-            &kind(),
-            WatchKindOptions {
-                labels: web_only(),
-                ids: Some(IdQuery::new("^[abcd]$").unwrap()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let mut watch = watch_kind_with(
+        &state,
+        WatchKindOptions {
+            labels: web_only(),
+            ids: Some(IdQuery::new("^[abcd]$").unwrap()),
+            ..Default::default()
+        },
+    )
+    .await;
     relabel(&state, "a", 1, None).await; // leaves the filter
     relabel(&state, "b", 1, Some("web")).await; // stays
     relabel(&state, "c", 1, None).await; // never matched, still does not
-    state
-        .create(labelled("d", 1, Some("web")), CreateOptions::default())
-        .await
-        .unwrap();
-    state
-        .create(labelled("e", 1, Some("web")), CreateOptions::default())
-        .await
-        .unwrap(); // id filtered out
+    create_labelled(&state, "d", 1, Some("web")).await;
+    create_labelled(&state, "e", 1, Some("web")).await; // id filtered out
     assert_eq!(
         describe_all(&recv_batch(&mut watch, 10).await),
         [
@@ -922,17 +885,15 @@ mod convergence {
         } else {
             Default::default()
         };
-        let mut watch = state
-            .watch_kind(
-                &kind(),
-                WatchKindOptions {
-                    bootstrap: true,
-                    labels: labels.clone(),
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
+        let mut watch = watch_kind_with(
+            &state,
+            WatchKindOptions {
+                bootstrap: true,
+                labels: labels.clone(),
+                ..Default::default()
+            },
+        )
+        .await;
         let mut view = View {
             in_bootstrap: true,
             ..View::default()
@@ -1022,17 +983,11 @@ mod convergence {
 #[tokio::test]
 async fn dropping_the_state_ends_its_watches_after_what_they_have() {
     let state = MemoryState::default();
-    let mut watch = state
-        .watch_kind(&kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_every(&state).await;
     create(&state, "a", 1).await;
     drop(state);
     assert_eq!(describe(&recv(&mut watch).await), "created a 1 - @1");
-    let end = tokio::time::timeout(Duration::from_secs(5), watch.recv())
-        .await
-        .expect("the watch ends instead of waiting");
-    assert!(end.is_none());
+    assert_ends(&mut watch).await;
 }
 
 #[tokio::test]
@@ -1081,14 +1036,8 @@ async fn a_collection_resumed_at_a_head_continues_its_sequence() {
 #[tokio::test]
 async fn events_carry_the_stored_values_not_copies() {
     let state = MemoryState::default();
-    let mut first = state
-        .watch_kind(&kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
-    let mut second = state
-        .watch_kind(&kind(), WatchKindOptions::default())
-        .await
-        .unwrap();
+    let mut first = watch_every(&state).await;
+    let mut second = watch_every(&state).await;
     let stored = create(&state, "a", 1).await;
     for watch in [&mut first, &mut second] {
         let event = recv(watch).await;
@@ -1099,19 +1048,15 @@ async fn events_carry_the_stored_values_not_copies() {
 #[tokio::test]
 async fn tail_beyond_the_window_delivers_the_whole_window() {
     let state = small(2, 16);
-    for i in 0..5 {
-        create(&state, &format!("r{i}"), i).await;
-    }
-    let mut watch = state
-        .watch_kind(
-            &kind(),
-            WatchKindOptions {
-                tail: Some(100),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    create_numbered(&state, 5).await;
+    let mut watch = watch_kind_with(
+        &state,
+        WatchKindOptions {
+            tail: Some(100),
+            ..Default::default()
+        },
+    )
+    .await;
     assert_eq!(
         describe_all(&recv_batch(&mut watch, 10).await),
         ["created r3 3 - @4", "created r4 4 - @5"]
@@ -1145,22 +1090,17 @@ async fn bootstrap_with_tail_or_since_is_an_invalid_argument() {
 async fn bootstrap_with_a_label_filter_delivers_only_matching_resources() {
     let state = MemoryState::default();
     for (id, label) in [("a", Some("web")), ("b", None), ("c", Some("web"))] {
-        state
-            .create(labelled(id, 0, label), CreateOptions::default())
-            .await
-            .unwrap();
+        create_labelled(&state, id, 0, label).await;
     }
-    let mut watch = state
-        .watch_kind(
-            &kind(),
-            WatchKindOptions {
-                bootstrap: true,
-                labels: web_only(),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let mut watch = watch_kind_with(
+        &state,
+        WatchKindOptions {
+            bootstrap: true,
+            labels: web_only(),
+            ..Default::default()
+        },
+    )
+    .await;
     assert_eq!(
         describe_all(&recv_batch(&mut watch, 10).await),
         ["created a 0 - @3", "created c 0 - @3", "bootstrapped @3"]
@@ -1171,10 +1111,7 @@ async fn bootstrap_with_a_label_filter_delivers_only_matching_resources() {
 async fn a_pointer_watch_behind_the_window_catches_up_on_its_resource_only() {
     let state = small(1, 16);
     create(&state, "a", 1).await;
-    let mut watch = state
-        .watch(&pointer("a"), WatchOptions::default())
-        .await
-        .unwrap();
+    let mut watch = watch_pointer(&state, "a").await;
     assert_eq!(describe(&recv(&mut watch).await), "created a 1 - @1");
     create(&state, "b", 1).await;
     set(&state, "a", 2).await;
@@ -1206,10 +1143,7 @@ async fn a_strict_pointer_watch_that_falls_behind_ends_with_an_overrun() {
         ),
         "{event:?}"
     );
-    let end = tokio::time::timeout(Duration::from_secs(5), watch.recv())
-        .await
-        .unwrap();
-    assert!(end.is_none());
+    assert_ends(&mut watch).await;
 }
 
 #[tokio::test]

@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use cosi_core::{Event, Resource, ResourceSpec, SharedResource, Watch};
+use cosi_core::{
+    CreateOptions, DestroyOptions, Event, Kind, Resource, ResourceSpec, SharedResource, State,
+    UpdateOptions, Watch, WatchKindOptions,
+};
 use cosi_state::etcd::{EtcdOptions, EtcdServer, EtcdState};
 use serde::{Deserialize, Serialize};
 
@@ -102,4 +105,74 @@ pub fn summary(event: &Event) -> (String, String, Option<i64>) {
 /// `(type, id, value)` shorthand for expectations.
 pub fn ev(kind: &str, id: &str, value: i64) -> (String, String, Option<i64>) {
     (kind.to_string(), id.to_string(), Some(value))
+}
+
+/// The kind of [`Counter`].
+pub fn kind() -> Kind {
+    Counter::kind()
+}
+
+/// Creates counter `id` holding `value`, without an owner.
+pub async fn create_counter(state: &impl State, id: &str, value: i64) -> SharedResource {
+    state
+        .create(counter(id, value), CreateOptions::default())
+        .await
+        .unwrap()
+}
+
+/// Creates counter `id` holding `value`, owned by `owner`.
+pub async fn create_owned(state: &impl State, id: &str, value: i64, owner: &str) -> SharedResource {
+    let options = CreateOptions {
+        owner: Some(owner.into()),
+    };
+    state.create(counter(id, value), options).await.unwrap()
+}
+
+/// Reads counter `id`, sets its value and writes it back.
+pub async fn bump(state: &impl State, id: &str, value: i64) {
+    let stored = state.get(&kind().pointer(id)).await.unwrap();
+    let mut next = cosi_core::downcast_ref::<Counter>(&*stored)
+        .unwrap()
+        .clone();
+    next.spec.value = value;
+    state
+        .update(next.into_shared(), UpdateOptions::default())
+        .await
+        .unwrap();
+}
+
+/// Destroys counter `id`, which must exist.
+pub async fn destroy(state: &impl State, id: &str) {
+    state
+        .destroy(&kind().pointer(id), DestroyOptions::default())
+        .await
+        .unwrap();
+}
+
+/// A watch of every counter, from now on.
+pub async fn watch_every(state: &impl State) -> Watch {
+    state
+        .watch_kind(&kind(), WatchKindOptions::default())
+        .await
+        .unwrap()
+}
+
+/// The [`summary`] of the next event.
+pub async fn next_summary(watch: &mut Watch) -> (String, String, Option<i64>) {
+    summary(&next_event(watch).await)
+}
+
+/// The [`summary`] of each of the next `count` events.
+pub async fn next_summaries(watch: &mut Watch, count: usize) -> Vec<(String, String, Option<i64>)> {
+    let mut seen = Vec::with_capacity(count);
+    for _ in 0..count {
+        seen.push(next_summary(watch).await);
+    }
+    seen
+}
+
+/// Asserts that the watch ends (yields `None`) within the timeout.
+pub async fn assert_watch_ends(watch: &mut Watch) {
+    let end = tokio::time::timeout(EVENT_TIMEOUT, watch.recv()).await;
+    assert!(matches!(end, Ok(None)), "{end:?}");
 }
