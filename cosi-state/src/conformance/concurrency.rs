@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use cosi_core::{
-    CreateOptions, DestroyOptions, Error, Event, Phase, StateExt, UpdateOptions, WatchKindOptions,
-    WatchOptions,
+    CreateOptions, DestroyOptions, Error, Event, Phase, Pointer, Result, State, StateExt,
+    UpdateOptions, WatchKindOptions, WatchOptions,
 };
 use tokio::sync::Barrier;
 use tokio::task::JoinHandle;
@@ -228,6 +228,29 @@ pub async fn concurrent_writers_produce_one_total_order(subject: &Subject) {
     }
 }
 
+/// Starts `teardown_and_destroy` of `pointer` (owner `ctrl`) in another task and returns once
+/// the resource is seen tearing down, so the caller can act while the destroyer waits.
+async fn start_teardown_and_destroy(
+    rule: &str,
+    state: &Arc<dyn State>,
+    pointer: &Pointer,
+) -> JoinHandle<Result<()>> {
+    let destroyer = {
+        let (state, pointer) = (state.clone(), pointer.clone());
+        tokio::spawn(async move { state.teardown_and_destroy(&pointer, Some("ctrl")).await })
+    };
+    let tearing_down = within(
+        rule,
+        "waiting for the teardown",
+        state.watch_for(pointer, |r| {
+            r.is_some_and(|r| r.metadata().phase() == Phase::TearingDown)
+        }),
+    )
+    .await;
+    expect_ok(rule, "watch_for tearing down", tearing_down);
+    destroyer
+}
+
 /// `teardown_and_destroy` waits while a finalizer is held and completes (destroying the
 /// resource) once another task removes the last one. A watcher sees exactly: created, torn
 /// down, finalizer removed, destroyed.
@@ -244,19 +267,7 @@ pub async fn teardown_and_destroy_completes_when_last_finalizer_is_removed(subje
         state.watch(&pointer, WatchOptions::default()).await,
     );
 
-    let destroyer = {
-        let (state, pointer) = (state.clone(), pointer.clone());
-        tokio::spawn(async move { state.teardown_and_destroy(&pointer, Some("ctrl")).await })
-    };
-    let tearing_down = within(
-        RULE,
-        "waiting for the teardown",
-        state.watch_for(&pointer, |r| {
-            r.is_some_and(|r| r.metadata().phase() == Phase::TearingDown)
-        }),
-    )
-    .await;
-    expect_ok(RULE, "watch_for tearing down", tearing_down);
+    let destroyer = start_teardown_and_destroy(RULE, &state, &pointer).await;
     expect_ok(
         RULE,
         "get while a finalizer is held",
@@ -308,19 +319,7 @@ pub async fn teardown_and_destroy_completes_when_another_task_destroys(subject: 
     create_ok(&*state, RULE, fresh, Some("ctrl")).await;
     let pointer = widget_pointer("w");
 
-    let destroyer = {
-        let (state, pointer) = (state.clone(), pointer.clone());
-        tokio::spawn(async move { state.teardown_and_destroy(&pointer, Some("ctrl")).await })
-    };
-    let tearing_down = within(
-        RULE,
-        "waiting for the teardown",
-        state.watch_for(&pointer, |r| {
-            r.is_some_and(|r| r.metadata().phase() == Phase::TearingDown)
-        }),
-    )
-    .await;
-    expect_ok(RULE, "watch_for tearing down", tearing_down);
+    let destroyer = start_teardown_and_destroy(RULE, &state, &pointer).await;
 
     // The other task releases its finalizer and destroys the resource itself.
     expect_ok(
