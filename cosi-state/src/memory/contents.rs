@@ -1,19 +1,21 @@
 //! The contents of one kind under its lock: the live resources in id order (each with the
 //! sequence numbers of its creation and last change), the history window and the destroy
-//! markers — and the computations that need all three at one instant: applying a write,
-//! bootstrap, and the catch-up of a watcher that fell behind.
+//! markers, and the log of which ids changed when — and the computations that need them at one
+//! instant: applying a write, bootstrap, and the catch-up of a watcher that fell behind.
 
 use std::collections::btree_map::Entry;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use cosi_core::{
     Bookmark, DestroyOptions, Error, Event, Pointer, Result, SharedResource, UpdateOptions,
 };
 
+use super::change_log::{ChangeLog, SCAN_RATIO};
 use super::destroy_markers::{DestroyMarker, DestroyMarkers};
 use super::history::{ChangeOp, HistoryWindow};
-use super::id_map::IdMap;
+use super::id_map::{IdKey, IdMap};
 use super::watch_filter::{IdFilter, WatchFilter};
 use super::write_rules;
 
@@ -28,21 +30,48 @@ pub(crate) struct StoredEntry {
     pub(crate) changed_seq: u64,
 }
 
+/// How a catch-up finds the live resources changed since its position.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+// Only tests force `Scan` or `Log`, to check that both find the same resources.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) enum ChangedSearch {
+    /// The change log when it still covers the position (it keeps only as many changes as
+    /// are cheaper to look up than a scan), else a scan.
+    Cheapest,
+    /// Every live resource, in id order: O(live).
+    Scan,
+}
+
 /// Everything one kind holds.
 #[derive(Debug)]
 pub(crate) struct KindContents {
     resources: IdMap<StoredEntry>,
     window: HistoryWindow,
     markers: DestroyMarkers,
+    /// Every live resource changed after the log's `complete_after` has an entry at its
+    /// `changed_seq` (plus stale entries).
+    changes: ChangeLog,
 }
 
 impl KindContents {
     /// Empty contents whose first change gets sequence `head + 1`.
     pub(crate) fn new(history: usize, max_destroy_markers: usize, head: u64) -> Self {
+        Self::with_scan_ratio(history, max_destroy_markers, head, SCAN_RATIO)
+    }
+
+    /// Empty contents whose change log keeps one entry per `scan_ratio` live resources (tests
+    /// use small ratios so that small kinds exercise the log).
+    pub(crate) fn with_scan_ratio(
+        history: usize,
+        max_destroy_markers: usize,
+        head: u64,
+        scan_ratio: usize,
+    ) -> Self {
         KindContents {
             resources: IdMap::default(),
             window: HistoryWindow::new(history, head),
             markers: DestroyMarkers::new(max_destroy_markers, head),
+            changes: ChangeLog::new(head, scan_ratio),
         }
     }
 
@@ -72,14 +101,24 @@ impl KindContents {
     /// Replaces a value already loaded under the same id.
     pub(crate) fn load(&mut self, resource: SharedResource) {
         let seq = self.window.head();
-        self.resources.insert(
-            resource.metadata().pointer().shared_id().clone(),
+        let id = resource.metadata().pointer().shared_id().clone();
+        let replaced = self.resources.insert(
+            id.clone(),
             StoredEntry {
                 resource,
                 created_seq: seq,
                 changed_seq: seq,
             },
         );
+        // A value replaced at the same head already has its log entry.
+        if replaced.is_none_or(|old| old.changed_seq != seq) {
+            self.note_change(seq, id);
+        }
+    }
+
+    /// Records in the change log that `id` changed at `seq`.
+    fn note_change(&mut self, seq: u64, id: Arc<str>) {
+        self.changes.record(seq, id, self.resources.len());
     }
 
     /// The stored values passing `filter`, in id order.
@@ -120,7 +159,8 @@ impl KindContents {
     /// number of the change.
     pub(crate) fn apply_create(&mut self, resource: SharedResource) -> Result<u64> {
         let pointer = resource.metadata().pointer();
-        let Entry::Vacant(slot) = self.resources.entry(pointer.shared_id().clone()) else {
+        let id = pointer.shared_id().clone();
+        let Entry::Vacant(slot) = self.resources.entry(id.clone()) else {
             return Err(Error::AlreadyExists {
                 pointer: pointer.clone(),
             });
@@ -131,6 +171,7 @@ impl KindContents {
             created_seq: seq,
             changed_seq: seq,
         });
+        self.note_change(seq, id);
         Ok(seq)
     }
 
@@ -157,6 +198,7 @@ impl KindContents {
             .window
             .push(ChangeOp::Updated, resource.clone(), Some(old));
         entry.changed_seq = seq;
+        self.note_change(seq, resource.metadata().pointer().shared_id().clone());
         Ok(seq)
     }
 
@@ -187,9 +229,11 @@ impl KindContents {
                 pointer: pointer.clone(),
             });
         };
+        let id = pointer.shared_id().clone();
         let old = std::mem::replace(&mut entry.resource, resource.clone());
         let seq = self.window.push(ChangeOp::Updated, resource, Some(old));
         entry.changed_seq = seq;
+        self.note_change(seq, id);
         Ok(seq)
     }
 
@@ -206,6 +250,7 @@ impl KindContents {
     }
 
     fn record_destroy(&mut self, entry: StoredEntry) -> u64 {
+        self.changes.shrink(self.resources.len());
         let seq = self
             .window
             .push(ChangeOp::Destroyed, entry.resource.clone(), None);
@@ -281,6 +326,17 @@ impl KindContents {
         filter: &WatchFilter,
         out: &mut VecDeque<Event>,
     ) -> u64 {
+        self.catch_up_with(position, filter, out, ChangedSearch::Cheapest)
+    }
+
+    /// [`catch_up`](Self::catch_up), finding the changed live resources with `search`.
+    pub(crate) fn catch_up_with(
+        &self,
+        position: u64,
+        filter: &WatchFilter,
+        out: &mut VecDeque<Event>,
+        search: ChangedSearch,
+    ) -> u64 {
         let head = self.head();
         let bookmark = Bookmark(head);
         if !self.markers.complete_since(position) {
@@ -300,11 +356,9 @@ impl KindContents {
             slot.0 |= marker.created <= position;
             slot.1 = &marker.resource;
         }
-        let mut events: Vec<Event> = Vec::new();
-        let mut push_live = |entry: &StoredEntry| {
-            if entry.changed_seq <= position {
-                return;
-            }
+        let changed = self.changed_since(position, filter, search);
+        let mut events: Vec<Event> = Vec::with_capacity(changed.len());
+        for entry in changed {
             let id = entry.resource.metadata().id();
             let existed = entry.created_seq <= position || gone.get(id).is_some_and(|g| g.0);
             let resource = entry.resource.clone();
@@ -330,18 +384,6 @@ impl KindContents {
                     compacted: true,
                 });
             }
-        };
-        match &filter.ids {
-            IdFilter::Exact(id) => {
-                if let Some(entry) = self.resources.get(id) {
-                    push_live(entry);
-                }
-            }
-            _ => self
-                .resources
-                .values()
-                .filter(|e| filter.ids.matches(e.resource.metadata().id()))
-                .for_each(push_live),
         }
         let mut destroyed: Vec<(&str, &SharedResource)> = gone
             .into_iter()
@@ -363,7 +405,48 @@ impl KindContents {
         }
         head
     }
+
+    /// The live resources whose ids pass `filter` and that changed after `position`, in id
+    /// order (labels are the caller's to judge: a resource that stopped matching is news too).
+    fn changed_since(
+        &self,
+        position: u64,
+        filter: &WatchFilter,
+        search: ChangedSearch,
+    ) -> Vec<&StoredEntry> {
+        let changed = |e: &&StoredEntry| e.changed_seq > position;
+        if let IdFilter::Exact(id) = &filter.ids {
+            return self.resources.get(id).filter(changed).into_iter().collect();
+        }
+        let log = match search {
+            ChangedSearch::Cheapest => self.changes.after(position),
+            ChangedSearch::Scan => None,
+        };
+        let Some(log) = log else {
+            // The sequence number is checked first: it sits in the map node, while the id
+            // lives in the resource, elsewhere in memory.
+            return self
+                .resources
+                .values()
+                .filter(|e| changed(e) && filter.ids.matches(e.resource.metadata().id()))
+                .collect();
+        };
+        // Every live resource changed after `position` has a log entry at its last change, so
+        // the ids after `position` cover them all; stale entries are weeded out by the check
+        // against the live entry (changed again later, destroyed, or listed twice).
+        let mut ids: Vec<&IdKey> = log.collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter()
+            .filter(|id| filter.ids.matches(id.as_str()))
+            .filter_map(|id| self.resources.get_key(id))
+            .filter(changed)
+            .collect()
+    }
 }
+
+#[cfg(test)]
+mod tests;
 
 fn event_id(event: &Event) -> &str {
     event.resource().map_or("", |r| r.metadata().id())

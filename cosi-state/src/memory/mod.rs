@@ -57,6 +57,7 @@
 //! values alive) and the destroy markers (which keep last states alive); a watcher holds only
 //! the batch it has not handed out yet.
 
+mod change_log;
 mod collection;
 mod collections;
 mod contents;
