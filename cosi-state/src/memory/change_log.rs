@@ -10,8 +10,12 @@
 //! that is all it keeps. Older entries are dropped as new ones arrive, and the log remembers up
 //! to which sequence number it is incomplete; a catch-up from before that scans. So writes only
 //! append and drop (no search, no rebuild), and the log holds at most one entry per
-//! [`SCAN_RATIO`] live resources. It owns no resource values, only shared ids. Nothing here
-//! knows about watchers or events.
+//! [`SCAN_RATIO`] live resources. It owns no resource values, only shared ids.
+//!
+//! A catch-up only happens from a position older than the history window, so a log that keeps
+//! no more changes than the window holds would never be read: until the kind has more than
+//! `SCAN_RATIO × window` live resources (131,072 with the default window), the log keeps
+//! nothing and writes pay one comparison. Nothing here knows about watchers or events.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -32,17 +36,21 @@ pub(crate) struct ChangeLog {
     complete_after: u64,
     /// Live resources per entry kept: [`SCAN_RATIO`] except in tests.
     scan_ratio: usize,
+    /// The log keeps entries only for more live resources than this.
+    min_live: usize,
 }
 
 impl ChangeLog {
-    /// An empty log, complete for changes after `head`, keeping one entry per `scan_ratio`
-    /// (at least 1) live resources: [`SCAN_RATIO`], or less in tests so that small kinds
-    /// exercise the log.
-    pub(crate) fn new(head: u64, scan_ratio: usize) -> Self {
+    /// An empty log, complete for changes after `head`, for a kind whose history window holds
+    /// `window` changes, keeping one entry per `scan_ratio` (at least 1) live resources:
+    /// [`SCAN_RATIO`], or less in tests so that small kinds exercise the log.
+    pub(crate) fn new(head: u64, window: usize, scan_ratio: usize) -> Self {
+        let scan_ratio = scan_ratio.max(1);
         ChangeLog {
             entries: VecDeque::new(),
             complete_after: head,
-            scan_ratio: scan_ratio.max(1),
+            scan_ratio,
+            min_live: scan_ratio.saturating_mul(window),
         }
     }
 
@@ -55,22 +63,26 @@ impl ChangeLog {
     /// Records the change of `id` at `seq`, which must be at least every sequence number
     /// already recorded (changes are recorded in the kind's order), then drops the oldest
     /// entries beyond what a kind of `live` resources keeps.
-    pub(crate) fn record(&mut self, seq: u64, id: Arc<str>, live: usize) {
+    pub(crate) fn record(&mut self, seq: u64, id: &Arc<str>, live: usize) {
         debug_assert!(seq >= self.complete_after);
         debug_assert!(self.entries.back().is_none_or(|(last, _)| *last <= seq));
-        if live / self.scan_ratio == 0 {
-            // Too few resources for the log to beat a scan: keep nothing, not even this entry.
+        if live <= self.min_live {
+            // The window covers every change the log would keep: keep nothing, not even this.
             self.entries.clear();
             self.complete_after = seq;
             return;
         }
-        self.entries.push_back((seq, IdKey::new(id)));
+        self.entries.push_back((seq, IdKey::new(id.clone())));
         self.shrink(live);
     }
 
     /// Drops the oldest entries beyond what a kind of `live` resources keeps.
     pub(crate) fn shrink(&mut self, live: usize) {
-        let keep = live / self.scan_ratio;
+        let keep = if live <= self.min_live {
+            0
+        } else {
+            live / self.scan_ratio
+        };
         while self.entries.len() > keep {
             if let Some((seq, _)) = self.entries.pop_front() {
                 self.complete_after = seq;
@@ -93,9 +105,17 @@ impl ChangeLog {
 mod tests {
     use super::*;
 
-    /// Enough live resources for the log to keep `entries` entries.
+    /// The window of the kinds in these tests.
+    const WINDOW: usize = 4;
+
+    /// Enough live resources for the log to keep `entries` entries (more than the window).
     fn live_for(entries: usize) -> usize {
+        assert!(entries > WINDOW);
         entries * SCAN_RATIO
+    }
+
+    fn log() -> ChangeLog {
+        ChangeLog::new(0, WINDOW, SCAN_RATIO)
     }
 
     fn ids_after(log: &ChangeLog, position: u64) -> Option<Vec<&str>> {
@@ -105,9 +125,9 @@ mod tests {
 
     #[test]
     fn after_lists_exactly_the_ids_changed_later_in_change_order() {
-        let mut log = ChangeLog::new(0, SCAN_RATIO);
+        let mut log = log();
         for (seq, id) in [(1, "b"), (2, "a"), (4, "b"), (7, "c")] {
-            log.record(seq, Arc::from(id), live_for(10));
+            log.record(seq, &Arc::from(id), live_for(10));
         }
         assert_eq!(ids_after(&log, 0), Some(vec!["b", "a", "b", "c"]));
         assert_eq!(ids_after(&log, 2), Some(vec!["b", "c"]));
@@ -117,28 +137,28 @@ mod tests {
 
     #[test]
     fn the_log_keeps_one_entry_per_scan_ratio_live_resources() {
-        let mut log = ChangeLog::new(0, SCAN_RATIO);
+        let mut log = log();
         for seq in 1..=100 {
-            log.record(seq, Arc::from("a"), live_for(3));
+            log.record(seq, &Arc::from("a"), live_for(5));
         }
-        assert_eq!(log.len(), 3);
+        assert_eq!(log.len(), 5);
         assert_eq!(ids_after(&log, 97), Some(vec!["a", "a", "a"]));
     }
 
     #[test]
     fn positions_before_dropped_entries_are_not_covered() {
-        let mut log = ChangeLog::new(0, SCAN_RATIO);
-        for seq in 1..=5 {
-            log.record(seq, Arc::from("a"), live_for(2));
+        let mut log = log();
+        for seq in 1..=8 {
+            log.record(seq, &Arc::from("a"), live_for(5));
         }
         assert!(log.after(2).is_none());
-        assert_eq!(ids_after(&log, 3), Some(vec!["a", "a"]));
+        assert_eq!(ids_after(&log, 3), Some(vec!["a"; 5]));
     }
 
     #[test]
-    fn a_kind_too_small_to_beat_a_scan_keeps_no_entries() {
-        let mut log = ChangeLog::new(0, SCAN_RATIO);
-        log.record(1, Arc::from("a"), SCAN_RATIO - 1);
+    fn a_kind_whose_window_covers_what_the_log_would_keep_keeps_no_entries() {
+        let mut log = log();
+        log.record(1, &Arc::from("a"), WINDOW * SCAN_RATIO);
         assert_eq!(log.len(), 0);
         assert!(log.after(0).is_none());
         assert_eq!(ids_after(&log, 1), Some(vec![]));
@@ -146,19 +166,22 @@ mod tests {
 
     #[test]
     fn shrinking_the_live_count_drops_the_oldest_entries() {
-        let mut log = ChangeLog::new(0, SCAN_RATIO);
-        for seq in 1..=4 {
-            log.record(seq, Arc::from("a"), live_for(4));
+        let mut log = log();
+        for seq in 1..=7 {
+            log.record(seq, &Arc::from("a"), live_for(7));
         }
-        log.shrink(live_for(1));
-        assert_eq!(log.len(), 1);
-        assert!(log.after(2).is_none());
-        assert_eq!(ids_after(&log, 3), Some(vec!["a"]));
+        log.shrink(live_for(5));
+        assert_eq!(log.len(), 5);
+        assert!(log.after(1).is_none());
+        assert_eq!(ids_after(&log, 2), Some(vec!["a"; 5]));
+        log.shrink(WINDOW * SCAN_RATIO);
+        assert_eq!(log.len(), 0);
+        assert_eq!(ids_after(&log, 7), Some(vec![]));
     }
 
     #[test]
     fn a_log_resumed_at_a_head_covers_nothing_before_it() {
-        let log = ChangeLog::new(10, SCAN_RATIO);
+        let log = ChangeLog::new(10, WINDOW, SCAN_RATIO);
         assert!(log.after(9).is_none());
         assert_eq!(ids_after(&log, 10), Some(vec![]));
     }

@@ -5,7 +5,6 @@
 
 use std::collections::btree_map::Entry;
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use cosi_core::{
@@ -71,7 +70,7 @@ impl KindContents {
             resources: IdMap::default(),
             window: HistoryWindow::new(history, head),
             markers: DestroyMarkers::new(max_destroy_markers, head),
-            changes: ChangeLog::new(head, scan_ratio),
+            changes: ChangeLog::new(head, history.max(1), scan_ratio),
         }
     }
 
@@ -112,13 +111,8 @@ impl KindContents {
         );
         // A value replaced at the same head already has its log entry.
         if replaced.is_none_or(|old| old.changed_seq != seq) {
-            self.note_change(seq, id);
+            self.changes.record(seq, &id, self.resources.len());
         }
-    }
-
-    /// Records in the change log that `id` changed at `seq`.
-    fn note_change(&mut self, seq: u64, id: Arc<str>) {
-        self.changes.record(seq, id, self.resources.len());
     }
 
     /// The stored values passing `filter`, in id order.
@@ -159,19 +153,20 @@ impl KindContents {
     /// number of the change.
     pub(crate) fn apply_create(&mut self, resource: SharedResource) -> Result<u64> {
         let pointer = resource.metadata().pointer();
-        let id = pointer.shared_id().clone();
-        let Entry::Vacant(slot) = self.resources.entry(id.clone()) else {
+        let live = self.resources.len() + 1;
+        let Entry::Vacant(slot) = self.resources.entry(pointer.shared_id().clone()) else {
             return Err(Error::AlreadyExists {
                 pointer: pointer.clone(),
             });
         };
         let seq = self.window.push(ChangeOp::Created, resource.clone(), None);
-        slot.insert(StoredEntry {
+        let stored = slot.insert(StoredEntry {
             resource,
             created_seq: seq,
             changed_seq: seq,
         });
-        self.note_change(seq, id);
+        let id = stored.resource.metadata().pointer().shared_id();
+        self.changes.record(seq, id, live);
         Ok(seq)
     }
 
@@ -198,7 +193,9 @@ impl KindContents {
             .window
             .push(ChangeOp::Updated, resource.clone(), Some(old));
         entry.changed_seq = seq;
-        self.note_change(seq, resource.metadata().pointer().shared_id().clone());
+        let live = self.resources.len();
+        self.changes
+            .record(seq, resource.metadata().pointer().shared_id(), live);
         Ok(seq)
     }
 
@@ -224,16 +221,17 @@ impl KindContents {
     #[allow(dead_code)] // The publishing path of durable backends; memory uses check_and_*.
     pub(crate) fn apply_update(&mut self, resource: SharedResource) -> Result<u64> {
         let pointer = resource.metadata().pointer();
+        let live = self.resources.len();
         let Some(entry) = self.resources.get_mut_shared(pointer.shared_id()) else {
             return Err(Error::NotFound {
                 pointer: pointer.clone(),
             });
         };
-        let id = pointer.shared_id().clone();
         let old = std::mem::replace(&mut entry.resource, resource.clone());
         let seq = self.window.push(ChangeOp::Updated, resource, Some(old));
         entry.changed_seq = seq;
-        self.note_change(seq, id);
+        let id = entry.resource.metadata().pointer().shared_id();
+        self.changes.record(seq, id, live);
         Ok(seq)
     }
 

@@ -18,7 +18,11 @@
 //! change, and each destruction leaves a marker (destroyed at, created at, last state). Markers
 //! are exact per incarnation, so an id destroyed and recreated any number of times inside the
 //! gap is still reported correctly (as `Updated` if some incarnation existed at the watcher's
-//! position, else `Created`). When markers the catch-up would need were evicted, the watcher
+//! position, else `Created`). The live resources changed since the position come from a scan of
+//! all of them in id order, or — when the changes since the position are few next to the live
+//! count (one per 32 live resources at most, which needs a kind of more than 32 × the window) —
+//! from the change log, a bounded list of the ids of the latest changes, so a catch-up of a large
+//! kind costs O(changed) rather than O(live). When markers the catch-up would need were evicted, the watcher
 //! receives [`cosi_core::Event::Resync`] and a full bootstrap instead. Strict watchers receive
 //! one `Errored { WatchOverrun }` and end.
 //!
@@ -54,8 +58,8 @@
 //! Writers never wait for a consumer: they only contend for the kind lock, which a watcher
 //! holds for one bounded batch (or one bootstrap/catch-up scan). Fan-out costs an `Arc` clone
 //! per event per watcher. Memory is bounded by the live resources, the window (which keeps old
-//! values alive) and the destroy markers (which keep last states alive); a watcher holds only
-//! the batch it has not handed out yet.
+//! values alive), the destroy markers (which keep last states alive) and the change log (one
+//! shared id per 32 live resources); a watcher holds only the batch it has not handed out yet.
 
 mod change_log;
 mod collection;

@@ -188,7 +188,7 @@ fn a_resource_created_and_destroyed_since_the_position_is_not_reported() {
 #[test]
 fn a_resource_destroyed_and_recreated_is_reported_updated_with_its_new_state() {
     let mut contents = contents(1);
-    for id in ["a", "b"] {
+    for id in ["a", "b", "c", "d"] {
         create(&mut contents, id, 0);
     }
     let position = contents.head();
@@ -197,7 +197,7 @@ fn a_resource_destroyed_and_recreated_is_reported_updated_with_its_new_state() {
     create(&mut contents, "a", 7);
     assert_eq!(
         log_catch_up_equals_scan(&contents, position, &every_id()),
-        ["updated a 7 c @5"]
+        ["updated a 7 c @7"]
     );
 }
 
@@ -231,6 +231,20 @@ fn the_log_stays_bounded_after_many_updates_to_one_resource() {
         update(&mut contents, "item-0000", value);
     }
     assert_eq!(contents.changes.len(), 2);
+}
+
+#[test]
+fn a_kind_no_larger_than_the_scan_ratio_times_the_window_keeps_no_log() {
+    let window = 4;
+    let mut contents = KindContents::new(window, 1024, 0);
+    for i in 0..window * SCAN_RATIO {
+        create(&mut contents, &format!("item-{i:04}"), 0);
+    }
+    assert_eq!(contents.changes.len(), 0);
+    assert!(!log_covers(&contents, contents.head() - 1));
+    create(&mut contents, "item-9999", 0);
+    assert_eq!(contents.changes.len(), 1);
+    assert!(log_covers(&contents, contents.head() - 1));
 }
 
 #[test]
