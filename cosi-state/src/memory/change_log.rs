@@ -60,24 +60,37 @@ impl ChangeLog {
         self.entries.len()
     }
 
-    /// Records the change of `id` at `seq`, which must be at least every sequence number
-    /// already recorded (changes are recorded in the kind's order), then drops the oldest
-    /// entries beyond what a kind of `live` resources keeps.
-    pub(crate) fn record(&mut self, seq: u64, id: &Arc<str>, live: usize) {
+    /// Records the change at `seq` of the resource whose id `id` gives, which must be at least
+    /// every sequence number already recorded (changes are recorded in the kind's order), then
+    /// drops the oldest entries beyond what a kind of `live` resources keeps.
+    // Inlined, and the id fetched only when kept: every write calls this, and while the log
+    // keeps nothing it must cost no more than a comparison.
+    #[inline]
+    pub(crate) fn record<'a>(&mut self, seq: u64, live: usize, id: impl FnOnce() -> &'a Arc<str>) {
         debug_assert!(seq >= self.complete_after);
         debug_assert!(self.entries.back().is_none_or(|(last, _)| *last <= seq));
         if live <= self.min_live {
             // The window covers every change the log would keep: keep nothing, not even this.
-            self.entries.clear();
+            if !self.entries.is_empty() {
+                self.entries.clear();
+            }
             self.complete_after = seq;
             return;
         }
-        self.entries.push_back((seq, IdKey::new(id.clone())));
+        self.append(seq, IdKey::new(id().clone()), live);
+    }
+
+    fn append(&mut self, seq: u64, id: IdKey, live: usize) {
+        self.entries.push_back((seq, id));
         self.shrink(live);
     }
 
     /// Drops the oldest entries beyond what a kind of `live` resources keeps.
+    #[inline]
     pub(crate) fn shrink(&mut self, live: usize) {
+        if self.entries.is_empty() {
+            return;
+        }
         let keep = if live <= self.min_live {
             0
         } else {
@@ -118,6 +131,11 @@ mod tests {
         ChangeLog::new(0, WINDOW, SCAN_RATIO)
     }
 
+    fn record(log: &mut ChangeLog, seq: u64, id: &str, live: usize) {
+        let id = Arc::from(id);
+        log.record(seq, live, || &id);
+    }
+
     fn ids_after(log: &ChangeLog, position: u64) -> Option<Vec<&str>> {
         log.after(position)
             .map(|ids| ids.map(IdKey::as_str).collect())
@@ -127,7 +145,7 @@ mod tests {
     fn after_lists_exactly_the_ids_changed_later_in_change_order() {
         let mut log = log();
         for (seq, id) in [(1, "b"), (2, "a"), (4, "b"), (7, "c")] {
-            log.record(seq, &Arc::from(id), live_for(10));
+            record(&mut log, seq, id, live_for(10));
         }
         assert_eq!(ids_after(&log, 0), Some(vec!["b", "a", "b", "c"]));
         assert_eq!(ids_after(&log, 2), Some(vec!["b", "c"]));
@@ -139,7 +157,7 @@ mod tests {
     fn the_log_keeps_one_entry_per_scan_ratio_live_resources() {
         let mut log = log();
         for seq in 1..=100 {
-            log.record(seq, &Arc::from("a"), live_for(5));
+            record(&mut log, seq, "a", live_for(5));
         }
         assert_eq!(log.len(), 5);
         assert_eq!(ids_after(&log, 97), Some(vec!["a", "a", "a"]));
@@ -149,7 +167,7 @@ mod tests {
     fn positions_before_dropped_entries_are_not_covered() {
         let mut log = log();
         for seq in 1..=8 {
-            log.record(seq, &Arc::from("a"), live_for(5));
+            record(&mut log, seq, "a", live_for(5));
         }
         assert!(log.after(2).is_none());
         assert_eq!(ids_after(&log, 3), Some(vec!["a"; 5]));
@@ -158,7 +176,7 @@ mod tests {
     #[test]
     fn a_kind_whose_window_covers_what_the_log_would_keep_keeps_no_entries() {
         let mut log = log();
-        log.record(1, &Arc::from("a"), WINDOW * SCAN_RATIO);
+        record(&mut log, 1, "a", WINDOW * SCAN_RATIO);
         assert_eq!(log.len(), 0);
         assert!(log.after(0).is_none());
         assert_eq!(ids_after(&log, 1), Some(vec![]));
@@ -168,7 +186,7 @@ mod tests {
     fn shrinking_the_live_count_drops_the_oldest_entries() {
         let mut log = log();
         for seq in 1..=7 {
-            log.record(seq, &Arc::from("a"), live_for(7));
+            record(&mut log, seq, "a", live_for(7));
         }
         log.shrink(live_for(5));
         assert_eq!(log.len(), 5);

@@ -111,7 +111,7 @@ impl KindContents {
         );
         // A value replaced at the same head already has its log entry.
         if replaced.is_none_or(|old| old.changed_seq != seq) {
-            self.changes.record(seq, &id, self.resources.len());
+            self.changes.record(seq, self.resources.len(), || &id);
         }
     }
 
@@ -165,8 +165,9 @@ impl KindContents {
             created_seq: seq,
             changed_seq: seq,
         });
-        let id = stored.resource.metadata().pointer().shared_id();
-        self.changes.record(seq, id, live);
+        self.changes.record(seq, live, || {
+            stored.resource.metadata().pointer().shared_id()
+        });
         Ok(seq)
     }
 
@@ -195,7 +196,7 @@ impl KindContents {
         entry.changed_seq = seq;
         let live = self.resources.len();
         self.changes
-            .record(seq, resource.metadata().pointer().shared_id(), live);
+            .record(seq, live, || resource.metadata().pointer().shared_id());
         Ok(seq)
     }
 
@@ -230,8 +231,9 @@ impl KindContents {
         let old = std::mem::replace(&mut entry.resource, resource.clone());
         let seq = self.window.push(ChangeOp::Updated, resource, Some(old));
         entry.changed_seq = seq;
-        let id = entry.resource.metadata().pointer().shared_id();
-        self.changes.record(seq, id, live);
+        self.changes.record(seq, live, || {
+            entry.resource.metadata().pointer().shared_id()
+        });
         Ok(seq)
     }
 
