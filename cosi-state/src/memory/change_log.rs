@@ -10,7 +10,10 @@
 //! that is all it keeps. Older entries are dropped as new ones arrive, and the log remembers up
 //! to which sequence number it is incomplete; a catch-up from before that scans. So writes only
 //! append and drop (no search, no rebuild), and the log holds at most one entry per
-//! [`SCAN_RATIO`] live resources. It owns no resource values, only shared ids.
+//! [`SCAN_RATIO`] live resources. It owns no resource values, only ids: copied inline when
+//! short (as ids are), so that dropping an entry touches nothing outside the log — sharing the
+//! id instead would cost a cache miss on its reference count per write, as the entry dropped
+//! was written tens of thousands of writes earlier.
 //!
 //! A catch-up only happens from a position older than the history window, so a log that keeps
 //! no more changes than the window holds would never be read: until the kind has more than
@@ -20,10 +23,45 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::id_map::IdKey;
-
-/// How many live entries a catch-up may scan for the cost of one change taken from the log.
+/// How many live entries a catch-up may scan for the cost of one change taken from the log (a
+/// power of two: every write divides by it).
 pub(crate) const SCAN_RATIO: usize = 32;
+
+/// Ids up to this many bytes are copied into the entry.
+const INLINE_ID: usize = 22;
+
+/// An id as the log keeps it.
+#[derive(Debug)]
+enum LoggedId {
+    /// A short id's bytes (a whole `str`: copied from one).
+    Inline { len: u8, bytes: [u8; INLINE_ID] },
+    /// A longer id, shared with the resource.
+    Shared(Arc<str>),
+}
+
+impl LoggedId {
+    fn new(id: &Arc<str>) -> Self {
+        match u8::try_from(id.len()) {
+            Ok(len) if id.len() <= INLINE_ID => {
+                let mut bytes = [0; INLINE_ID];
+                bytes[..id.len()].copy_from_slice(id.as_bytes());
+                LoggedId::Inline { len, bytes }
+            }
+            _ => LoggedId::Shared(id.clone()),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // The bytes were copied whole from a `str`, so they are UTF-8: the fallback is
+            // unreachable and only avoids an `unwrap`.
+            LoggedId::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            LoggedId::Shared(id) => id,
+        }
+    }
+}
 
 /// The ids of the latest changes, oldest first.
 #[derive(Debug)]
@@ -31,25 +69,25 @@ pub(crate) struct ChangeLog {
     /// `(sequence number, id)` with non-decreasing sequence numbers (equal only for resources
     /// loaded at one head, see [`KindContents::load`](super::KindContents::load)). An entry is
     /// stale once its resource changed again or was destroyed; readers check.
-    entries: VecDeque<(u64, IdKey)>,
+    entries: VecDeque<(u64, LoggedId)>,
     /// Every change after this sequence number has an entry.
     complete_after: u64,
-    /// Live resources per entry kept: [`SCAN_RATIO`] except in tests.
-    scan_ratio: usize,
+    /// Live resources per entry kept, as a power of two: [`SCAN_RATIO`] except in tests.
+    scan_shift: u32,
     /// The log keeps entries only for more live resources than this.
     min_live: usize,
 }
 
 impl ChangeLog {
     /// An empty log, complete for changes after `head`, for a kind whose history window holds
-    /// `window` changes, keeping one entry per `scan_ratio` (at least 1) live resources:
-    /// [`SCAN_RATIO`], or less in tests so that small kinds exercise the log.
+    /// `window` changes, keeping one entry per `scan_ratio` live resources (rounded up to a
+    /// power of two): [`SCAN_RATIO`], or less in tests so that small kinds exercise the log.
     pub(crate) fn new(head: u64, window: usize, scan_ratio: usize) -> Self {
-        let scan_ratio = scan_ratio.max(1);
+        let scan_ratio = scan_ratio.max(1).next_power_of_two();
         ChangeLog {
             entries: VecDeque::new(),
             complete_after: head,
-            scan_ratio,
+            scan_shift: scan_ratio.trailing_zeros(),
             min_live: scan_ratio.saturating_mul(window),
         }
     }
@@ -77,10 +115,10 @@ impl ChangeLog {
             self.complete_after = seq;
             return;
         }
-        self.append(seq, IdKey::new(id().clone()), live);
+        self.append(seq, LoggedId::new(id()), live);
     }
 
-    fn append(&mut self, seq: u64, id: IdKey, live: usize) {
+    fn append(&mut self, seq: u64, id: LoggedId, live: usize) {
         self.entries.push_back((seq, id));
         self.shrink(live);
     }
@@ -94,7 +132,7 @@ impl ChangeLog {
         let keep = if live <= self.min_live {
             0
         } else {
-            live / self.scan_ratio
+            live >> self.scan_shift
         };
         while self.entries.len() > keep {
             if let Some((seq, _)) = self.entries.pop_front() {
@@ -105,12 +143,12 @@ impl ChangeLog {
 
     /// The entries of changes after `position`, oldest first (stale ones included), or `None`
     /// when some of them were already dropped.
-    pub(crate) fn after(&self, position: u64) -> Option<impl Iterator<Item = &IdKey>> {
+    pub(crate) fn after(&self, position: u64) -> Option<impl Iterator<Item = &str>> {
         if position < self.complete_after {
             return None;
         }
         let start = self.entries.partition_point(|(seq, _)| *seq <= position);
-        Some(self.entries.range(start..).map(|(_, id)| id))
+        Some(self.entries.range(start..).map(|(_, id)| id.as_str()))
     }
 }
 
@@ -137,8 +175,7 @@ mod tests {
     }
 
     fn ids_after(log: &ChangeLog, position: u64) -> Option<Vec<&str>> {
-        log.after(position)
-            .map(|ids| ids.map(IdKey::as_str).collect())
+        log.after(position).map(|ids| ids.collect())
     }
 
     #[test]
@@ -195,6 +232,25 @@ mod tests {
         log.shrink(WINDOW * SCAN_RATIO);
         assert_eq!(log.len(), 0);
         assert_eq!(ids_after(&log, 7), Some(vec![]));
+    }
+
+    #[test]
+    fn ids_of_every_length_read_back_exactly() {
+        let mut log = log();
+        let long = "x".repeat(INLINE_ID + 1);
+        let edge = "é".repeat(INLINE_ID / 2);
+        for (seq, id) in [
+            (1, ""),
+            (2, "item-0000042"),
+            (3, edge.as_str()),
+            (4, long.as_str()),
+        ] {
+            record(&mut log, seq, id, live_for(10));
+        }
+        assert_eq!(
+            ids_after(&log, 0),
+            Some(vec!["", "item-0000042", edge.as_str(), long.as_str()])
+        );
     }
 
     #[test]

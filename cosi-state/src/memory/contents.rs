@@ -14,7 +14,7 @@ use cosi_core::{
 use super::change_log::{ChangeLog, SCAN_RATIO};
 use super::destroy_markers::{DestroyMarker, DestroyMarkers};
 use super::history::{ChangeOp, HistoryWindow};
-use super::id_map::{IdKey, IdMap};
+use super::id_map::IdMap;
 use super::watch_filter::{IdFilter, WatchFilter};
 use super::write_rules;
 
@@ -436,12 +436,12 @@ impl KindContents {
         // Every live resource changed after `position` has a log entry at its last change, so
         // the ids after `position` cover them all; stale entries are weeded out by the check
         // against the live entry (changed again later, destroyed, or listed twice).
-        let mut ids: Vec<&IdKey> = log.collect();
+        let mut ids: Vec<&str> = log.collect();
         ids.sort_unstable();
         ids.dedup();
         ids.into_iter()
-            .filter(|id| filter.ids.matches(id.as_str()))
-            .filter_map(|id| self.resources.get_key(id))
+            .filter(|id| filter.ids.matches(id))
+            .filter_map(|id| self.resources.get(id))
             .filter(changed)
             .collect()
     }

@@ -15,18 +15,6 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 pub(crate) struct IdKey(Arc<str>);
 
-impl IdKey {
-    /// The key of `id` (shares the string).
-    pub(crate) fn new(id: Arc<str>) -> Self {
-        IdKey(id)
-    }
-
-    /// The id.
-    pub(crate) fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
 impl PartialEq for IdKey {
     fn eq(&self, other: &Self) -> bool {
         self.0 == other.0
@@ -120,12 +108,6 @@ impl<V> IdMap<V> {
     /// The value of `id`, searched with the fast comparison (costs a reference-count bump).
     pub(crate) fn get_shared(&self, id: &Arc<str>) -> Option<&V> {
         self.map.get(&IdKey(id.clone()))
-    }
-
-    /// The value stored under `key`, searched with the fast comparison (no reference-count
-    /// bump: the key is already one).
-    pub(crate) fn get_key(&self, key: &IdKey) -> Option<&V> {
-        self.map.get(key)
     }
 
     /// The value of `id` for changing, searched with the fast comparison.
