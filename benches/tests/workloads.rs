@@ -88,6 +88,36 @@ fn w3_kube_checks_its_result_and_prints_every_figure() {
 }
 
 #[test]
+fn catch_up_checks_its_result_and_prints_every_figure() {
+    let names = figure_names(
+        env!("CARGO_BIN_EXE_catch_up"),
+        &["--n", "5000", "--runs", "1"],
+    );
+    assert_eq!(
+        names,
+        [
+            "catch_up.k5000",
+            "catch_up.k5000_vs_list",
+            "catch_up.k_n10",
+            "catch_up.k_n10_vs_list",
+        ]
+    );
+}
+
+#[test]
+fn catch_up_refuses_sizes_that_would_not_overrun_the_window() {
+    let output = Command::new(env!("CARGO_BIN_EXE_catch_up"))
+        .args(["--n", "4999"])
+        .output()
+        .expect("the probe binary starts");
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "FAILED: catch_up: --n: at least 5000 items, so that 5000 changes overrun the window\n"
+    );
+}
+
+#[test]
 fn bad_arguments_fail_with_a_message() {
     let output = Command::new(env!("CARGO_BIN_EXE_w1"))
         .args(["--runs", "zero"])
