@@ -3,7 +3,9 @@
 //! checkpoint, which the open replays. These pin the on-disk contract independently of the
 //! code that writes it.
 
-use std::path::{Path, PathBuf};
+mod disk_common;
+
+use std::path::Path;
 use std::time::Duration;
 
 use cosi_core::{
@@ -11,17 +13,8 @@ use cosi_core::{
     Version, WatchKindOptions,
 };
 use cosi_state::{DiskOptions, DiskState, KnownTypes};
+use disk_common::{temp_store, Widget};
 use redb::{ReadableTable, TableDefinition};
-use serde::{Deserialize, Serialize};
-
-#[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
-struct Widget {
-    size: u32,
-}
-impl ResourceSpec for Widget {
-    const TYPE: &'static str = "Widgets.test.cosi.dev";
-    const DEFAULT_NAMESPACE: &'static str = "test";
-}
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("cosi.meta");
 const RESOURCES: TableDefinition<(&str, &str, &str), &[u8]> =
@@ -100,12 +93,6 @@ fn write_file(path: &Path, layout: &Layout) {
         }
     }
     txn.commit().unwrap();
-}
-
-fn temp_store() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store.redb");
-    (dir, path)
 }
 
 async fn open(path: &Path) -> cosi_core::Result<DiskState> {
