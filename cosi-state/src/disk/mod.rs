@@ -63,7 +63,7 @@ pub struct DiskOptions {
     /// How many changes the durable log may hold beyond the resources table before a commit
     /// folds them into it (a checkpoint). A commit otherwise writes only its log entries, which
     /// keeps a durable write close to the cost of one raw redb insert; an open replays at most
-    /// this many changes. Default: 1024.
+    /// this many changes. 0 counts as 1 (every commit folds). Default: 1024.
     pub checkpoint_interval: usize,
     /// How many writes may wait for the committer before writers wait to enqueue. Default: 4096.
     pub queue_capacity: usize,
