@@ -2,7 +2,9 @@
 //! not), the change log that lets watches resume after a bookmark, and old records read by newer
 //! spec versions.
 
-use std::path::{Path, PathBuf};
+mod disk_common;
+
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,16 +13,8 @@ use cosi_core::{
     Resource, ResourceSpec, State, StateExt, UpdateOptions, Version, Watch, WatchKindOptions,
 };
 use cosi_state::{DiskOptions, DiskState, KnownTypes};
+use disk_common::{temp_store, Widget};
 use serde::{Deserialize, Serialize};
-
-#[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
-struct Widget {
-    size: u32,
-}
-impl ResourceSpec for Widget {
-    const TYPE: &'static str = "Widgets.test.cosi.dev";
-    const DEFAULT_NAMESPACE: &'static str = "test";
-}
 
 #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
 struct Gadget {
@@ -60,13 +54,6 @@ async fn create<S: ResourceSpec>(state: &DiskState, id: &str, spec: S) -> Arc<dy
         )
         .await
         .expect("create")
-}
-
-/// A fresh directory (deleted when the guard drops) and the store file path inside it.
-fn temp_store() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store.redb");
-    (dir, path)
 }
 
 /// Opens with default options, with only [`Widget`] registered.

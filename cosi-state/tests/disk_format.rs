@@ -1,0 +1,305 @@
+//! Files laid out by hand as `docs/disk-format.md` describes them open as it says: a format 1
+//! file (resources always current) and a format 2 file whose change log is ahead of its
+//! checkpoint, which the open replays. These pin the on-disk contract independently of the
+//! code that writes it.
+
+mod disk_common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use cosi_core::{
+    Bookmark, CreateOptions, Error, Event, ListOptions, Resource, ResourceSpec, State, StateExt,
+    Version, WatchKindOptions,
+};
+use cosi_state::{DiskOptions, DiskState, KnownTypes};
+use disk_common::{temp_store, Widget};
+use redb::{ReadableTable, TableDefinition};
+
+const META: TableDefinition<&str, u64> = TableDefinition::new("cosi.meta");
+const RESOURCES: TableDefinition<(&str, &str, &str), &[u8]> =
+    TableDefinition::new("cosi.resources");
+const CHANGES: TableDefinition<(&str, &str, u64), &[u8]> = TableDefinition::new("cosi.changes");
+const KINDS: TableDefinition<(&str, &str), u64> = TableDefinition::new("cosi.kinds");
+
+/// The body of a widget record at `version` with spec `{"size": size}`.
+fn body(version: u64, size: u32) -> String {
+    format!(
+        r#"{{"version":{version},"created":1000,"updated":{version}000,"spec":{{"size":{size}}}}}"#
+    )
+}
+
+/// Record bytes: the tag byte, then the JSON body.
+fn record(version: u64, size: u32) -> Vec<u8> {
+    let mut bytes = vec![1u8];
+    bytes.extend_from_slice(body(version, size).as_bytes());
+    bytes
+}
+
+/// Change-log entry bytes; `old` is `(version, size)` of the previous state of an update.
+fn change(op: &str, id: &str, (version, size): (u64, u32), old: Option<(u64, u32)>) -> Vec<u8> {
+    let old = old.map_or(String::new(), |(v, s)| format!(r#","old":{}"#, body(v, s)));
+    let json = format!(
+        r#"{{"op":"{op}","id":"{id}","resource":{}{old}}}"#,
+        body(version, size)
+    );
+    let mut bytes = vec![1u8];
+    bytes.extend_from_slice(json.as_bytes());
+    bytes
+}
+
+/// What one hand-made file holds: its format, the resources table, the change log and the
+/// kinds table (all of the `Widget` kind).
+struct Layout {
+    format: u64,
+    resources: Vec<(&'static str, Vec<u8>)>,
+    changes: Vec<(u64, Vec<u8>)>,
+    checkpoint: Option<u64>,
+}
+
+fn write_file(path: &Path, layout: &Layout) {
+    let mut builder = redb::Database::builder();
+    builder.create_with_file_format_v3(true);
+    let db = builder.create(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        txn.open_table(META)
+            .unwrap()
+            .insert("format", layout.format)
+            .unwrap();
+        let mut resources = txn.open_table(RESOURCES).unwrap();
+        for (id, bytes) in &layout.resources {
+            resources
+                .insert(
+                    (Widget::DEFAULT_NAMESPACE, Widget::TYPE, *id),
+                    bytes.as_slice(),
+                )
+                .unwrap();
+        }
+        let mut changes = txn.open_table(CHANGES).unwrap();
+        for (seq, bytes) in &layout.changes {
+            changes
+                .insert(
+                    (Widget::DEFAULT_NAMESPACE, Widget::TYPE, *seq),
+                    bytes.as_slice(),
+                )
+                .unwrap();
+        }
+        let mut kinds = txn.open_table(KINDS).unwrap();
+        if let Some(checkpoint) = layout.checkpoint {
+            kinds
+                .insert((Widget::DEFAULT_NAMESPACE, Widget::TYPE), checkpoint)
+                .unwrap();
+        }
+    }
+    txn.commit().unwrap();
+}
+
+async fn open(path: &Path) -> cosi_core::Result<DiskState> {
+    DiskState::open(
+        path,
+        DiskOptions::default(),
+        KnownTypes::new().with::<Widget>(),
+    )
+    .await
+}
+
+/// `(id, version, size)` of every widget the store lists.
+async fn widgets(state: &DiskState) -> Vec<(String, u64, u32)> {
+    state
+        .list_typed::<Widget>(&Widget::kind(), &ListOptions::default())
+        .await
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w.metadata.id().to_string(),
+                w.metadata.version().get(),
+                w.spec.size,
+            )
+        })
+        .collect()
+}
+
+fn read_format(path: &Path) -> u64 {
+    let db = redb::Database::open(path).unwrap();
+    let read = db.begin_read().unwrap();
+    let meta = read.open_table(META).unwrap();
+    let format = meta.get("format").unwrap().unwrap().value();
+    format
+}
+
+/// A log ahead of its checkpoint: `a` is in the resources table as of sequence 1; the log
+/// then creates `b`, updates `a` and destroys `b`.
+fn log_ahead_of_checkpoint() -> Layout {
+    Layout {
+        format: 2,
+        resources: vec![("a", record(1, 10))],
+        changes: vec![
+            (1, change("created", "a", (1, 10), None)),
+            (2, change("created", "b", (1, 20), None)),
+            (3, change("updated", "a", (2, 11), Some((1, 10)))),
+            (4, change("destroyed", "b", (1, 20), None)),
+        ],
+        checkpoint: Some(1),
+    }
+}
+
+#[tokio::test]
+async fn a_format_1_file_opens_and_its_first_write_marks_it_format_2() {
+    let (_dir, path) = temp_store();
+    write_file(
+        &path,
+        &Layout {
+            format: 1,
+            resources: vec![("a", record(2, 11))],
+            changes: vec![
+                (1, change("created", "a", (1, 10), None)),
+                (2, change("updated", "a", (2, 11), Some((1, 10)))),
+            ],
+            checkpoint: Some(2),
+        },
+    );
+
+    let state = open(&path).await.unwrap();
+    assert_eq!(widgets(&state).await, [("a".to_string(), 2, 11)]);
+    let created = state
+        .create(
+            Resource::new("b", Widget { size: 20 }).into_shared(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.metadata().version(), Version::FIRST);
+    state.close().await;
+
+    assert_eq!(read_format(&path), 2);
+}
+
+#[tokio::test]
+async fn a_format_1_file_that_is_only_read_keeps_its_format() {
+    let (_dir, path) = temp_store();
+    write_file(
+        &path,
+        &Layout {
+            format: 1,
+            resources: vec![("a", record(1, 10))],
+            changes: vec![(1, change("created", "a", (1, 10), None))],
+            checkpoint: Some(1),
+        },
+    );
+
+    let state = open(&path).await.unwrap();
+    assert_eq!(widgets(&state).await, [("a".to_string(), 1, 10)]);
+    state.close().await;
+
+    assert_eq!(read_format(&path), 1);
+}
+
+#[tokio::test]
+async fn changes_logged_after_the_checkpoint_are_replayed_at_open() {
+    let (_dir, path) = temp_store();
+    write_file(&path, &log_ahead_of_checkpoint());
+
+    let state = open(&path).await.unwrap();
+
+    assert_eq!(widgets(&state).await, [("a".to_string(), 2, 11)]);
+}
+
+#[tokio::test]
+async fn a_watch_resumes_exactly_across_replayed_changes() {
+    let (_dir, path) = temp_store();
+    write_file(&path, &log_ahead_of_checkpoint());
+    let state = open(&path).await.unwrap();
+
+    let options = WatchKindOptions {
+        since: Some(Bookmark(1)),
+        ..WatchKindOptions::default()
+    };
+    let mut watch = state.watch_kind(&Widget::kind(), options).await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let event = tokio::time::timeout(Duration::from_secs(10), watch.recv())
+            .await
+            .expect("an event within the guard")
+            .expect("the watch is live");
+        let resource = event.resource().unwrap();
+        seen.push((
+            event.type_name().to_string(),
+            resource.metadata().id().to_string(),
+            event.bookmark().unwrap().0,
+            matches!(event, Event::Updated { old: Some(_), .. }),
+        ));
+    }
+
+    assert_eq!(
+        seen,
+        [
+            ("created".to_string(), "b".to_string(), 2, false),
+            ("updated".to_string(), "a".to_string(), 3, true),
+            ("destroyed".to_string(), "b".to_string(), 4, false),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn closing_folds_the_replayed_changes_into_the_resources_table() {
+    let (_dir, path) = temp_store();
+    write_file(&path, &log_ahead_of_checkpoint());
+    let state = open(&path).await.unwrap();
+    state.close().await;
+
+    let db = redb::Database::open(&path).unwrap();
+    let read = db.begin_read().unwrap();
+    let resources: Vec<(String, serde_json::Value)> = read
+        .open_table(RESOURCES)
+        .unwrap()
+        .iter()
+        .unwrap()
+        .map(|row| {
+            let (key, value) = row.unwrap();
+            let bytes = value.value();
+            assert_eq!(bytes[0], 1, "the JSON tag");
+            let json = serde_json::from_slice(&bytes[1..]).unwrap();
+            (key.value().2.to_string(), json)
+        })
+        .collect();
+    let checkpoint = read
+        .open_table(KINDS)
+        .unwrap()
+        .get((Widget::DEFAULT_NAMESPACE, Widget::TYPE))
+        .unwrap()
+        .map(|v| v.value());
+    assert_eq!(resources.len(), 1, "only a is left: {resources:?}");
+    assert_eq!(resources[0].0, "a");
+    assert_eq!(resources[0].1["version"], 2);
+    assert_eq!(resources[0].1["spec"], serde_json::json!({"size": 11}));
+    assert_eq!(checkpoint, Some(4));
+}
+
+#[tokio::test]
+async fn a_log_with_a_gap_after_the_checkpoint_is_refused_at_open() {
+    let (_dir, path) = temp_store();
+    write_file(
+        &path,
+        &Layout {
+            format: 2,
+            resources: vec![],
+            changes: vec![
+                (1, change("created", "a", (1, 10), None)),
+                (3, change("created", "b", (1, 20), None)),
+            ],
+            checkpoint: None,
+        },
+    );
+
+    let error = open(&path).await.unwrap_err();
+
+    let Error::Backend { message, .. } = &error else {
+        panic!("a backend error, got {error:?}");
+    };
+    assert_eq!(
+        message,
+        "the change log of test/Widgets.test.cosi.dev jumps from sequence 1 to 3: changes are missing"
+    );
+}
