@@ -11,7 +11,6 @@
 //! store. The handle also tracks touched outputs, so a reconcile can clean up the ones it no
 //! longer produces.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
@@ -53,7 +52,8 @@ pub struct ControllerState {
     inner: Arc<dyn State>,
     access: Arc<RwLock<Arc<Access>>>,
     registry: Arc<dyn InputRegistry>,
-    tracked: Arc<Mutex<Option<HashSet<Pointer>>>>,
+    /// The outputs written in the current reconcile (one insert per write: a fast hasher).
+    tracked: Arc<Mutex<Option<foldhash::HashSet<Pointer>>>>,
 }
 
 impl std::fmt::Debug for ControllerState {
@@ -145,7 +145,8 @@ impl ControllerState {
     /// Starts tracking the outputs this reconcile touches (creates, updates and
     /// [`Self::modify_output`] calls, including no-op ones), forgetting earlier marks.
     pub fn start_tracking(&self) {
-        *self.tracked.lock().unwrap_or_else(|e| e.into_inner()) = Some(HashSet::new());
+        *self.tracked.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(foldhash::HashSet::default());
     }
 
     /// Marks an output touched without writing it.
