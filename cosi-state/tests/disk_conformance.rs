@@ -1,4 +1,6 @@
-//! The backend conformance suite run against the disk backend, each case on a fresh store file.
+//! The backend conformance suite run against the disk backend, each case on a fresh store file:
+//! once with the default options, and once folding the change log into the resources table in
+//! every commit (`checkpoint_interval` 1), so that both commit shapes obey every rule.
 
 use std::sync::Arc;
 
@@ -6,13 +8,25 @@ use cosi_state::conformance::{Subject, HISTORY_WINDOW, MIN_DESTROY_MARKERS};
 use cosi_state::{DiskOptions, DiskState, KnownTypes, MemoryOptions};
 
 async fn disk() -> Subject {
+    disk_with(DiskOptions::default()).await
+}
+
+async fn disk_checkpointing_every_commit() -> Subject {
+    disk_with(DiskOptions {
+        checkpoint_interval: 1,
+        ..DiskOptions::default()
+    })
+    .await
+}
+
+async fn disk_with(options: DiskOptions) -> Subject {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let options = DiskOptions {
         memory: MemoryOptions {
             history: HISTORY_WINDOW,
             max_destroy_markers: MIN_DESTROY_MARKERS,
         },
-        ..DiskOptions::default()
+        ..options
     };
     let state = DiskState::open(dir.path().join("store.redb"), options, KnownTypes::new())
         .await
@@ -21,3 +35,7 @@ async fn disk() -> Subject {
 }
 
 cosi_state::conformance_tests!(disk);
+
+mod checkpointing_every_commit {
+    cosi_state::conformance_tests!(super::disk_checkpointing_every_commit);
+}
