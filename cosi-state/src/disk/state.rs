@@ -68,11 +68,10 @@ impl DiskState {
     /// store (a retryable [`Error::Backend`]), or cannot be created or read. Must be called
     /// within a tokio runtime (the file is loaded on a blocking task of it).
     ///
-    /// Writes are committed on a thread of the store's own (`cosi-disk-committer`), so a
-    /// write in flight is invisible to the runtime: under a paused tokio clock, time may
-    /// auto-advance while a caller awaits a durable write. Test code that relies on the paused
-    /// clock's auto-advance should keep its timeouts away from disk writes, or use
-    /// [`crate::MemoryState`].
+    /// Writes are committed on a thread of the store's own (`cosi-disk-committer`). On a
+    /// current-thread runtime a writer waits for its commit in a blocking task, so that a
+    /// paused tokio clock does not auto-advance while a write is in flight (a timeout guard
+    /// around a write fires only if the write really takes that long in paused time: never).
     pub async fn open(
         path: impl AsRef<Path>,
         options: DiskOptions,
@@ -146,7 +145,13 @@ impl DiskState {
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(done) = done {
             // Resolves when the thread ends, also by a panic (which unwinds and drops the file).
-            let _ = done.await;
+            // Waited for in a blocking task on a current-thread runtime, for the paused clock
+            // (see `submit`).
+            if on_current_thread_runtime() {
+                let _ = tokio::task::spawn_blocking(move || done.blocking_recv()).await;
+            } else {
+                let _ = done.await;
+            }
         }
     }
 
@@ -162,8 +167,26 @@ impl DiskState {
             .send(WriteRequest { op, reply })
             .await
             .map_err(|_| closed())?;
-        outcome.await.map_err(|_| closed())?
+        if on_current_thread_runtime() {
+            // A paused clock (tokio's test-util) exists only on a current-thread runtime, and
+            // jumps to the next timer whenever the runtime idles, which it would while the
+            // commit runs on the committer's thread: every timeout guard around a write would
+            // fire at once. tokio does not advance a paused clock while a blocking task runs,
+            // so the wait happens in one. It costs a hand-off per write on this runtime flavor
+            // only; multi-thread runtimes (no paused clock) await the reply directly.
+            tokio::task::spawn_blocking(move || outcome.blocking_recv())
+                .await
+                .map_err(|_| closed())?
+                .map_err(|_| closed())?
+        } else {
+            outcome.await.map_err(|_| closed())?
+        }
     }
+}
+
+fn on_current_thread_runtime() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
 }
 
 #[async_trait]
