@@ -469,42 +469,8 @@ impl StoreFile {
     pub(crate) fn commit(&mut self, changes: &[Change], options: &DiskOptions) -> Result<()> {
         let db = self.database(options)?;
         let fold = self.unfolded.changes + changes.len() >= options.checkpoint_interval.max(1);
-        let upgrade = self.format < STORE_FORMAT;
-        // redb::Error is large, but it is built at most once per failed commit.
-        #[allow(clippy::result_large_err)]
-        let write = || -> std::result::Result<(), redb::Error> {
-            let mut txn = db.begin_write()?;
-            txn.set_durability(redb_durability(options.durability));
-            {
-                let mut log = txn.open_table(CHANGES)?;
-                for change in changes {
-                    let pointer = change.pointer();
-                    log.insert(
-                        (pointer.namespace(), pointer.resource_type(), change.seq),
-                        change.entry.as_slice(),
-                    )?;
-                }
-                if upgrade {
-                    txn.open_table(META)?.insert(FORMAT_KEY, STORE_FORMAT)?;
-                }
-                if fold {
-                    self.write_checkpoint(&txn, &mut log, changes, options.retained_changes)?;
-                }
-            }
-            txn.commit()?;
-            Ok(())
-        };
-        write().map_err(|e| storage_error(&self.path, "committing writes", e))?;
-        self.format = STORE_FORMAT;
-        if fold {
-            self.unfolded = Unfolded::default();
-        } else {
-            for change in changes {
-                let record = (change.op != ChangeOp::Destroyed).then(|| change.record.clone());
-                self.unfolded.add(change.pointer(), change.seq, record);
-            }
-        }
-        Ok(())
+        self.write(&db, changes, fold, options)
+            .map_err(|e| storage_error(&self.path, "committing writes", e))
     }
 
     /// Folds what the log holds beyond the checkpoint into the resources table in a transaction
@@ -514,23 +480,50 @@ impl StoreFile {
             return Ok(());
         }
         let db = self.database(options)?;
-        #[allow(clippy::result_large_err)]
-        let write = || -> std::result::Result<(), redb::Error> {
-            let mut txn = db.begin_write()?;
-            txn.set_durability(redb_durability(options.durability));
-            {
-                let mut log = txn.open_table(CHANGES)?;
-                if self.format < STORE_FORMAT {
-                    txn.open_table(META)?.insert(FORMAT_KEY, STORE_FORMAT)?;
-                }
-                self.write_checkpoint(&txn, &mut log, &[], options.retained_changes)?;
+        self.write(&db, &[], true, options)
+            .map_err(|e| storage_error(&self.path, "writing a checkpoint", e))
+    }
+
+    /// One transaction: `changes` appended to the log, the format mark if the file still has
+    /// an older one, and with `fold` the checkpoint. Memory-side bookkeeping changes only once
+    /// the transaction is committed.
+    // redb::Error is large, but it is built at most once per failed commit.
+    #[allow(clippy::result_large_err)]
+    fn write(
+        &mut self,
+        db: &Database,
+        changes: &[Change],
+        fold: bool,
+        options: &DiskOptions,
+    ) -> std::result::Result<(), redb::Error> {
+        let mut txn = db.begin_write()?;
+        txn.set_durability(redb_durability(options.durability));
+        {
+            let mut log = txn.open_table(CHANGES)?;
+            for change in changes {
+                let pointer = change.pointer();
+                log.insert(
+                    (pointer.namespace(), pointer.resource_type(), change.seq),
+                    change.entry.as_slice(),
+                )?;
             }
-            txn.commit()?;
-            Ok(())
-        };
-        write().map_err(|e| storage_error(&self.path, "writing a checkpoint", e))?;
+            if self.format < STORE_FORMAT {
+                txn.open_table(META)?.insert(FORMAT_KEY, STORE_FORMAT)?;
+            }
+            if fold {
+                self.write_checkpoint(&txn, &mut log, changes, options.retained_changes)?;
+            }
+        }
+        txn.commit()?;
         self.format = STORE_FORMAT;
-        self.unfolded = Unfolded::default();
+        if fold {
+            self.unfolded = Unfolded::default();
+        } else {
+            for change in changes {
+                let record = (change.op != ChangeOp::Destroyed).then(|| change.record.clone());
+                self.unfolded.add(change.pointer(), change.seq, record);
+            }
+        }
         Ok(())
     }
 
