@@ -7,8 +7,8 @@
 //! kind. A write that fails its check is answered at once and takes no part in the batch. The
 //! rest is written as one redb transaction on the committer's own thread; only once it is
 //! committed is the batch applied to memory (in order, so watchers see exactly the committed
-//! order) and every writer acknowledged. If the commit fails, every writer in the batch gets the error and
-//! neither memory nor the file has changed.
+//! order) and every writer acknowledged. If the commit fails, every writer in the batch gets the
+//! error and neither memory nor the file has changed.
 //!
 //! Being the only writer of the disk store's collections is what keeps this exact: between the
 //! check of a batch and its publication nothing else can change what was checked.
@@ -105,7 +105,7 @@ impl Committer {
         if changes.is_empty() {
             return;
         }
-        match self.file.commit(&changes, &self.options) {
+        match self.file.commit(&mut changes, &self.options) {
             Ok(()) => publish(changes, waiting),
             Err(error) => {
                 // redb refuses further writes on a handle that saw an I/O failure; the file is as

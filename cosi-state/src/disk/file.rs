@@ -50,7 +50,8 @@ pub(crate) struct Change {
     pub(crate) op: ChangeOp,
     /// The new state, or the last state for a destroy.
     pub(crate) resource: SharedResource,
-    /// Record bytes of `resource` (unused for a destroy).
+    /// Record bytes of `resource` (unused for a destroy); [`StoreFile::commit`] moves them out
+    /// into its checkpoint bookkeeping.
     pub(crate) record: Vec<u8>,
     /// Change-log entry bytes.
     pub(crate) entry: Vec<u8>,
@@ -465,8 +466,9 @@ impl StoreFile {
     /// Writes a batch of changes as one transaction: all of it is durable when this returns
     /// `Ok`, none of it is in the file when it returns `Err`. The changes go to the log; once
     /// `checkpoint_interval` changes are waiting, the same transaction folds them into the
-    /// resources table and trims the log to its retained length.
-    pub(crate) fn commit(&mut self, changes: &[Change], options: &DiskOptions) -> Result<()> {
+    /// resources table and trims the log to its retained length. The changes' record bytes are
+    /// moved into the store's bookkeeping (publication needs only the resources).
+    pub(crate) fn commit(&mut self, changes: &mut [Change], options: &DiskOptions) -> Result<()> {
         let db = self.database(options)?;
         let fold = self.unfolded.changes + changes.len() >= options.checkpoint_interval.max(1);
         self.write(&db, changes, fold, options)
@@ -480,7 +482,7 @@ impl StoreFile {
             return Ok(());
         }
         let db = self.database(options)?;
-        self.write(&db, &[], true, options)
+        self.write(&db, &mut [], true, options)
             .map_err(|e| storage_error(&self.path, "writing a checkpoint", e))
     }
 
@@ -492,7 +494,7 @@ impl StoreFile {
     fn write(
         &mut self,
         db: &Database,
-        changes: &[Change],
+        changes: &mut [Change],
         fold: bool,
         options: &DiskOptions,
     ) -> std::result::Result<(), redb::Error> {
@@ -500,7 +502,7 @@ impl StoreFile {
         txn.set_durability(redb_durability(options.durability));
         {
             let mut log = txn.open_table(CHANGES)?;
-            for change in changes {
+            for change in changes.iter() {
                 let pointer = change.pointer();
                 log.insert(
                     (pointer.namespace(), pointer.resource_type(), change.seq),
@@ -520,7 +522,8 @@ impl StoreFile {
             self.unfolded = Unfolded::default();
         } else {
             for change in changes {
-                let record = (change.op != ChangeOp::Destroyed).then(|| change.record.clone());
+                let record =
+                    (change.op != ChangeOp::Destroyed).then(|| std::mem::take(&mut change.record));
                 self.unfolded.add(change.pointer(), change.seq, record);
             }
         }

@@ -145,13 +145,7 @@ impl DiskState {
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(done) = done {
             // Resolves when the thread ends, also by a panic (which unwinds and drops the file).
-            // Waited for in a blocking task on a current-thread runtime, for the paused clock
-            // (see `submit`).
-            if on_current_thread_runtime() {
-                let _ = tokio::task::spawn_blocking(move || done.blocking_recv()).await;
-            } else {
-                let _ = done.await;
-            }
+            let _ = wait_for_committer(done).await;
         }
     }
 
@@ -167,26 +161,28 @@ impl DiskState {
             .send(WriteRequest { op, reply })
             .await
             .map_err(|_| closed())?;
-        if on_current_thread_runtime() {
-            // A paused clock (tokio's test-util) exists only on a current-thread runtime, and
-            // jumps to the next timer whenever the runtime idles, which it would while the
-            // commit runs on the committer's thread: every timeout guard around a write would
-            // fire at once. tokio does not advance a paused clock while a blocking task runs,
-            // so the wait happens in one. It costs a hand-off per write on this runtime flavor
-            // only; multi-thread runtimes (no paused clock) await the reply directly.
-            tokio::task::spawn_blocking(move || outcome.blocking_recv())
-                .await
-                .map_err(|_| closed())?
-                .map_err(|_| closed())?
-        } else {
-            outcome.await.map_err(|_| closed())?
-        }
+        wait_for_committer(outcome).await.map_err(|_| closed())?
     }
 }
 
-fn on_current_thread_runtime() -> bool {
-    tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
+/// Awaits what the committer thread sends on `reply`; `Err` if it dropped the sender.
+///
+/// A paused clock (tokio's test-util) exists only on a current-thread runtime, and jumps to the
+/// next timer whenever the runtime idles, which it would while the committer's thread works:
+/// every timeout guard around a write would fire at once. tokio does not advance a paused clock
+/// while a blocking task runs, so there the wait happens in one. That costs a hand-off per wait
+/// on this runtime flavor only; multi-thread runtimes (no paused clock) await directly.
+async fn wait_for_committer<T: Send + 'static>(reply: oneshot::Receiver<T>) -> Result<T, ()> {
+    let current_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread);
+    if current_thread {
+        match tokio::task::spawn_blocking(move || reply.blocking_recv()).await {
+            Ok(Ok(value)) => Ok(value),
+            _ => Err(()),
+        }
+    } else {
+        reply.await.map_err(|_| ())
+    }
 }
 
 #[async_trait]
