@@ -1,0 +1,10 @@
+//! # cosi-node
+//!
+//! The node built on the runtime: the resource families an API-managed node OS keeps its state
+//! in, each split into plain resource types and the controllers that derive them.
+//!
+//! Every type name uses the project's one domain, `cosi.dev`, and lives in one of the
+//! [`namespaces`] below. The families arrive one module each: the machine config, services and
+//! their process supervisor, network addresses, and cluster members.
+
+pub mod namespaces;
