@@ -49,7 +49,7 @@ where
 
     let mut table = Table::new();
     table
-        .load_preset(presets::NOTHING)
+        .load_style(presets::NOTHING)
         .set_content_arrangement(ContentArrangement::Disabled);
     let header = columns.header();
     let width = header.len();

@@ -1,6 +1,8 @@
-//! Files laid out by hand as `docs/disk-format.md` describes them open as it says: a format 1
-//! file (resources always current) and a format 2 file whose change log is ahead of its
-//! checkpoint, which the open replays. These pin the on-disk contract independently of the
+//! Files laid out by hand as `docs/disk-format.md` describes them open as it says: a format 3
+//! file whose change log is ahead of its checkpoint, which the open replays; and files of the
+//! formats written through redb 2 (1 and 2) are refused with an error that says why — among
+//! them a real format 2 file written by the last build on redb 2
+//! (`tests/fixtures/format2-redb2.redb`). These pin the on-disk contract independently of the
 //! code that writes it.
 
 mod disk_common;
@@ -9,12 +11,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use cosi_core::{
-    Bookmark, CreateOptions, Error, Event, ListOptions, Resource, ResourceSpec, State, StateExt,
-    Version, WatchKindOptions,
+    Bookmark, Error, Event, ListOptions, ResourceSpec, State, StateExt, WatchKindOptions,
 };
 use cosi_state::{DiskOptions, DiskState};
 use disk_common::{temp_store, Widget};
-use redb::{ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("cosi.meta");
 const RESOURCES: TableDefinition<(&str, &str, &str), &[u8]> =
@@ -58,9 +59,7 @@ struct Layout {
 }
 
 fn write_file(path: &Path, layout: &Layout) {
-    let mut builder = redb::Database::builder();
-    builder.create_with_file_format_v3(true);
-    let db = builder.create(path).unwrap();
+    let db = redb::Database::builder().create(path).unwrap();
     let txn = db.begin_write().unwrap();
     {
         txn.open_table(META)
@@ -121,19 +120,11 @@ async fn widgets(state: &DiskState) -> Vec<(String, u64, u32)> {
         .collect()
 }
 
-fn read_format(path: &Path) -> u64 {
-    let db = redb::Database::open(path).unwrap();
-    let read = db.begin_read().unwrap();
-    let meta = read.open_table(META).unwrap();
-    let format = meta.get("format").unwrap().unwrap().value();
-    format
-}
-
 /// A log ahead of its checkpoint: `a` is in the resources table as of sequence 1; the log
 /// then creates `b`, updates `a` and destroys `b`.
 fn log_ahead_of_checkpoint() -> Layout {
     Layout {
-        format: 2,
+        format: 3,
         resources: vec![("a", record(1, 10))],
         changes: vec![
             (1, change("created", "a", (1, 10), None)),
@@ -145,55 +136,63 @@ fn log_ahead_of_checkpoint() -> Layout {
     }
 }
 
-#[tokio::test]
-async fn a_format_1_file_opens_and_its_first_write_marks_it_format_2() {
-    let (_dir, path) = temp_store();
-    write_file(
-        &path,
-        &Layout {
-            format: 1,
-            resources: vec![("a", record(2, 11))],
-            changes: vec![
-                (1, change("created", "a", (1, 10), None)),
-                (2, change("updated", "a", (2, 11), Some((1, 10)))),
-            ],
-            checkpoint: Some(2),
-        },
-    );
-
-    let state = open(&path).await.unwrap();
-    assert_eq!(widgets(&state).await, [("a".to_string(), 2, 11)]);
-    let created = state
-        .create(
-            Resource::new("b", Widget { size: 20 }).into_shared(),
-            CreateOptions::default(),
+/// The refusal of a file of an older format, as `open` returns it.
+fn refused_as_older(error: &Error, format: u64) {
+    let Error::Unsupported { message, .. } = error else {
+        panic!("an unsupported-format error, got {error:?}");
+    };
+    assert_eq!(
+        *message,
+        format!(
+            "store format {format} was written by an older version of cosi-rs through redb 2, \
+             whose key encoding this build (format 3, redb 4) cannot read; its data is left \
+             unchanged: open it with that version to export what it holds, or start with a new \
+             store"
         )
-        .await
-        .unwrap();
-    assert_eq!(created.metadata().version(), Version::FIRST);
-    state.close().await;
-
-    assert_eq!(read_format(&path), 2);
+    );
 }
 
 #[tokio::test]
-async fn a_format_1_file_that_is_only_read_keeps_its_format() {
+async fn files_of_the_formats_written_through_redb_2_are_refused_unchanged() {
+    for format in [1, 2] {
+        let (_dir, path) = temp_store();
+        let mut layout = log_ahead_of_checkpoint();
+        layout.format = format;
+        write_file(&path, &layout);
+        let before = std::fs::read(&path).unwrap();
+
+        let error = open(&path).await.unwrap_err();
+
+        refused_as_older(&error, format);
+        assert!(
+            std::fs::read(&path).unwrap() == before,
+            "format {format}: the file changed"
+        );
+    }
+}
+
+/// A file written by redb 2 needs redb 4 to repair its allocator state before anything can be
+/// read from it (a read-only open is refused with `RepairAborted`), so this refusal comes after
+/// that repair; the store's own tables are untouched and it is refused the same way every time.
+#[tokio::test]
+async fn a_real_format_2_file_written_through_redb_2_is_refused_every_time() {
     let (_dir, path) = temp_store();
-    write_file(
-        &path,
-        &Layout {
-            format: 1,
-            resources: vec![("a", record(1, 10))],
-            changes: vec![(1, change("created", "a", (1, 10), None))],
-            checkpoint: Some(1),
-        },
-    );
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format2-redb2.redb");
+    std::fs::copy(&fixture, &path).unwrap();
 
-    let state = open(&path).await.unwrap();
-    assert_eq!(widgets(&state).await, [("a".to_string(), 1, 10)]);
-    state.close().await;
+    refused_as_older(&open(&path).await.unwrap_err(), 2);
+    refused_as_older(&open(&path).await.unwrap_err(), 2);
 
-    assert_eq!(read_format(&path), 1);
+    let db = redb::Database::open(&path).unwrap();
+    let read = db.begin_read().unwrap();
+    let format = read
+        .open_table(META)
+        .unwrap()
+        .get("format")
+        .unwrap()
+        .unwrap()
+        .value();
+    assert_eq!(format, 2, "the store format mark is untouched");
 }
 
 #[tokio::test]
@@ -284,7 +283,7 @@ async fn a_log_with_a_gap_after_the_checkpoint_is_refused_at_open() {
     write_file(
         &path,
         &Layout {
-            format: 2,
+            format: 3,
             resources: vec![],
             changes: vec![
                 (1, change("created", "a", (1, 10), None)),

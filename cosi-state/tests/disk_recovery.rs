@@ -414,7 +414,7 @@ async fn the_durable_change_log_keeps_only_the_retained_changes_per_kind() {
     state.close().await;
 
     let db = redb::Database::open(&path).unwrap();
-    let read = db.begin_read().unwrap();
+    let read = redb::ReadableDatabase::begin_read(&db).unwrap();
     let log = read
         .open_table(redb::TableDefinition::<(&str, &str, u64), &[u8]>::new(
             "cosi.changes",

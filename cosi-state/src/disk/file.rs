@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cosi_core::{Error, Kind, Pointer, Result, SharedResource};
-use redb::{Database, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::record::{self, ChangeEntry, ChangeOp};
 use super::{DiskDurability, DiskOptions};
@@ -20,13 +20,13 @@ use cosi_core::Registry;
 /// The store format this build writes and the newest it reads. Bump it when the meaning of a
 /// table or of a record changes in a way an older build must not misread.
 ///
-/// Format 2 made `cosi.resources` a checkpoint that the change log may be ahead of (format 1
-/// kept it current on every commit). A format 1 file reads exactly the same under the format 2
-/// rules (its checkpoint is its last sequence), so this build opens it and marks it format 2 in
-/// its first commit, after which older builds refuse it instead of misreading it.
-pub(crate) const STORE_FORMAT: u64 = 2;
-/// The oldest store format this build reads.
-const OLDEST_FORMAT: u64 = 1;
+/// Format 3 has the tables of format 2 with redb 4's encoding of tuple keys (redb 3 changed
+/// how variable-width tuples are laid out, and redb 4 no longer reads the old layout), so files
+/// of formats 1 and 2, written through redb 2, cannot be read by this build and are refused
+/// with an error that says so (see `docs/disk-format.md`, *Versioning*).
+pub(crate) const STORE_FORMAT: u64 = 3;
+/// The newest format written through redb 2: its tuple keys are unreadable here.
+const LAST_REDB2_FORMAT: u64 = 2;
 
 /// `"format"` → [`STORE_FORMAT`] of the file.
 const META: TableDefinition<&str, u64> = TableDefinition::new("cosi.meta");
@@ -90,8 +90,6 @@ pub(crate) struct LoadedKind {
 pub(crate) struct StoreFile {
     path: PathBuf,
     db: Option<Arc<Database>>,
-    /// The format the file is marked with; below [`STORE_FORMAT`] until the first commit.
-    format: u64,
     /// The origin its bookmarks carry.
     origin: u64,
     /// The changes in the log that the resources table does not reflect yet.
@@ -162,6 +160,7 @@ impl StoreFile {
         registry: &Registry,
     ) -> Result<(StoreFile, BTreeMap<Kind, LoadedKind>)> {
         let db = if path.exists() {
+            check_format_read_only(path, options)?;
             open_existing(path, options)?
         } else {
             create_new(path, options)?
@@ -169,7 +168,6 @@ impl StoreFile {
         let mut file = StoreFile {
             path: path.to_path_buf(),
             db: Some(Arc::new(db)),
-            format: STORE_FORMAT,
             origin: 0,
             unfolded: Unfolded::default(),
         };
@@ -232,25 +230,7 @@ impl StoreFile {
             .get(ORIGIN_KEY)
             .map_err(|e| storage_error(&path, "reading the store origin", e))?
             .map_or(0, |v| v.value());
-        match format {
-            Some(known @ OLDEST_FORMAT..=STORE_FORMAT) => self.format = known,
-            Some(newer) if newer > STORE_FORMAT => {
-                return Err(Error::Unsupported {
-                    subject: display(&path),
-                    message: format!(
-                        "store format {newer} was written by a newer version; this build reads up to format {STORE_FORMAT}"
-                    ),
-                })
-            }
-            other => {
-                return Err(Error::Backend {
-                    subject: display(&path),
-                    message: format!("not a cosi store: unknown store format {other:?}"),
-                    retryable: false,
-                    source: None,
-                })
-            }
-        }
+        check_format(&path, format)?;
 
         // Per kind: the resources by id as of the checkpoint, brought up to date by the log.
         let mut current: BTreeMap<Kind, BTreeMap<Pointer, SharedResource>> = BTreeMap::new();
@@ -363,10 +343,61 @@ fn open_read_table<K: redb::Key + 'static, V: redb::Value + 'static>(
     }
 }
 
+/// Refuses, with the error `docs/disk-format.md` promises, a file whose store format this build
+/// does not read.
+fn check_format(path: &Path, format: Option<u64>) -> Result<()> {
+    let refused = |message: String| Error::Unsupported {
+        subject: display(path),
+        message,
+    };
+    match format {
+        Some(STORE_FORMAT) => Ok(()),
+        Some(old @ 1..=LAST_REDB2_FORMAT) => Err(refused(format!(
+            "store format {old} was written by an older version of cosi-rs through redb 2, whose \
+             key encoding this build (format {STORE_FORMAT}, redb 4) cannot read; its data is left \
+             unchanged: open it with that version to export what it holds, or start with a new \
+             store"
+        ))),
+        Some(newer) if newer > STORE_FORMAT => Err(refused(format!(
+            "store format {newer} was written by a newer version; this build reads up to format \
+             {STORE_FORMAT}"
+        ))),
+        other => Err(Error::Backend {
+            subject: display(path),
+            message: format!("not a cosi store: unknown store format {other:?}"),
+            retryable: false,
+            source: None,
+        }),
+    }
+}
+
+/// Checks the store format of an existing file through a read-only open, so that a file this
+/// build refuses is not even opened for writing (which would touch its header). A file the
+/// read-only open cannot read (it needs a repair, or another store holds it) is left to the
+/// writable open, which repairs it or reports the lock; the format is checked again at load.
+fn check_format_read_only(path: &Path, options: &DiskOptions) -> Result<()> {
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        builder(options).open_read_only(path)
+    }));
+    let Ok(Ok(db)) = opened else {
+        return Ok(());
+    };
+    let Ok(read) = db.begin_read() else {
+        return Ok(());
+    };
+    let meta = match read.open_table(META) {
+        Ok(meta) => meta,
+        Err(_) => return Ok(()),
+    };
+    match meta.get(FORMAT_KEY) {
+        Ok(format) => check_format(path, format.map(|v| v.value())),
+        Err(_) => Ok(()),
+    }
+}
+
 fn builder(options: &DiskOptions) -> redb::Builder {
     let mut builder = Database::builder();
     builder.set_cache_size(options.cache_size);
-    builder.create_with_file_format_v3(true);
     builder
 }
 
@@ -447,7 +478,7 @@ fn create_new(path: &Path, options: &DiskOptions) -> Result<Database> {
     #[allow(clippy::result_large_err)]
     let init = || -> std::result::Result<(), redb::Error> {
         let mut txn = db.begin_write()?;
-        txn.set_durability(redb::Durability::Immediate);
+        txn.set_durability(redb::Durability::Immediate)?;
         {
             let mut meta = txn.open_table(META)?;
             meta.insert(FORMAT_KEY, STORE_FORMAT)?;
@@ -517,7 +548,13 @@ impl StoreFile {
         options: &DiskOptions,
     ) -> std::result::Result<(), redb::Error> {
         let mut txn = db.begin_write()?;
-        txn.set_durability(redb_durability(options.durability));
+        // A checkpoint is always durable: it is what a relaxed store falls back to after a crash.
+        let durability = if fold {
+            redb::Durability::Immediate
+        } else {
+            redb_durability(options.durability)
+        };
+        txn.set_durability(durability)?;
         {
             let mut log = txn.open_table(CHANGES)?;
             for change in changes.iter() {
@@ -527,15 +564,11 @@ impl StoreFile {
                     change.entry.as_slice(),
                 )?;
             }
-            if self.format < STORE_FORMAT {
-                txn.open_table(META)?.insert(FORMAT_KEY, STORE_FORMAT)?;
-            }
             if fold {
                 self.write_checkpoint(&txn, &mut log, changes, options.retained_changes)?;
             }
         }
         txn.commit()?;
-        self.format = STORE_FORMAT;
         if fold {
             self.unfolded = Unfolded::default();
         } else {
@@ -593,7 +626,7 @@ impl StoreFile {
 fn redb_durability(durability: DiskDurability) -> redb::Durability {
     match durability {
         DiskDurability::Immediate => redb::Durability::Immediate,
-        DiskDurability::Eventual => redb::Durability::Eventual,
+        DiskDurability::Eventual => redb::Durability::None,
     }
 }
 

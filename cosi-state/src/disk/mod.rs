@@ -33,11 +33,11 @@ pub enum DiskDurability {
     /// loss. The default.
     #[default]
     Immediate,
-    /// Relaxed: a write returns after its transaction is handed to the operating system, without
-    /// waiting for the fsync (redb `Durability::Eventual`). An acknowledged write survives a
-    /// crash of this process, but a power loss or kernel crash may lose the last writes acknowledged
-    /// before it. The file is still never half-written: after such a loss it opens at an earlier,
-    /// consistent state.
+    /// Relaxed: a write returns once its transaction is committed without being made durable
+    /// (redb `Durability::None`); the store makes it durable with the next checkpoint (every
+    /// [`DiskOptions::checkpoint_interval`] changes) and when it closes. A crash of the process
+    /// or of the machine loses the writes acknowledged since the last durable commit; the file is
+    /// never half-written: it opens at that commit. For state that can be rebuilt.
     Eventual,
 }
 

@@ -248,8 +248,9 @@ async fn run(hub: Arc<KindHub>, connection: Arc<Connection>, start: i64) {
                 client.watch(hub.prefix.clone(), Some(options)),
             )
             .await;
-        let (watcher, mut stream) = match opened {
-            Ok(opened) => opened,
+        // The first message confirms the watch; it carries no events.
+        let mut stream = match opened {
+            Ok(stream) => stream,
             Err(error) => {
                 tracing::warn!(kind = %hub.kind, %error, "etcd watch failed; retrying");
                 tokio::time::sleep(backoff).await;
@@ -257,8 +258,6 @@ async fn run(hub: Arc<KindHub>, connection: Arc<Connection>, start: i64) {
                 continue;
             }
         };
-        // The watcher handle must live as long as the stream is read.
-        let _watcher = watcher;
         loop {
             let response = match stream.message().await {
                 Ok(Some(response)) => response,

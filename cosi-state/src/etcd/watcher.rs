@@ -279,7 +279,7 @@ impl Watcher {
     /// Per id changed in `(position, upto]`: its state at `position` and its latest states.
     async fn fold_history(&mut self, upto: i64) -> Result<BTreeMap<Arc<str>, Fold>, Replay> {
         let kind = self.hub.kind().clone();
-        let (_watcher, mut stream) = self.open_history().await?;
+        let mut stream = self.open_history().await?;
         let mut folded: BTreeMap<Arc<str>, Fold> = BTreeMap::new();
         loop {
             let response = next_response(&kind, &mut stream).await?;
@@ -306,16 +306,15 @@ impl Watcher {
     }
 
     /// An etcd watch of the kind's history after the consumer's position.
-    async fn open_history(
-        &self,
-    ) -> Result<(etcd_client::Watcher, etcd_client::WatchStream), Replay> {
+    async fn open_history(&self) -> Result<etcd_client::WatchStream, Replay> {
         let options = WatchOptions::new()
             .with_prefix()
             .with_prev_key()
             .with_start_revision(self.position + 1);
         let mut client = self.connection.client().watch_client();
         let kind = self.hub.kind();
-        // The caller keeps the watcher handle alive as long as it reads the stream.
+        // The stream's first message confirms the watch (no events); `next_response` passes it
+        // through as an empty response.
         self.connection
             .call(
                 kind,
@@ -328,7 +327,7 @@ impl Watcher {
 
     async fn replay(&mut self, upto: i64) -> Result<(), Replay> {
         let kind = self.hub.kind().clone();
-        let (_watcher, mut stream) = self.open_history().await?;
+        let mut stream = self.open_history().await?;
         while self.position < upto {
             let response = next_response(&kind, &mut stream).await?;
             for event in response.events() {
@@ -428,6 +427,14 @@ async fn next_response(
     };
     if response.compact_revision() > 0 {
         return Err(Replay::Compacted);
+    }
+    if response.canceled() {
+        return Err(Replay::Failed(Error::Backend {
+            subject: kind.to_string(),
+            message: format!("etcd canceled the watch: {}", response.cancel_reason()),
+            retryable: true,
+            source: None,
+        }));
     }
     Ok(response)
 }
