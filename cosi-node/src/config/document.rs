@@ -87,10 +87,19 @@ pub fn text_of<'b>(bytes: &'b [u8], subject: &str) -> Result<&'b str, ConfigErro
         .map_err(|e| ConfigErrors::one(subject, format!("not UTF-8 text: {e}")))
 }
 
-/// Reads the documents of `text` and identifies them. `subject` prefixes positional paths
-/// (`documents`, `patches[1]`). With `selectors` a document may be a `$patch: delete` selector
-/// (patches); otherwise `$patch` is an ordinary (unknown) field.
+/// Reads the documents of config text and identifies them. `subject` prefixes positional
+/// paths (`documents[1]`).
 pub fn read(text: &str, subject: &str) -> Result<Documents, ConfigErrors> {
+    read_with(text, subject, false)
+}
+
+/// Reads the documents of a strategic patch: like [`read`], except that a map without `kind`
+/// is a patch of the main document even without `version`.
+pub fn read_patch(text: &str, subject: &str) -> Result<Documents, ConfigErrors> {
+    read_with(text, subject, true)
+}
+
+fn read_with(text: &str, subject: &str, patch: bool) -> Result<Documents, ConfigErrors> {
     let nodes = yaml::read_documents(text).map_err(|e| {
         ConfigErrors::one(
             join_index(subject, e.document),
@@ -101,7 +110,7 @@ pub fn read(text: &str, subject: &str) -> Result<Documents, ConfigErrors> {
     let mut errors = Vec::new();
     for (index, node) in nodes.into_iter().enumerate() {
         let at = join_index(subject, index);
-        match identify(&node, &at) {
+        match identify(&node, &at, patch) {
             Ok(id) => {
                 if documents.get(&id).is_some() {
                     errors.push(FieldError::new(
@@ -122,7 +131,8 @@ pub fn read(text: &str, subject: &str) -> Result<Documents, ConfigErrors> {
     }
 }
 
-fn identify(node: &Node, at: &str) -> Result<DocumentId, FieldError> {
+/// The identity of one document (`at` is its positional path, for errors).
+pub(crate) fn identify(node: &Node, at: &str, patch: bool) -> Result<DocumentId, FieldError> {
     let Node::Map(map) = node else {
         return Err(FieldError::new(
             at,
@@ -130,7 +140,7 @@ fn identify(node: &Node, at: &str) -> Result<DocumentId, FieldError> {
         ));
     };
     let Some(kind) = map.get("kind") else {
-        if map.get("version").is_some() {
+        if patch || map.get("version").is_some() {
             return Ok(DocumentId::Main);
         }
         return Err(FieldError::new(

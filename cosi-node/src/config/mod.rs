@@ -8,21 +8,40 @@
 //!   shapes are errors with their field path), and the canonical encoding;
 //! - [`resources`]: the resource types, all in namespace `config`: [`MachineConfig`] (ids
 //!   `active` and `persisted`), the fan-out ([`MachineType`], [`Hostname`], [`NodeLabels`],
-//!   [`KubeletSpec`]) and the [`ConfigHistory`].
+//!   [`KubeletSpec`]) and the [`ConfigHistory`];
+//! - [`validate`]: semantic rules, all errors at once, warnings apart;
+//! - [`patch`]: strategic-merge and RFC 6902 patches, on multi-document configs too;
+//! - [`diff`]: unified diffs and changed field paths;
+//! - [`restart`]: which fields need a restart, and the hook the node runtime implements;
+//! - [`apply`]: the one entry point that changes the config (modes, dry run, try rollback,
+//!   history), and the node's start;
+//! - [`transforms`]: the controllers that fan the active config out.
 //!
 //! It must not touch other families' resources: services, addresses and members read the
 //! typed config or the fan-out resources and derive their own.
 
+pub mod apply;
 mod cidr;
+pub mod diff;
 pub mod document;
 mod error;
+mod history;
+pub mod patch;
 pub mod resources;
+pub mod restart;
 pub mod schema;
-mod tree;
+pub mod transforms;
+pub mod tree;
+pub mod validate;
 mod yaml;
 
+pub use apply::{
+    load_at_start, ApplyError, ApplyInput, ApplyMode, ApplyOutcome, ApplyRequest, ConfigApplier,
+};
 pub use cidr::Cidr;
+pub use diff::ConfigDiff;
 pub use error::{ConfigErrors, FieldError};
+pub use history::history_id;
 pub use resources::{
     register_known_types, register_types, ConfigHistory, Hostname, KubeletSpec, MachineConfig,
     MachineType, NodeLabels, ACTIVE, PERSISTED,
