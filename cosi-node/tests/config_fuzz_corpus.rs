@@ -23,7 +23,12 @@ fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
         })
         .collect();
     files.sort();
-    assert!(files.len() >= 10, "{} holds only {} files", dir.display(), files.len());
+    assert!(
+        files.len() >= 10,
+        "{} holds only {} files",
+        dir.display(),
+        files.len()
+    );
     files
 }
 
