@@ -757,11 +757,7 @@ async fn the_persisted_config_survives_a_disk_restart_and_becomes_active() {
             .await
             .unwrap();
     }
-    Arc::try_unwrap(disk)
-        .ok()
-        .expect("only this test holds the disk")
-        .close()
-        .await;
+    close(disk).await;
 
     // When the node starts again on the same file
     let disk = Arc::new(
@@ -784,11 +780,14 @@ async fn the_persisted_config_survives_a_disk_restart_and_becomes_active() {
         node.config(PERSISTED).await.unwrap().spec.text()
     );
     drop(node);
-    Arc::try_unwrap(disk)
-        .ok()
-        .expect("only this test holds the disk")
-        .close()
-        .await;
+    close(disk).await;
+}
+
+async fn close(disk: Arc<cosi_state::DiskState>) {
+    match Arc::try_unwrap(disk) {
+        Ok(disk) => disk.close().await,
+        Err(_) => panic!("only this test holds the disk"),
+    }
 }
 
 /// Lets spawned tasks (a due rollback) run, without moving the clock.

@@ -2,6 +2,9 @@
 
 mod config_support;
 
+/// One history row: id, mode, actor, active and persisted versions, summary.
+type Row<'a> = (String, &'a str, &'a str, Option<u64>, Option<u64>, &'a str);
+
 use config_support::{Node, LIVE_PATCH, RESTART_PATCH};
 use cosi_core::{table, ResourceSpec};
 use cosi_node::config::{history_id, ApplyMode, ApplyRequest, ConfigHistory, HISTORY_LIMIT};
@@ -26,7 +29,7 @@ async fn every_applied_change_is_one_history_entry_with_mode_actor_versions_and_
         .await
         .unwrap();
     let history = node.history().await;
-    let rows: Vec<(String, &str, &str, Option<u64>, Option<u64>, &str)> = history
+    let rows: Vec<Row> = history
         .iter()
         .map(|h| {
             (
