@@ -275,6 +275,21 @@ async fn a_patch_without_a_config_is_refused() {
 }
 
 #[tokio::test]
+async fn more_patches_than_one_apply_takes_are_refused() {
+    let node = Node::with_base().await;
+    let patches = vec![""; cosi_node::config::apply::MAX_PATCHES + 1];
+    let err = node
+        .applier
+        .apply(ApplyRequest::patches(patches, ApplyMode::NoReboot, "admin"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "MachineConfig: invalid patches: 65 patches are more than the 64 one apply takes"
+    );
+}
+
+#[tokio::test]
 async fn a_whole_config_is_stored_as_written_and_a_patch_stores_canonical_text() {
     let node = Node::new();
     let text = format!("# my node\n{BASE}");

@@ -60,6 +60,9 @@ use super::validate::{validate, Validation};
 /// How long a `try` apply stays before it is rolled back, unless the request says otherwise.
 pub const DEFAULT_TRY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The most patches one apply takes.
+pub const MAX_PATCHES: usize = 64;
+
 /// The actor the history names for changes the node makes by itself.
 pub const NODE_ACTOR: &str = "node";
 
@@ -137,7 +140,8 @@ pub enum ApplyInput {
     /// A whole config (multi-document YAML), stored as written.
     Config(Vec<u8>),
     /// Patches applied in order to the base config (strategic-merge YAML or RFC 6902 JSON
-    /// each; see [`super::patch`]). Reading `@file` arguments is the client's business.
+    /// each; see [`super::patch`]), at most [`MAX_PATCHES`], each at most
+    /// [`super::document::MAX_CONFIG_BYTES`]. Reading `@file` arguments is the client's business.
     Patches(Vec<Vec<u8>>),
 }
 
@@ -680,6 +684,15 @@ fn new_config(
                     "there is no config to patch: apply a whole config first",
                 )));
             };
+            if patches.len() > MAX_PATCHES {
+                return Err(ApplyError::Invalid(ConfigErrors::one(
+                    "patches",
+                    format!(
+                        "{} patches are more than the {MAX_PATCHES} one apply takes",
+                        patches.len()
+                    ),
+                )));
+            }
             let mut parsed = Vec::with_capacity(patches.len());
             let mut errors = Vec::new();
             for (i, bytes) in patches.iter().enumerate() {
