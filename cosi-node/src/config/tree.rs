@@ -2,8 +2,8 @@
 //!
 //! Maps keep the order they were written in (a `$patch: delete` list item is selected by its
 //! *first* key), and reading one is strict: a repeated key or a float JSON cannot hold is an
-//! error, never a silent overwrite. This module knows no text format; [`super::yaml`] reads and
-//! writes the text.
+//! error, never a silent overwrite. This module knows no text format: the config's one YAML
+//! module reads and writes the text.
 
 use std::fmt;
 
