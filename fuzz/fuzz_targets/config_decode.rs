@@ -2,6 +2,8 @@
 //! canonical text and its resource form.
 #![no_main]
 
+// Each target uses one of the checks.
+#[allow(dead_code)]
 #[path = "../src/config_checks.rs"]
 mod config_checks;
 
