@@ -746,10 +746,14 @@ async fn the_start_without_a_persisted_config_leaves_the_node_in_maintenance() {
 
 #[tokio::test]
 async fn the_persisted_config_survives_a_disk_restart_and_becomes_active() {
-    use cosi_state::{DiskOptions, DiskState, KnownTypes};
+    use cosi_state::{DiskOptions, DiskState};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.redb");
-    let types = || cosi_node::config::register_known_types(KnownTypes::new());
+    let types = || {
+        let mut registry = cosi_core::Registry::new();
+        cosi_node::config::register_types(&mut registry).unwrap();
+        Arc::new(registry)
+    };
 
     // Given a config applied and a change staged on the disk backend
     let disk = Arc::new(

@@ -43,8 +43,8 @@ pub use diff::ConfigDiff;
 pub use error::{ConfigErrors, FieldError};
 pub use history::history_id;
 pub use resources::{
-    register_known_types, register_types, ConfigHistory, Hostname, KubeletSpec, MachineConfig,
-    MachineType, NodeLabels, ACTIVE, PERSISTED,
+    register_types, ConfigHistory, Hostname, KubeletSpec, MachineConfig, MachineType, NodeLabels,
+    ACTIVE, PERSISTED,
 };
 pub use schema::{Config, MachineRole};
 

@@ -277,14 +277,3 @@ pub fn register_types(registry: &mut Registry) -> Result<()> {
     registry.register::<ConfigHistory>()?;
     Ok(())
 }
-
-/// Registers every type of the config family with a byte-storing backend (disk, etcd).
-pub fn register_known_types(types: cosi_state::KnownTypes) -> cosi_state::KnownTypes {
-    types
-        .with::<MachineConfig>()
-        .with::<MachineType>()
-        .with::<Hostname>()
-        .with::<NodeLabels>()
-        .with::<KubeletSpec>()
-        .with::<ConfigHistory>()
-}
