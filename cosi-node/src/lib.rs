@@ -7,4 +7,5 @@
 //! [`namespaces`] below. The families arrive one module each: the machine config, services and
 //! their process supervisor, network addresses, and cluster members.
 
+pub mod config;
 pub mod namespaces;
