@@ -68,8 +68,9 @@ pub(crate) async fn run(
 enum Next {
     /// Asked to do something else (stop, restart, a new spec): look at what is desired now.
     Again,
-    /// The process exited on its own (or could not start).
-    Exited { failed: bool, uptime: Duration },
+    /// The process exited on its own (or could not start); `restart` is the policy's verdict,
+    /// already counted in the record's restarts.
+    Exited { restart: bool, uptime: Duration },
     /// Cannot run until the spec changes (its image has no program).
     Blocked,
 }
@@ -156,12 +157,7 @@ impl Runner {
                     let _ = self.wait_for_instruction().await;
                     self.backoff.reset();
                 }
-                Next::Exited { failed, uptime } => {
-                    let restart = match self.spec.restart {
-                        RestartPolicy::Always => true,
-                        RestartPolicy::OnFailure => failed,
-                        RestartPolicy::Never => false,
-                    };
+                Next::Exited { restart, uptime } => {
                     if !restart {
                         let _ = self.wait_for_instruction().await;
                         self.backoff.reset();
@@ -171,7 +167,6 @@ impl Runner {
                         self.backoff.reset();
                     }
                     let delay = self.backoff.next_delay();
-                    self.sup.update(&self.id, |r| r.restarts += 1);
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
                         _ = self.wait_for_instruction() => self.backoff.reset(),
@@ -207,10 +202,14 @@ impl Runner {
         let mut running = match self.spawn(&spec, &program, &args) {
             Ok(running) => running,
             Err(message) => {
+                let restart = self.restarts_after(true);
                 self.sup
-                    .transition(&self.id, ServiceState::Failed, message, |r| r.alive = false);
+                    .transition(&self.id, ServiceState::Failed, message, |r| {
+                        r.alive = false;
+                        r.restarts += u32::from(restart);
+                    });
                 return Next::Exited {
-                    failed: true,
+                    restart,
                     uptime: Duration::ZERO,
                 };
             }
@@ -476,16 +475,28 @@ impl Runner {
         let last = self.finish(running).await;
         let (state, message, failed) = describe_exit(status, last);
         let checked = self.spec.health.is_some();
+        let restart = self.restarts_after(failed);
+        // The verdict is counted with the exit event, so a reader of that event knows it.
         self.sup.transition(&self.id, state, message, |r| {
             r.alive = false;
             r.pid = None;
+            r.restarts += u32::from(restart);
             if checked {
                 r.health = Health::Failed;
                 r.health_message = Some("service not running".into());
             }
         });
         self.health = Health::Unknown;
-        Next::Exited { failed, uptime }
+        Next::Exited { restart, uptime }
+    }
+
+    /// Whether the restart policy starts the process again after an exit.
+    fn restarts_after(&self, failed: bool) -> bool {
+        match self.spec.restart {
+            RestartPolicy::Always => true,
+            RestartPolicy::OnFailure => failed,
+            RestartPolicy::Never => false,
+        }
     }
 
     /// Stops the process on purpose: dependents first, then SIGTERM to the group, SIGKILL
