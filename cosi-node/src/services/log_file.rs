@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::logs::{FileFeed, LogLine};
+use super::logs::{FileCommand, FileFeed, LogLine};
 
 /// How a service's log file is capped.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,7 +123,7 @@ pub(crate) fn record_of(line: &LogLine) -> Vec<u8> {
 
 /// Starts the writer of `file`; returns what feeds it. The task ends when the feed is dropped.
 pub(crate) fn spawn_writer(file: RotatingFile) -> FileFeed {
-    let (queue, mut lines) = mpsc::channel::<Arc<LogLine>>(file.options.queue.max(1));
+    let (queue, mut lines) = mpsc::channel::<FileCommand>(file.options.queue.max(1));
     let dropped = Arc::new(AtomicU64::new(0));
     let counter = dropped.clone();
     tokio::spawn(async move {
@@ -144,10 +144,17 @@ pub(crate) fn spawn_writer(file: RotatingFile) -> FileFeed {
                     .as_bytes(),
                 );
             }
-            let records: Vec<Vec<u8>> = std::iter::once(bytes)
-                .filter(|b| !b.is_empty())
-                .chain(batch.drain(..).map(|line| record_of(&line)))
-                .collect();
+            let mut flushes = Vec::new();
+            let mut records: Vec<Vec<u8>> = Vec::with_capacity(batch.len() + 1);
+            if !bytes.is_empty() {
+                records.push(bytes);
+            }
+            for command in batch.drain(..) {
+                match command {
+                    FileCommand::Line(line) => records.push(record_of(&line)),
+                    FileCommand::Flush(done) => flushes.push(done),
+                }
+            }
             let Some(mut open) = file.take() else { return };
             // The disk may block; keep it off the runtime's workers.
             let result = tokio::task::spawn_blocking(move || {
@@ -167,6 +174,9 @@ pub(crate) fn spawn_writer(file: RotatingFile) -> FileFeed {
                         tracing::warn!(path = %open.path.display(), %error, "writing a service log file failed");
                     }
                     file = Some(open);
+                    for done in flushes {
+                        let _ = done.send(());
+                    }
                 }
                 Err(_) => return,
             }

@@ -149,8 +149,17 @@ pub struct LogBook {
 /// The bounded queue to a log file writer, and what it had to drop.
 #[derive(Debug)]
 pub(crate) struct FileFeed {
-    pub(crate) queue: mpsc::Sender<Arc<LogLine>>,
+    pub(crate) queue: mpsc::Sender<FileCommand>,
     pub(crate) dropped: Arc<AtomicU64>,
+}
+
+/// What the file writer is sent.
+#[derive(Debug)]
+pub(crate) enum FileCommand {
+    /// A line to append.
+    Line(Arc<LogLine>),
+    /// Answer once every line queued before is written.
+    Flush(tokio::sync::oneshot::Sender<()>),
 }
 
 impl LogBook {
@@ -187,7 +196,7 @@ impl LogBook {
             let _ = self.live.send(line.clone());
         }
         if let Some(file) = &self.file {
-            if file.queue.try_send(line).is_err() {
+            if file.queue.try_send(FileCommand::Line(line)).is_err() {
                 file.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -208,6 +217,16 @@ impl LogBook {
         let backlog = ring.iter().skip(skip).cloned().collect();
         let live = follow.then(|| self.live.subscribe());
         LogReader { backlog, live }
+    }
+
+    /// Waits until every line recorded so far is in the log file (at once without a file).
+    pub async fn flush(&self) {
+        if let Some(file) = &self.file {
+            let (done, written) = tokio::sync::oneshot::channel();
+            if file.queue.send(FileCommand::Flush(done)).await.is_ok() {
+                let _ = written.await;
+            }
+        }
     }
 
     /// Lines the file writer had to drop because it fell behind.

@@ -543,6 +543,13 @@ impl Supervisor {
         Ok(self.log_book(id)?.read(tail, follow))
     }
 
+    /// Waits until every output line of `id` recorded so far is in its log file.
+    pub async fn flush_logs(&self, id: &str) -> Result<(), ServiceError> {
+        let book = self.log_book(id)?;
+        book.flush().await;
+        Ok(())
+    }
+
     /// A reader of every service's events: the newest `tail` events (of all services, in the
     /// order they happened), then live ones.
     pub fn events(&self, tail: usize) -> EventReader {
