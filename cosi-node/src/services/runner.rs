@@ -199,7 +199,7 @@ impl Runner {
         };
         self.sup
             .transition(&self.id, ServiceState::Preparing, preparing, |_| {});
-        let mut running = match self.spawn(&spec, &program, &args) {
+        let mut running = match self.spawn(&spec, &program, &args).await {
             Ok(running) => running,
             Err(message) => {
                 let restart = self.restarts_after(true);
@@ -415,7 +415,12 @@ impl Runner {
         }
     }
 
-    fn spawn(&self, spec: &ServiceSpec, program: &str, args: &[String]) -> Result<Running, String> {
+    async fn spawn(
+        &self,
+        spec: &ServiceSpec,
+        program: &str,
+        args: &[String],
+    ) -> Result<Running, String> {
         let token = self.sup.ledger.token(&self.id);
         let mut command = Command::new(program);
         command
@@ -430,8 +435,13 @@ impl Runner {
         if let Some(dir) = &spec.working_dir {
             command.current_dir(dir);
         }
-        let mut child = reaper::spawn(&mut command)
-            .map_err(|e| format!("Failed to start {program}: {}", os_reason(&e)))?;
+        // fork and exec block the calling thread for up to a millisecond: keep them off the
+        // runtime's workers, so a crash loop does not stall other tasks.
+        let spawned = tokio::task::spawn_blocking(move || reaper::spawn(&mut command))
+            .await
+            .map_err(|e| format!("Failed to start {program}: {e}"))?;
+        let mut child =
+            spawned.map_err(|e| format!("Failed to start {program}: {}", os_reason(&e)))?;
         let pid = child.id().unwrap_or(0);
         let record = match self.sup.ledger.record(&self.id, pid, token) {
             Ok(record) => record,
