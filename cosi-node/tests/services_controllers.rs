@@ -59,14 +59,25 @@ async fn put(state: &Arc<dyn State>, id: &str, spec: ServiceSpec) {
     }
 }
 
-fn starts(supervisor: &Supervisor, id: &str) -> usize {
+fn count(supervisor: &Supervisor, id: &str, state: ServiceState) -> usize {
     supervisor
         .get(id)
-        .unwrap()
-        .events
-        .iter()
-        .filter(|e| e.state == ServiceState::Starting)
-        .count()
+        .map_or(0, |i| i.events.iter().filter(|e| e.state == state).count())
+}
+
+fn starts(supervisor: &Supervisor, id: &str) -> usize {
+    count(supervisor, id, ServiceState::Starting)
+}
+
+/// Waits for the `n`th failure of `id`, then settles. A start runs fork/exec in a blocking
+/// task, which the paused clock waits for (it does not auto-advance meanwhile), so the backoff
+/// that follows starts at the same virtual instant as the attempt.
+async fn failures(harness: &Harness, supervisor: &Supervisor, id: &str, n: usize) {
+    let mut changes = supervisor.subscribe();
+    while count(supervisor, id, ServiceState::Failed) < n {
+        changes.changed().await.unwrap();
+    }
+    harness.settle().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -80,6 +91,7 @@ async fn the_restart_backoff_doubles_after_each_failure() {
     )
     .await;
     harness.settle().await;
+    failures(&harness, &supervisor, "missing", 1).await;
 
     // Then the failure is the status's last event, with the restart counted
     let status = harness.expect::<ServiceStatus>("missing").await;
@@ -101,6 +113,7 @@ async fn the_restart_backoff_doubles_after_each_failure() {
         );
         harness.advance(Duration::from_millis(1)).await;
         assert_eq!(starts(&supervisor, "missing"), attempt, "at {delay_ms} ms");
+        failures(&harness, &supervisor, "missing", attempt).await;
     }
     assert_eq!(
         harness
@@ -129,6 +142,7 @@ async fn a_run_that_counts_as_stable_resets_the_backoff() {
     )
     .await;
     harness.settle().await;
+    failures(&harness, &supervisor, "missing", 1).await;
 
     // Then every restart waits the initial delay
     for attempt in 2..6 {
@@ -136,6 +150,7 @@ async fn a_run_that_counts_as_stable_resets_the_backoff() {
         assert_eq!(starts(&supervisor, "missing"), attempt - 1);
         harness.advance(Duration::from_millis(1)).await;
         assert_eq!(starts(&supervisor, "missing"), attempt);
+        failures(&harness, &supervisor, "missing", attempt).await;
     }
     supervisor.shutdown().await;
     harness.shutdown().await;
@@ -151,8 +166,11 @@ async fn a_spec_change_cuts_the_backoff_short() {
     )
     .await;
     harness.settle().await;
+    failures(&harness, &supervisor, "svc", 1).await;
     harness.advance(Duration::from_millis(500)).await;
+    failures(&harness, &supervisor, "svc", 2).await;
     harness.advance(Duration::from_millis(1000)).await;
+    failures(&harness, &supervisor, "svc", 3).await;
     assert_eq!(starts(&supervisor, "svc"), 3);
 
     // Waiting 2 s now; a new spec is tried at once.
@@ -163,6 +181,7 @@ async fn a_spec_change_cuts_the_backoff_short() {
     )
     .await;
     harness.settle().await;
+    failures(&harness, &supervisor, "svc", 4).await;
     assert_eq!(starts(&supervisor, "svc"), 4);
     assert_eq!(
         harness

@@ -529,7 +529,6 @@ async fn a_disabled_service_is_skipped_and_counts_as_up_for_its_dependents() {
 async fn restart_policies_decide_on_the_exit() {
     // on-failure: a clean exit is final, a failure is restarted; never: nothing is.
     let supervisor = supervisor();
-    let mut events = supervisor.events(0);
     let cases = [
         (
             "clean-on-failure",
@@ -560,12 +559,14 @@ async fn restart_policies_decide_on_the_exit() {
             1,
         ),
     ];
+    let mut readers = Vec::new();
     for (id, script, policy, _, _) in cases {
+        readers.push(supervisor.events(0));
         supervisor
             .apply(id, shell(script).with_restart(policy))
             .unwrap();
     }
-    for (id, _, _, state, restarts) in cases {
+    for ((id, _, _, state, restarts), mut events) in cases.into_iter().zip(readers) {
         let exit = wait_event(&mut events, id, "its first exit", |r| {
             matches!(r.event.state, ServiceState::Finished | ServiceState::Failed)
         })
