@@ -32,6 +32,14 @@
 //!   `runtime`, written by [`ServiceStatusController`]; [`ServiceSpecController`] applies the
 //!   specs to the supervisor.
 //!
+//! ## Where the resources live, and why
+//!
+//! All three types are in namespace `runtime` (what runs on the node). `ServiceSpec` is there
+//! too, not in `config`: it is not a piece of the config but the supervisor's input, merged from
+//! several sources (the built-in kubelet from `machine.kubelet`, one per `ServiceConfig`
+//! document), the same way Talos keeps its service specs beside the runtime state. Register
+//! them with [`register_types`].
+//!
 //! ## Example
 //!
 //! ```
@@ -83,6 +91,19 @@ pub use reaper::{reap_orphans, Reaper};
 pub use resolver::{repository_of, ImageProgram, ImageResolver};
 pub use resources::{Service, ServiceStatus};
 pub use spec::{HealthCheck, Probe, Program, RestartPolicy, ServiceSpec};
+/// Registers the service resource types (`ServiceSpec`, `ServiceStatus`, `Service`).
+///
+/// ```
+/// let mut registry = cosi_core::Registry::new();
+/// cosi_node::services::register_types(&mut registry).unwrap();
+/// assert_eq!(registry.resolve("svc").unwrap().resource_type, "Services.runtime.cosi.dev");
+/// ```
+pub fn register_types(registry: &mut cosi_core::Registry) -> cosi_core::Result<()> {
+    registry.register::<ServiceSpec>()?;
+    registry.register::<ServiceStatus>()?;
+    registry.register::<Service>()
+}
+
 pub use supervisor::{
     EventItem, EventReader, ServiceError, ServiceEventRecord, ServiceInfo, Supervisor,
     SupervisorOptions, EVENT_STREAM_BUFFER,
