@@ -6,7 +6,8 @@
 //! watch, N times in a row. It is measured twice in each run: `idle` (the supervisor has no
 //! service) and `looping` (one service, `sh -c 'echo crashing >&2; exit 1'`, restarted with a
 //! 1 ms backoff: every restart is a real fork/exec, its output captured, five events and their
-//! status writes). `crash_loop.looping.restarts_per_s` says how hard the loop ran.
+//! status writes), with the orphan reaper on as in the daemon.
+//! `crash_loop.looping.restarts_per_s` says how hard the loop ran.
 //!
 //! `--runs R` (default 3), `--n N` samples per measurement (default 2000). Prints the spread
 //! and median of each figure (median / p99 latency in microseconds).
@@ -109,6 +110,8 @@ async fn measure(looping: bool, n: usize) -> Result<Measurement, WorkloadError> 
     let engine = Engine::new(state.clone());
     let supervisor = Supervisor::new(SupervisorOptions {
         restart_backoff: Backoff::new(Duration::from_millis(1), Duration::from_millis(1)),
+        // As the daemon runs it: the orphan reaper scans /proc on every SIGCHLD.
+        reap_orphans: true,
         ..SupervisorOptions::default()
     })
     .map_err(|e| WorkloadError::new(e.to_string()))?;

@@ -78,7 +78,8 @@ impl Reaper {
         registry().reaping = true;
         let task = tokio::spawn(async move {
             loop {
-                reap_orphans();
+                // Reading /proc is blocking I/O that grows with the process count.
+                let _ = tokio::task::spawn_blocking(reap_orphans).await;
                 if sigchld.recv().await.is_none() {
                     return;
                 }
@@ -98,12 +99,20 @@ impl Drop for Reaper {
 /// empty. Returns the reaped pids.
 pub fn reap_orphans() -> Vec<u32> {
     let me = std::process::id();
-    let Ok(processes) = process::all_processes() else {
-        return Vec::new();
+    let children: Vec<process::ProcStat> = match own_children() {
+        Some(pids) => pids
+            .into_iter()
+            .filter_map(|pid| process::read_stat(pid).ok().flatten())
+            .collect(),
+        // A kernel without /proc/<pid>/task/<tid>/children: look at every process.
+        None => match process::all_processes() {
+            Ok(all) => all.into_iter().filter(|p| p.ppid == me).collect(),
+            Err(_) => return Vec::new(),
+        },
     };
     let mut reaped = Vec::new();
     let mut registry = registry();
-    for stat in processes.iter().filter(|p| p.ppid == me && p.is_zombie()) {
+    for stat in children.iter().filter(|p| p.is_zombie()) {
         if registry.direct.contains(&stat.pid) || !registry.groups.contains(&stat.pgrp) {
             continue;
         }
@@ -112,9 +121,30 @@ pub fn reap_orphans() -> Vec<u32> {
             reaped.push(stat.pid);
         }
     }
-    let live: HashSet<u32> = processes.iter().map(|p| p.pgrp).collect();
     // A group stays while its leader runs or any member (a zombie included) is left.
     let Registry { direct, groups, .. } = &mut *registry;
-    groups.retain(|g| direct.contains(g) || live.contains(g));
+    groups.retain(|g| direct.contains(g) || process::group_exists(*g));
     reaped
+}
+
+/// The pids of this process's children, from `/proc/self/task/<tid>/children` (one list per
+/// thread: an orphan is re-parented to one of the subreaper's threads). `None` if the kernel
+/// does not provide the lists.
+fn own_children() -> Option<Vec<u32>> {
+    let mut pids = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path().join("children");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => pids.extend(
+                text.split_ascii_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            ),
+            // The thread ended meanwhile.
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound
+                    && path.parent().is_some_and(|t| !t.exists()) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(pids)
 }

@@ -437,19 +437,27 @@ impl Runner {
         }
         // fork and exec block the calling thread for up to a millisecond: keep them off the
         // runtime's workers, so a crash loop does not stall other tasks.
-        let spawned = tokio::task::spawn_blocking(move || reaper::spawn(&mut command))
-            .await
-            .map_err(|e| format!("Failed to start {program}: {e}"))?;
-        let mut child =
+        // The group's record is written in the same blocking task, before the process is
+        // reported running.
+        let sup = self.sup.clone();
+        let id = self.id.clone();
+        let spawned = tokio::task::spawn_blocking(move || {
+            let child = reaper::spawn(&mut command)?;
+            let pid = child.id().unwrap_or(0);
+            let record = match sup.ledger.record(&id, pid, token) {
+                Ok(record) => record,
+                Err(error) => {
+                    tracing::warn!(service = %id, pid, %error, "recording the process group failed; a killed daemon may leave it behind");
+                    None
+                }
+            };
+            Ok::<_, std::io::Error>((child, record))
+        })
+        .await
+        .map_err(|e| format!("Failed to start {program}: {e}"))?;
+        let (mut child, record) =
             spawned.map_err(|e| format!("Failed to start {program}: {}", os_reason(&e)))?;
         let pid = child.id().unwrap_or(0);
-        let record = match self.sup.ledger.record(&self.id, pid, token) {
-            Ok(record) => record,
-            Err(error) => {
-                tracing::warn!(service = %self.id, pid, %error, "recording the process group failed; a killed daemon may leave it behind");
-                None
-            }
-        };
         let last_stderr = Arc::new(Mutex::new(None));
         let mut readers = Vec::new();
         if let Some(stdout) = child.stdout.take() {
