@@ -75,12 +75,6 @@ enum Next {
     Blocked,
 }
 
-/// What interrupted a wait.
-enum Interrupt {
-    /// Removed, stopped, restarted, kicked, or given a spec that needs a new process.
-    Instruction,
-}
-
 struct Runner {
     sup: Arc<Inner>,
     id: String,
@@ -148,18 +142,18 @@ impl Runner {
                         |_| {},
                     );
                 }
-                let _ = self.wait_for_instruction().await;
+                self.wait_for_instruction().await;
                 continue;
             }
             match self.run_once().await {
                 Next::Again => continue,
                 Next::Blocked => {
-                    let _ = self.wait_for_instruction().await;
+                    self.wait_for_instruction().await;
                     self.backoff.reset();
                 }
                 Next::Exited { restart, uptime } => {
                     if !restart {
-                        let _ = self.wait_for_instruction().await;
+                        self.wait_for_instruction().await;
                         self.backoff.reset();
                         continue;
                     }
@@ -302,10 +296,10 @@ impl Runner {
 
     /// Waits until something is asked of the runner: removal, stop, start, restart, or a spec
     /// that needs a new process. In-place spec changes are taken on the way.
-    async fn wait_for_instruction(&mut self) -> Interrupt {
+    async fn wait_for_instruction(&mut self) {
         loop {
             if self.desired.changed().await.is_err() {
-                return Interrupt::Instruction;
+                return;
             }
             let want = self.desired.borrow().clone();
             if want.removed
@@ -314,7 +308,7 @@ impl Runner {
                 || want.restart != self.seen_restart
                 || self.spec.needs_restart_for(&want.spec)
             {
-                return Interrupt::Instruction;
+                return;
             }
             self.desired.borrow_and_update();
             self.adopt(&want);
