@@ -70,6 +70,33 @@ pub struct ControllerState {
     /// The outputs written in this handle's reconcile (one insert per write: a fast hasher).
     /// Shared by the clones a reconcile makes, never by two reconciles.
     tracked: Arc<Mutex<Option<foldhash::HashSet<Pointer>>>>,
+    /// Schedules a reconcile of this controller (its scheduling state's resync).
+    wake: Arc<dyn Fn() + Send + Sync>,
+}
+
+/// Wakes one controller from outside the state: a kernel subscription, a remote watch, a
+/// child process exiting. Obtained from [`ControllerState::waker`]; cheap to clone.
+///
+/// A wake-up coalesces with every other pending one, exactly like an input change: a burst of
+/// outside events costs one reconcile of a level-triggered controller (a queue controller
+/// re-lists its primary items). The controller reads what changed from its source in that
+/// reconcile; the waker carries no data, so nothing can pile up behind a slow controller.
+#[derive(Clone)]
+pub struct Waker {
+    wake: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for Waker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waker").finish_non_exhaustive()
+    }
+}
+
+impl Waker {
+    /// Schedules a reconcile (coalesced with any pending one).
+    pub fn wake(&self) {
+        (self.wake)();
+    }
 }
 
 impl std::fmt::Debug for ControllerState {
@@ -86,6 +113,7 @@ impl ControllerState {
         inner: Arc<dyn State>,
         access: Arc<RwLock<Arc<Access>>>,
         registry: Arc<dyn InputRegistry>,
+        wake: Arc<dyn Fn() + Send + Sync>,
     ) -> Self {
         ControllerState {
             name,
@@ -93,6 +121,15 @@ impl ControllerState {
             access,
             registry,
             tracked: Arc::new(Mutex::new(None)),
+            wake,
+        }
+    }
+
+    /// A handle that wakes this controller from outside the state (see [`Waker`]): give it to
+    /// the task that follows the controller's outside source.
+    pub fn waker(&self) -> Waker {
+        Waker {
+            wake: self.wake.clone(),
         }
     }
 

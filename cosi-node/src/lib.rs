@@ -5,7 +5,8 @@
 //!
 //! Every type name uses the project's one domain, `cosi.dev`, and lives in one of the
 //! [`namespaces`] below. The families arrive one module each: the machine config, services and
-//! their process supervisor, network addresses, and cluster members.
+//! their process supervisor ([`services`]), network addresses, and cluster members.
 
 pub mod config;
 pub mod namespaces;
+pub mod services;

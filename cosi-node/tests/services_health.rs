@@ -1,0 +1,155 @@
+//! Health checks against real endpoints: a TCP listener the test opens and closes, the
+//! kubelet-like workload's HTTP endpoint, a server that never answers. Flips are events; the
+//! status follows.
+
+mod services_support;
+
+use std::time::Duration;
+
+use cosi_node::services::{Health, HealthCheck, Probe, ServiceSpec, ServiceState};
+use services_support::*;
+
+fn check(probe: Probe) -> HealthCheck {
+    HealthCheck {
+        probe,
+        initial_delay: Duration::ZERO,
+        period: Duration::from_millis(20),
+        timeout: Duration::from_secs(2),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_flips_are_events_and_the_status_follows() {
+    // Given a service whose health is a TCP port this test listens on
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let supervisor = supervisor();
+    let mut events = supervisor.events(0);
+    let spec = ServiceSpec::command("/bin/sleep")
+        .with_args(["600"])
+        .with_health(check(Probe::Tcp {
+            address: address.to_string(),
+        }));
+    supervisor.apply("db", spec).unwrap();
+
+    // Then it turns healthy
+    let ok = wait_state(&mut events, "db", ServiceState::Running).await;
+    assert_eq!(ok.event.health, Health::Unknown);
+    let ok = wait_message(&mut events, "db", "Health check successful").await;
+    assert_eq!(ok.event.health, Health::Ok);
+    assert_eq!(supervisor.get("db").unwrap().health, Health::Ok);
+
+    // When the port closes, it turns unhealthy, saying why
+    drop(listener);
+    let failed = wait_message(&mut events, "db", "Health check failed: connection refused").await;
+    assert_eq!(
+        (failed.event.state, failed.event.health),
+        (ServiceState::Running, Health::Failed)
+    );
+    let info = supervisor.get("db").unwrap();
+    assert_eq!(info.health, Health::Failed);
+    assert_eq!(info.health_message.as_deref(), Some("connection refused"));
+
+    // And healthy again when it reopens
+    let _listener = std::net::TcpListener::bind(address).unwrap();
+    wait_message(&mut events, "db", "Health check successful").await;
+
+    // And once stopped, its health is failed: not running
+    supervisor.stop("db").unwrap();
+    let stopped = wait_message(&mut events, "db", "Service stopped").await;
+    assert_eq!(stopped.event.health, Health::Failed);
+    assert_eq!(
+        supervisor.get("db").unwrap().health_message.as_deref(),
+        Some("service not running")
+    );
+    supervisor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelet_workload_is_healthy_over_http_and_a_wrong_path_is_not() {
+    let port = free_port();
+    let supervisor = supervisor();
+    let mut events = supervisor.events(0);
+    let kubelet = |path: &str| {
+        ServiceSpec::command(DEMO_KUBELET)
+            .with_args([format!("--healthz-port={port}")])
+            .with_health(check(Probe::Http {
+                url: format!("http://127.0.0.1:{port}{path}"),
+            }))
+    };
+    supervisor.apply("kubelet", kubelet("/healthz")).unwrap();
+    wait_message(&mut events, "kubelet", "Health check successful").await;
+
+    // A health check change applies in place, to the same process.
+    let pid = supervisor.get("kubelet").unwrap().pid;
+    supervisor.apply("kubelet", kubelet("/nope")).unwrap();
+    wait_message(
+        &mut events,
+        "kubelet",
+        &format!("Health check failed: HTTP 404 from GET http://127.0.0.1:{port}/nope"),
+    )
+    .await;
+    assert_eq!(supervisor.get("kubelet").unwrap().pid, pid);
+    supervisor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_that_gets_no_answer_fails_after_its_timeout() {
+    // A server that accepts and never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let supervisor = supervisor();
+    let mut events = supervisor.events(0);
+    let mut health = check(Probe::Http {
+        url: format!("http://{address}/healthz"),
+    });
+    health.timeout = Duration::from_millis(100);
+    supervisor
+        .apply(
+            "hung",
+            ServiceSpec::command("/bin/sleep")
+                .with_args(["600"])
+                .with_health(health),
+        )
+        .unwrap();
+    wait_message(
+        &mut events,
+        "hung",
+        &format!("Health check failed: GET http://{address}/healthz timed out after 100ms"),
+    )
+    .await;
+    supervisor.shutdown().await;
+    silent.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_check_that_hangs_is_killed_at_its_timeout() {
+    let supervisor = reaping_supervisor();
+    let mut events = supervisor.events(0);
+    let mut health = check(Probe::Exec {
+        command: "/bin/sleep".into(),
+        args: vec!["600".into()],
+    });
+    health.timeout = Duration::from_millis(100);
+    supervisor
+        .apply(
+            "slowcheck",
+            ServiceSpec::command("/bin/sleep")
+                .with_args(["600"])
+                .with_health(health),
+        )
+        .unwrap();
+    wait_message(
+        &mut events,
+        "slowcheck",
+        "Health check failed: /bin/sleep timed out after 100ms",
+    )
+    .await;
+    supervisor.shutdown().await;
+}

@@ -1,0 +1,273 @@
+//! No orphan survives a killed daemon: `cosi-supervise` (the supervisor as the daemon runs
+//! it) is SIGKILLed with services running, its processes are checked by pid to be alive and
+//! orphaned, and the next `cosi-supervise` on the same state directory must kill them before
+//! it reports ready. This test process is the subreaper of both daemons, so the orphans are
+//! re-parented to it and it can tell, by reaping them, that they died of SIGKILL.
+
+mod services_support;
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Stdio;
+
+use cosi_node::services::ledger::{GroupRecord, Ledger};
+use cosi_node::services::read_stat;
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+use services_support::*;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+struct Daemon {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Daemon {
+    async fn start(state: &Path, services: &str) -> Daemon {
+        let file = state.join("services.yaml");
+        std::fs::write(&file, services).unwrap();
+        let mut child = Command::new(SUPERVISE)
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--services")
+            .arg(&file)
+            .stdout(Stdio::piped())
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Daemon { child, lines }
+    }
+
+    /// Reads lines until one starts with `prefix`; returns the rest. Collects every line
+    /// read into `seen`.
+    async fn line(&mut self, prefix: &str, seen: &mut Vec<String>) -> String {
+        let read = tokio::time::timeout(PATIENCE, async {
+            while let Some(line) = self.lines.next_line().await.unwrap() {
+                seen.push(line.clone());
+                if let Some(rest) = line.strip_prefix(prefix) {
+                    return Some(rest.to_string());
+                }
+            }
+            None
+        })
+        .await;
+        match read {
+            Ok(Some(rest)) => rest,
+            Ok(None) => panic!("the daemon exited before {prefix:?}; it said {seen:#?}"),
+            Err(_) => panic!("timed out waiting for {prefix:?}; the daemon said {seen:#?}"),
+        }
+    }
+}
+
+/// Reaps `pid` (a child of this process by now) and returns how it ended.
+async fn reap(pid: u32) -> WaitStatus {
+    tokio::time::timeout(
+        PATIENCE,
+        tokio::task::spawn_blocking(move || waitpid(Pid::from_raw(pid as i32), None)),
+    )
+    .await
+    .expect("the process exits")
+    .unwrap()
+    .unwrap_or_else(|e| panic!("waiting for {pid}: {e}"))
+}
+
+const SERVICES: &str = "
+forks:
+  program: {command: /bin/sh}
+  args: [-c, 'sleep 600 & echo child $!; wait']
+plain:
+  program: {command: /bin/sleep}
+  args: ['600']
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_daemon_leaves_no_orphan_after_its_next_start() {
+    nix::sys::prctl::set_child_subreaper(true).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let me = std::process::id();
+
+    // Given a daemon running two services, one of which forked a child
+    let mut seen = Vec::new();
+    let mut first = Daemon::start(state.path(), SERVICES).await;
+    let (mut forks, mut plain, mut child) = (None, None, None);
+    while forks.is_none() || plain.is_none() || child.is_none() {
+        let line = first.line("", &mut seen).await;
+        if let Some(rest) = line.strip_prefix("event forks Running ") {
+            forks = Some(pid_in(rest));
+        } else if let Some(rest) = line.strip_prefix("event plain Running ") {
+            plain = Some(pid_in(rest));
+        } else if let Some(rest) = line.strip_prefix("log forks child ") {
+            child = Some(rest.parse::<u32>().unwrap());
+        }
+    }
+    let (forks, plain, child) = (forks.unwrap(), plain.unwrap(), child.unwrap());
+
+    // When the daemon is SIGKILLed
+    first.child.start_kill().unwrap();
+    let status = first.child.wait().await.unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+
+    // Then its services live on as orphans (re-parented to this process, the subreaper)
+    for pid in [forks, plain] {
+        let stat = read_stat(pid).unwrap().unwrap();
+        assert!(!stat.is_zombie(), "{pid} still runs");
+        assert_eq!(stat.ppid, me, "{pid} is an orphan now");
+    }
+    assert!(running(child));
+
+    // When the next daemon starts on the same state directory
+    let mut second = Daemon::start(state.path(), "{}").await;
+    let mut leftovers = Vec::new();
+    loop {
+        let line = second.line("", &mut seen).await;
+        if line == "ready" {
+            break;
+        }
+        leftovers.push(line);
+    }
+
+    // Then it killed every process of both groups before it was ready
+    leftovers.sort();
+    assert_eq!(
+        leftovers,
+        [
+            format!("leftover forks {forks} {}", sorted(&[forks, child])),
+            format!("leftover plain {plain} {plain}"),
+        ]
+    );
+    for pid in [forks, child, plain] {
+        assert_eq!(
+            reap(pid).await,
+            WaitStatus::Signaled(Pid::from_raw(pid as i32), Signal::SIGKILL, false),
+            "{pid} was killed by the sweep"
+        );
+        assert!(gone(pid));
+    }
+    // And no record is left for a third start
+    let groups: Vec<_> = std::fs::read_dir(state.path().join("groups"))
+        .unwrap()
+        .collect();
+    assert!(groups.is_empty(), "{groups:?}");
+
+    kill(
+        Pid::from_raw(second.child.id().unwrap() as i32),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    second.line("stopped", &mut seen).await;
+    assert!(second.child.wait().await.unwrap().success());
+}
+
+fn sorted(pids: &[u32]) -> String {
+    let mut pids = pids.to_vec();
+    pids.sort_unstable();
+    pids.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_daemon_stop_leaves_nothing_to_sweep() {
+    let state = tempfile::tempdir().unwrap();
+    let mut seen = Vec::new();
+    let mut daemon = Daemon::start(state.path(), SERVICES).await;
+    let (mut plain, mut child) = (None, None);
+    while plain.is_none() || child.is_none() {
+        let line = daemon.line("", &mut seen).await;
+        if let Some(rest) = line.strip_prefix("event plain Running ") {
+            plain = Some(pid_in(rest));
+        } else if let Some(rest) = line.strip_prefix("log forks child ") {
+            child = Some(rest.parse::<u32>().unwrap());
+        }
+    }
+    let (plain, child) = (plain.unwrap(), child.unwrap());
+
+    kill(
+        Pid::from_raw(daemon.child.id().unwrap() as i32),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    daemon.line("stopped", &mut seen).await;
+    assert!(daemon.child.wait().await.unwrap().success());
+    assert!(!running(plain));
+    assert!(!running(child));
+
+    let mut next = Daemon::start(state.path(), "{}").await;
+    assert_eq!(
+        next.line("", &mut seen).await,
+        "ready",
+        "no leftover reported"
+    );
+    next.child.start_kill().unwrap();
+    let _ = next.child.wait().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_whose_pid_was_reused_kills_nothing() {
+    // Given a record naming a live process of someone else: same pid, another start time,
+    // and none of our token in its environment
+    let dir = tempfile::tempdir().unwrap();
+    let mut bystander = std::process::Command::new("/bin/sleep")
+        .arg("600")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = bystander.id();
+    let stat = read_stat(pid).unwrap().unwrap();
+    let record = GroupRecord {
+        service: "old".into(),
+        pgid: pid,
+        start_time: stat.start_time - 1,
+        boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .unwrap()
+            .trim()
+            .to_string(),
+        token: "an.earlier.daemon".into(),
+    };
+    std::fs::write(
+        dir.path().join(format!("{pid}-{}.json", record.start_time)),
+        serde_json::to_vec(&record).unwrap(),
+    )
+    .unwrap();
+
+    // When a ledger sweeps the directory
+    let ledger = Ledger::open(Some(dir.path())).unwrap();
+    let leftovers = ledger.sweep().unwrap();
+
+    // Then the bystander lives, and the record is gone
+    assert_eq!(leftovers.len(), 1);
+    assert!(leftovers[0].killed.is_empty());
+    assert!(running(pid));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    bystander.kill().unwrap();
+    bystander.wait().unwrap();
+}
+
+#[test]
+fn a_record_of_another_boot_is_dropped_unread() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = GroupRecord {
+        service: "old".into(),
+        pgid: 1,
+        start_time: 1,
+        boot_id: "another-boot".into(),
+        token: "t".into(),
+    };
+    std::fs::write(
+        dir.path().join("1-1.json"),
+        serde_json::to_vec(&record).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("broken.json"), b"{not json").unwrap();
+    let leftovers = Ledger::open(Some(dir.path())).unwrap().sweep().unwrap();
+    assert!(leftovers.is_empty());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
