@@ -20,6 +20,7 @@ use cosi_core::{
     WatchOptions,
 };
 
+use crate::feed::FeedTarget;
 use crate::{Input, InputStrength, Output};
 
 /// Where a controller's run-time input changes go (the engine).
@@ -54,6 +55,33 @@ pub struct ControllerState {
     registry: Arc<dyn InputRegistry>,
     /// The outputs written in the current reconcile (one insert per write: a fast hasher).
     tracked: Arc<Mutex<Option<foldhash::HashSet<Pointer>>>>,
+    /// Where an outside wake-up of this controller goes (its scheduling state).
+    target: Arc<dyn FeedTarget>,
+}
+
+/// Wakes one controller from outside the state: a kernel subscription, a remote watch, a
+/// child process exiting. Obtained from [`ControllerState::waker`]; cheap to clone.
+///
+/// A wake-up coalesces with every other pending one, exactly like an input change: a burst of
+/// outside events costs one reconcile of a level-triggered controller (a queue controller
+/// re-lists its primary items). The controller reads what changed from its source in that
+/// reconcile; the waker carries no data, so nothing can pile up behind a slow controller.
+#[derive(Clone)]
+pub struct Waker {
+    target: Arc<dyn FeedTarget>,
+}
+
+impl std::fmt::Debug for Waker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waker").finish_non_exhaustive()
+    }
+}
+
+impl Waker {
+    /// Schedules a reconcile (coalesced with any pending one).
+    pub fn wake(&self) {
+        self.target.resync();
+    }
 }
 
 impl std::fmt::Debug for ControllerState {
@@ -70,6 +98,7 @@ impl ControllerState {
         inner: Arc<dyn State>,
         access: Arc<RwLock<Arc<Access>>>,
         registry: Arc<dyn InputRegistry>,
+        target: Arc<dyn FeedTarget>,
     ) -> Self {
         ControllerState {
             name,
@@ -77,6 +106,15 @@ impl ControllerState {
             access,
             registry,
             tracked: Arc::new(Mutex::new(None)),
+            target,
+        }
+    }
+
+    /// A handle that wakes this controller from outside the state (see [`Waker`]): give it to
+    /// the task that follows the controller's outside source.
+    pub fn waker(&self) -> Waker {
+        Waker {
+            target: self.target.clone(),
         }
     }
 

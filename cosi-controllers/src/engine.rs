@@ -127,6 +127,7 @@ impl Shared {
             self.state.clone(),
             slot.access.clone(),
             self.clone(),
+            slot.target.clone(),
         );
         let cx = TaskContext {
             slot,

@@ -26,7 +26,8 @@
 //!   [`cosi_core::Error::AccessDenied`] returned to the controller; nothing reaches the store.
 //!   It also tracks outputs ([`ControllerState::start_tracking`],
 //!   [`ControllerState::cleanup_outputs`]) so a reconcile can tear down what it no longer
-//!   produces.
+//!   produces. A controller that mirrors an outside source (the kernel, a remote registry) is
+//!   woken by that source through a [`Waker`] ([`ControllerState::waker`]).
 //! - [`Transform`]: a controller from a map function (input type → output type), with optional
 //!   finalizers on inputs and teardown of outputs whose input went away; it writes nothing when
 //!   an output is already right. [`Transform::into_queue`] gives the per-item variant.
@@ -168,7 +169,7 @@ mod transform;
 mod wake;
 mod work_queue;
 
-pub use access::{Cleanup, ControllerState};
+pub use access::{Cleanup, ControllerState, Waker};
 pub use backoff::Backoff;
 pub use controller::{Controller, Input, InputStrength, Output, OutputKind, Reconciled};
 pub use engine::{Engine, EngineOptions, ShutdownReport};
