@@ -8,3 +8,4 @@
 //! their process supervisor, network addresses, and cluster members.
 
 pub mod namespaces;
+pub mod network;
