@@ -87,11 +87,13 @@ impl Cmdline {
             .split_ascii_whitespace()
             .filter_map(|word| word.strip_prefix("ip="));
         for (index, value) in arguments.enumerate() {
-            if let Some(address) = parse_argument(value).map_err(|(field, message)| CmdlineError {
-                argument: Some(index + 1),
-                field,
-                message,
-            })? {
+            if let Some(address) =
+                parse_argument(value).map_err(|(field, message)| CmdlineError {
+                    argument: Some(index + 1),
+                    field,
+                    message,
+                })?
+            {
                 addresses.push(address);
             }
         }
@@ -121,8 +123,10 @@ fn parse_argument(value: &str) -> Result<Option<CmdlineAddress>, FieldError> {
     }
     let field = |i: usize| fields.get(i).copied().unwrap_or("");
     for (i, name) in FIELDS.iter().enumerate() {
-        if matches!(*name, "server-ip" | "gw-ip" | "dns0-ip" | "dns1-ip" | "ntp0-ip")
-            && !field(i).is_empty()
+        if matches!(
+            *name,
+            "server-ip" | "gw-ip" | "dns0-ip" | "dns1-ip" | "ntp0-ip"
+        ) && !field(i).is_empty()
         {
             parse_ip(field(i)).map_err(|m| (*name, m))?;
         }

@@ -40,8 +40,8 @@ pub use address::{
 #[cfg(all(target_os = "linux", feature = "netlink"))]
 pub use backend::NetlinkBackend;
 pub use backend::{
-    AddressRequest, BackendError, BackendOperation, Changes, Link, MemoryBackend,
-    NetworkBackend, ObservedAddress,
+    AddressRequest, BackendError, BackendOperation, Changes, Link, MemoryBackend, NetworkBackend,
+    ObservedAddress,
 };
 pub use cmdline::{Cmdline, CmdlineAddress, CmdlineError, MAX_CMDLINE};
 pub use controllers::{

@@ -187,8 +187,17 @@ pub fn derive_node_addresses(
         (ACCUMULATIVE, &accumulative),
     ] {
         for (filter_id, filter) in filters {
-            let filtered = addresses.iter().filter(|a| filter.passes(a)).copied().collect();
-            out.insert(format!("{kind}-{filter_id}"), NodeAddress { addresses: filtered });
+            let filtered = addresses
+                .iter()
+                .filter(|a| filter.passes(a))
+                .copied()
+                .collect();
+            out.insert(
+                format!("{kind}-{filter_id}"),
+                NodeAddress {
+                    addresses: filtered,
+                },
+            );
         }
         out.insert(
             kind.to_string(),

@@ -149,7 +149,11 @@ impl MemoryBackend {
         (inner.adds, inner.removes)
     }
 
-    fn fault(&self, operation: BackendOperation, what: impl FnOnce() -> String) -> Result<(), BackendError> {
+    fn fault(
+        &self,
+        operation: BackendOperation,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), BackendError> {
         let mut inner = self.lock();
         if let Some(slot) = inner
             .faults

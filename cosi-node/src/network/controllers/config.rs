@@ -75,11 +75,8 @@ impl Controller for AddressConfigController {
     async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
         state.start_tracking();
         for spec in self.specs() {
-            let template = Resource::new_in(
-                namespaces::NETWORK_CONFIG,
-                spec.layered_id(),
-                spec.clone(),
-            );
+            let template =
+                Resource::new_in(namespaces::NETWORK_CONFIG, spec.layered_id(), spec.clone());
             state
                 .modify_output(template, |r| {
                     r.spec = spec.clone();
