@@ -7,5 +7,6 @@
 //! [`namespaces`] below. The families arrive one module each: the machine config, services and
 //! their process supervisor, network addresses, and cluster members.
 
+pub mod cluster;
 pub mod namespaces;
 pub mod network;

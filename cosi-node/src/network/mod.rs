@@ -51,6 +51,15 @@ pub use controllers::{
 pub use layer::{ConfigLayer, UnknownLayer};
 pub use node_address::{derive_node_addresses, NodeAddress, NodeAddressFilter};
 
+/// A read that may find nothing: `NotFound` becomes `None`, other errors stay errors.
+pub(crate) fn found<T>(read: cosi_core::Result<T>) -> cosi_core::Result<Option<T>> {
+    match read {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Registers every network resource type in `registry`.
 pub fn register_types(registry: &mut Registry) -> cosi_core::Result<()> {
     registry.register::<AddressSpec>()?;
