@@ -142,27 +142,19 @@ async fn routed_leaves_out_external_addresses() {
 
 #[tokio::test(start_paused = true)]
 async fn the_no_k8s_variants_leave_out_pod_and_service_subnets() {
-    // Given a node with a node address and addresses in the pod and service subnets
+    // Given a node with a node address and addresses in the default pod and service subnets
     let (harness, backend) = start().await;
     for address in ["192.0.2.1/24", "10.244.0.1/24", "10.96.0.10/32"] {
         backend.add_by_hand("eth0", net(address)).unwrap();
     }
-    // When the no-k8s filter states both subnets
-    let filter = NodeAddressFilter {
-        include_subnets: vec![],
-        exclude_subnets: nets(&["10.244.0.0/16", "10.96.0.0/12"]),
-    };
-    harness
-        .state()
-        .create(
-            Resource::new("no-k8s", filter).into_shared(),
-            CreateOptions::default(),
-        )
-        .await
-        .unwrap();
     harness.settle().await;
 
     // Then every -no-k8s variant holds only the node address
+    let filter = harness.expect::<NodeAddressFilter>("no-k8s").await;
+    assert_eq!(
+        filter.spec.exclude_subnets,
+        nets(&["10.244.0.0/16", "10.96.0.0/12"])
+    );
     for id in ["current-no-k8s", "routed-no-k8s", "accumulative-no-k8s"] {
         assert_eq!(
             node_address(&harness, id).await,
@@ -171,18 +163,51 @@ async fn the_no_k8s_variants_leave_out_pod_and_service_subnets() {
         );
     }
     assert_eq!(node_address(&harness, "current").await.len(), 3);
+    harness.shutdown().await;
+}
 
-    // And when the filter goes, so do its variants
+#[tokio::test(start_paused = true)]
+async fn a_filter_that_goes_away_takes_its_variants_along() {
+    // Given a filter that keeps only one subnet
+    let (harness, backend) = start().await;
+    backend.add_by_hand("eth0", net("192.0.2.1/24")).unwrap();
+    backend.add_by_hand("eth0", net("198.51.100.1/24")).unwrap();
+    let only_lab = NodeAddressFilter {
+        include_subnets: nets(&["198.51.100.0/24"]),
+        exclude_subnets: vec![],
+    };
+    harness
+        .state()
+        .create(
+            Resource::new("only-lab", only_lab).into_shared(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    harness.settle().await;
+    assert_eq!(
+        node_address(&harness, "routed-only-lab").await,
+        nets(&["198.51.100.1/24"])
+    );
+
+    // When the filter is destroyed, its variants are destroyed too
     harness
         .state()
         .destroy(
-            &NodeAddressFilter::kind().pointer("no-k8s"),
+            &NodeAddressFilter::kind().pointer("only-lab"),
             Default::default(),
         )
         .await
         .unwrap();
     harness.settle().await;
-    harness.expect_absent::<NodeAddress>("routed-no-k8s").await;
+    for id in [
+        "current-only-lab",
+        "routed-only-lab",
+        "accumulative-only-lab",
+    ] {
+        harness.expect_absent::<NodeAddress>(id).await;
+    }
+    harness.expect::<NodeAddress>("routed-no-k8s").await;
     harness.shutdown().await;
 }
 

@@ -46,7 +46,7 @@ pub use backend::{
 pub use cmdline::{Cmdline, CmdlineAddress, CmdlineError, MAX_CMDLINE};
 pub use controllers::{
     AddressConfigController, AddressMergeController, AddressSpecController,
-    AddressStatusController, NodeAddressController,
+    AddressStatusController, NodeAddressController, NodeAddressFilterController,
 };
 pub use layer::{ConfigLayer, UnknownLayer};
 pub use node_address::{derive_node_addresses, NodeAddress, NodeAddressFilter};
@@ -70,8 +70,8 @@ pub fn register_types(registry: &mut Registry) -> cosi_core::Result<()> {
 }
 
 /// Registers the address controllers on `engine`: defaults and `cmdline` as producers, the
-/// merge, the spec controller applying through `backend`, the status mirror and the node
-/// addresses.
+/// merge, the spec controller applying through `backend`, the status mirror, the `no-k8s`
+/// filter (Kubernetes' default subnets) and the node addresses.
 pub fn register(
     engine: &Engine,
     backend: Arc<dyn NetworkBackend>,
@@ -81,6 +81,7 @@ pub fn register(
     engine.register(AddressMergeController)?;
     engine.register(AddressSpecController::new(backend.clone()))?;
     engine.register(AddressStatusController::new(backend))?;
+    engine.register(NodeAddressFilterController::default())?;
     engine.register(NodeAddressController)?;
     Ok(())
 }

@@ -7,18 +7,20 @@
 //! AddressSpec[network/<link>/<prefix>]   (finalizer: AddressSpecController)
 //!       ↓ AddressSpecController (adds and removes through the NetworkBackend)   ── OS ──
 //! OS addresses ─AddressStatusController→ AddressStatus[network/<link>/<prefix>]
-//!       ↓ NodeAddressController (+ NodeAddressFilter)
+//!       ↓ NodeAddressController (+ NodeAddressFilter `no-k8s` from NodeAddressFilterController)
 //! NodeAddress[network/default, current, routed, accumulative, <kind>-<filter>]
 //! ```
 
 mod apply;
 mod config;
+mod filter;
 mod merge;
 mod node_address;
 mod status;
 
 pub use apply::AddressSpecController;
 pub use config::AddressConfigController;
+pub use filter::NodeAddressFilterController;
 pub use merge::AddressMergeController;
 pub use node_address::NodeAddressController;
 pub use status::AddressStatusController;
