@@ -38,11 +38,11 @@ fn remote(n: u8, nodename: &str, addresses: &[&str]) -> Affiliate {
     }
 }
 
-async fn start(registries: &[MemoryRegistry]) -> Harness {
+async fn start(registries: Vec<MemoryRegistry>) -> Harness {
     let harness = Harness::new();
     let registries = registries
-        .iter()
-        .map(|r| Arc::new(r.clone()) as Arc<dyn AffiliateRegistry>)
+        .into_iter()
+        .map(|r| Arc::new(r) as Arc<dyn AffiliateRegistry>)
         .collect();
     cluster::register(harness.engine(), registries).unwrap();
     harness.start().await;
@@ -82,7 +82,7 @@ async fn local_id(harness: &Harness) -> String {
 
 #[tokio::test(start_paused = true)]
 async fn a_node_gets_a_base62_identity_once() {
-    let harness = start(&[]).await;
+    let harness = start(vec![]).await;
     let identity = harness.expect::<Identity>(LOCAL).await;
     assert_eq!(identity.spec.node_id.len(), 43);
     assert!(identity
@@ -145,7 +145,7 @@ async fn the_identity_survives_a_restart_on_the_disk_backend() {
 #[tokio::test(start_paused = true)]
 async fn the_local_affiliate_carries_names_role_os_and_routed_no_k8s_addresses() {
     let registry = MemoryRegistry::new();
-    let harness = start(&[registry.clone()]).await;
+    let harness = start(vec![registry.clone()]).await;
     describe_local_node(&harness, "node-1", &["192.0.2.1/24"]).await;
 
     let id = local_id(&harness).await;
@@ -173,7 +173,7 @@ async fn the_local_affiliate_carries_names_role_os_and_routed_no_k8s_addresses()
 #[tokio::test(start_paused = true)]
 async fn other_nodes_arrive_raw_per_registry_and_become_members_by_nodename() {
     let registry = MemoryRegistry::new();
-    let harness = start(&[registry.clone()]).await;
+    let harness = start(vec![registry.clone()]).await;
     registry.put(remote(1, "node-2", &["192.0.2.2"]));
     harness.settle().await;
 
@@ -247,7 +247,7 @@ async fn two_registries_reporting_one_node_merge_into_one_affiliate() {
 #[tokio::test(start_paused = true)]
 async fn members_go_stale_while_the_registry_is_unreachable_and_recover() {
     let registry = MemoryRegistry::new();
-    let harness = start(&[registry.clone()]).await;
+    let harness = start(vec![registry.clone()]).await;
     registry.put(remote(4, "node-4", &["192.0.2.4"]));
     harness.settle().await;
     assert!(harness
@@ -282,7 +282,7 @@ async fn members_go_stale_while_the_registry_is_unreachable_and_recover() {
 #[tokio::test(start_paused = true)]
 async fn the_registry_echo_of_this_node_is_not_a_second_affiliate() {
     let registry = MemoryRegistry::new();
-    let harness = start(&[registry.clone()]).await;
+    let harness = start(vec![registry.clone()]).await;
     describe_local_node(&harness, "node-1", &["192.0.2.1/24"]).await;
     // The registry reports this node back, as etcd and the directory do
     registry.put(registry.published().expect("published"));
@@ -308,7 +308,7 @@ async fn the_registry_echo_of_this_node_is_not_a_second_affiliate() {
 #[tokio::test(start_paused = true)]
 async fn affiliates_without_a_nodename_are_not_members() {
     let registry = MemoryRegistry::new();
-    let harness = start(&[registry.clone()]).await;
+    let harness = start(vec![registry.clone()]).await;
     registry.put(remote(5, "", &["192.0.2.5"]));
     harness.settle().await;
     harness.expect::<Affiliate>(&node_id(5)).await;
