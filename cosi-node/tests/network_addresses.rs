@@ -71,7 +71,7 @@ async fn defaults_and_cmdline_produce_layered_specs_that_reach_the_backend() {
 #[tokio::test(start_paused = true)]
 async fn the_highest_layer_wins_and_the_next_takes_over_when_it_leaves() {
     // Given the cmdline states an address with global scope
-    let (harness, _backend) = start("ip=192.0.2.5:::24::eth0:off").await;
+    let (harness, backend) = start("ip=192.0.2.5:::24::eth0:off").await;
     assert_eq!(
         merged(&harness, "eth0/192.0.2.5/24")
             .await
@@ -92,6 +92,11 @@ async fn the_highest_layer_wins_and_the_next_takes_over_when_it_leaves() {
     let winner = merged(&harness, "eth0/192.0.2.5/24").await.unwrap();
     assert_eq!(winner.spec.layer, ConfigLayer::Operator);
     assert_eq!(winner.spec.scope, AddressScope::Link);
+    // And the kernel holds it with the winner's scope
+    assert_eq!(
+        backend.scope_of("eth0", &net("192.0.2.5/24")),
+        Some(AddressScope::Link)
+    );
 
     // When the operator withdraws it, the cmdline's spec is the winner again
     operator::remove_address(&*state, "eth0", net("192.0.2.5/24"))
@@ -101,6 +106,10 @@ async fn the_highest_layer_wins_and_the_next_takes_over_when_it_leaves() {
     let winner = merged(&harness, "eth0/192.0.2.5/24").await.unwrap();
     assert_eq!(winner.spec.layer, ConfigLayer::Cmdline);
     assert_eq!(winner.spec.scope, AddressScope::Global);
+    assert_eq!(
+        backend.scope_of("eth0", &net("192.0.2.5/24")),
+        Some(AddressScope::Global)
+    );
     harness.shutdown().await;
 }
 

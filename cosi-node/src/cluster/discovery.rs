@@ -17,6 +17,7 @@ use cosi_core::{Resource, ResourceSpec, Result, StateExt};
 use crate::cluster::{Affiliate, AffiliateRegistry, Condition, Identity, RegistryHealth, LOCAL};
 use crate::namespaces;
 use crate::network::follow::Follower;
+use crate::network::found;
 
 /// Publishes and discovers affiliates through a registry. See the module docs.
 pub struct AffiliateDiscoveryController {
@@ -73,23 +74,15 @@ impl Controller for AffiliateDiscoveryController {
 
     async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
         if !self.follower.is_following() {
-            let mut changes = self.registry.subscribe();
-            let waker = state.waker();
-            let inner = waker.clone();
-            self.follower.start(waker, async move {
-                while changes.changed().await.is_some() {
-                    inner.wake();
-                }
-            });
+            self.follower
+                .follow(state.waker(), self.registry.subscribe());
         }
-        let local_id = match state
-            .get_typed::<Identity>(&Identity::kind().pointer(LOCAL))
-            .await
-        {
-            Ok(identity) => Some(identity.spec.node_id.clone()),
-            Err(e) if e.is_not_found() => None,
-            Err(e) => return Err(e),
-        };
+        let local_id = found(
+            state
+                .get_typed::<Identity>(&Identity::kind().pointer(LOCAL))
+                .await,
+        )?
+        .map(|identity| identity.spec.node_id.clone());
         if let Some(id) = &local_id {
             if self.narrowed_to.as_ref() != Some(id) {
                 state.set_inputs(Self::inputs_for(Some(id))).await?;
@@ -97,14 +90,12 @@ impl Controller for AffiliateDiscoveryController {
             }
         }
         let local = match &local_id {
-            Some(id) => match state
-                .get_typed::<Affiliate>(&Affiliate::kind().pointer(id.clone()))
-                .await
-            {
-                Ok(affiliate) => Some(affiliate.spec.clone()),
-                Err(e) if e.is_not_found() => None,
-                Err(e) => return Err(e),
-            },
+            Some(id) => found(
+                state
+                    .get_typed::<Affiliate>(&Affiliate::kind().pointer(id.clone()))
+                    .await,
+            )?
+            .map(|affiliate| affiliate.spec.clone()),
             None => None,
         };
         self.registry.publish(local);

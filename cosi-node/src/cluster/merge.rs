@@ -13,6 +13,7 @@ use cosi_core::{ListOptions, Resource, ResourceSpec, Result, StateExt};
 
 use crate::cluster::{validate_node_id, Affiliate, Identity, LOCAL};
 use crate::namespaces;
+use crate::network::found;
 
 /// Merges raw affiliates by node id. See the module docs.
 #[derive(Debug, Default, Clone)]
@@ -41,14 +42,12 @@ impl Controller for AffiliateMergeController {
     }
 
     async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
-        let local = match state
-            .get_typed::<Identity>(&Identity::kind().pointer(LOCAL))
-            .await
-        {
-            Ok(identity) => Some(identity.spec.node_id.clone()),
-            Err(e) if e.is_not_found() => None,
-            Err(e) => return Err(e),
-        };
+        let local = found(
+            state
+                .get_typed::<Identity>(&Identity::kind().pointer(LOCAL))
+                .await,
+        )?
+        .map(|identity| identity.spec.node_id.clone());
         let mut raw = state
             .list_typed::<Affiliate>(
                 &Affiliate::kind_in(namespaces::CLUSTER_RAW),

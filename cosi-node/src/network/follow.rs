@@ -12,6 +12,24 @@ use std::sync::Arc;
 use cosi_controllers::Waker;
 use tokio::task::JoinHandle;
 
+/// A source of change notices (coalesced, carrying no data); `None` when it has ended.
+pub(crate) trait Notices: Send + 'static {
+    /// Waits for the next notice.
+    fn changed(&mut self) -> impl Future<Output = Option<()>> + Send;
+}
+
+impl Notices for crate::network::Changes {
+    fn changed(&mut self) -> impl Future<Output = Option<()>> + Send {
+        crate::network::Changes::changed(self)
+    }
+}
+
+impl Notices for crate::cluster::ViewChanges {
+    fn changed(&mut self) -> impl Future<Output = Option<()>> + Send {
+        crate::cluster::ViewChanges::changed(self)
+    }
+}
+
 /// A running follow task, aborted when dropped.
 #[derive(Debug, Default)]
 pub(crate) struct Follower {
@@ -24,6 +42,16 @@ impl Follower {
         self.task
             .as_ref()
             .is_some_and(|(_, alive)| alive.load(Ordering::SeqCst))
+    }
+
+    /// Follows `notices`: every notice wakes the controller.
+    pub(crate) fn follow<N: Notices>(&mut self, waker: Waker, mut notices: N) {
+        let inner = waker.clone();
+        self.start(waker, async move {
+            while notices.changed().await.is_some() {
+                inner.wake();
+            }
+        });
     }
 
     /// Starts following: `follow` runs until the source ends. When it returns, the controller

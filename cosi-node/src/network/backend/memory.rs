@@ -143,6 +143,14 @@ impl MemoryBackend {
             .contains_key(&(link.to_string(), *address))
     }
 
+    /// The scope of `address` on `link`, if it is there.
+    pub fn scope_of(&self, link: &str, address: &IpNet) -> Option<AddressScope> {
+        self.lock()
+            .addresses
+            .get(&(link.to_string(), *address))
+            .copied()
+    }
+
     /// How many addresses were added and removed through the trait (not by hand).
     pub fn calls(&self) -> (u64, u64) {
         let inner = self.lock();

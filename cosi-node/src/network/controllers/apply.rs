@@ -6,12 +6,13 @@
 //! It touches only addresses that have specs: an address someone added by hand is never
 //! removed by it.
 //!
-//! A spec whose link does not exist yet waits: the backend's change subscription wakes the
+//! An address already on its link with another scope than the spec states is removed and added
+//! again. A spec whose link does not exist yet waits: the backend's change subscription wakes the
 //! controller when links come and go (and when an applied address disappears, which it puts
 //! back). One failing address does not hold up the others; the first failure is returned after
 //! all were tried, so the controller retries with backoff.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -22,7 +23,7 @@ use ipnet::IpNet;
 use super::backend_error;
 use crate::namespaces;
 use crate::network::follow::Follower;
-use crate::network::{AddressRequest, AddressSpec, NetworkBackend};
+use crate::network::{AddressRequest, AddressScope, AddressSpec, BackendError, NetworkBackend};
 
 /// Applies address specs through a [`NetworkBackend`]. See the module docs.
 pub struct AddressSpecController {
@@ -48,6 +49,22 @@ impl AddressSpecController {
             backend,
             follower: Follower::default(),
         }
+    }
+
+    /// Adds the address of `spec`; one present with another scope is removed first (the
+    /// kernel cannot change an address's scope in place).
+    async fn apply(&self, spec: &AddressSpec, replace: bool) -> Result<(), BackendError> {
+        if replace {
+            self.backend
+                .remove_address(&spec.link_name, &spec.address)
+                .await?;
+        }
+        let request = AddressRequest {
+            link_name: spec.link_name.clone(),
+            address: spec.address,
+            scope: spec.scope,
+        };
+        self.backend.add_address(&request).await
     }
 }
 
@@ -83,13 +100,13 @@ impl Controller for AddressSpecController {
             .into_iter()
             .map(|l| l.name)
             .collect();
-        let present: BTreeSet<(String, IpNet)> = self
+        let present: BTreeMap<(String, IpNet), AddressScope> = self
             .backend
             .addresses()
             .await
             .map_err(|e| backend_error(&backend, e))?
             .into_iter()
-            .map(|a| (a.link_name, a.address))
+            .map(|a| ((a.link_name, a.address), a.scope))
             .collect();
 
         let mut first_error: Option<Error> = None;
@@ -103,23 +120,18 @@ impl Controller for AddressSpecController {
                     if !held {
                         state.add_finalizer(pointer, &[Self::NAME]).await?;
                     }
-                    if !links.contains(&spec.link_name) || present.contains(&key) {
-                        // Waits for its link, or is already applied.
-                        Ok(())
-                    } else {
-                        let request = AddressRequest {
-                            link_name: spec.link_name.clone(),
-                            address: spec.address,
-                            scope: spec.scope,
-                        };
-                        self.backend.add_address(&request).await
+                    match present.get(&key) {
+                        // Waits for its link, or is already applied as stated.
+                        _ if !links.contains(&spec.link_name) => Ok(()),
+                        Some(scope) if *scope == spec.scope => Ok(()),
+                        applied => self.apply(spec, applied.is_some()).await,
                     }
                 }
                 Phase::TearingDown => {
                     if !held {
                         continue;
                     }
-                    let removed = if present.contains(&key) {
+                    let removed = if present.contains_key(&key) {
                         self.backend
                             .remove_address(&spec.link_name, &spec.address)
                             .await

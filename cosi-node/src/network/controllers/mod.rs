@@ -41,17 +41,11 @@ pub(crate) async fn follow_changes(
     if follower.is_following() {
         return Ok(());
     }
-    let mut changes = backend
+    let changes = backend
         .subscribe()
         .await
         .map_err(|e| backend_error(backend.name(), e))?;
-    let waker = state.waker();
-    let inner = waker.clone();
-    follower.start(waker, async move {
-        while changes.changed().await.is_some() {
-            inner.wake();
-        }
-    });
+    follower.follow(state.waker(), changes);
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use cosi_controllers::{Controller, ControllerState, Input, Output, Reconciled};
 use cosi_core::{ListOptions, Resource, ResourceSpec, Result, StateExt};
 
 use crate::network::node_address::{PreviousNodeAddresses, ACCUMULATIVE, DEFAULT};
-use crate::network::{derive_node_addresses, AddressStatus, NodeAddress, NodeAddressFilter};
+use crate::network::{derive_node_addresses, found, AddressStatus, NodeAddress, NodeAddressFilter};
 
 /// Derives node addresses. See the module docs.
 #[derive(Debug, Default, Clone)]
@@ -51,15 +51,11 @@ impl Controller for NodeAddressController {
             .map(|r| (r.metadata.id().to_string(), r.spec.clone()))
             .collect();
         let own = |id: &str| NodeAddress::kind().pointer(id.to_string());
-        let previous_of = |r: Result<std::sync::Arc<Resource<NodeAddress>>>| match r {
-            Ok(r) => Ok(Some(r.spec.addresses.clone())),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        };
         let previous = PreviousNodeAddresses {
-            default: previous_of(state.get_typed::<NodeAddress>(&own(DEFAULT)).await)?
-                .and_then(|a| a.first().copied()),
-            accumulative: previous_of(state.get_typed::<NodeAddress>(&own(ACCUMULATIVE)).await)?
+            default: found(state.get_typed::<NodeAddress>(&own(DEFAULT)).await)?
+                .and_then(|a| a.spec.addresses.first().copied()),
+            accumulative: found(state.get_typed::<NodeAddress>(&own(ACCUMULATIVE)).await)?
+                .map(|a| a.spec.addresses.clone())
                 .unwrap_or_default(),
         };
 
