@@ -37,8 +37,9 @@
 //! - Observability: a `tracing` span per reconcile (`controller`, `trigger`, `duration_us`,
 //!   `outcome`), and per-controller counters published as [`ControllerStatus`] resources in
 //!   the `runtime` namespace, readable with the same `get`/`watch` as everything else.
-//! - [`testing`]: the test harness — in-memory state, paused clock, `settle()`, explicit time,
-//!   resource assertions and fault injection.
+//! - `testing` (feature `testing`): the test harness — in-memory state, paused clock,
+//!   `settle()`, explicit time, resource assertions and fault injection. Enable it in
+//!   `[dev-dependencies]`: `cosi-controllers = { version = "…", features = ["testing"] }`.
 //!
 //! ## Example: write, register and test a controller
 //!
@@ -177,4 +178,5 @@ pub use graph::{DependencyGraph, RegistrationError};
 pub use queue::QueueController;
 pub use status::{ControllerStatus, STATUS_OWNER};
 pub use transform::{QueueTransform, Transform};
+#[cfg(feature = "testing")]
 pub mod testing;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::{Finalizers, Kind, Phase, Pointer, Version};
+use crate::{Bookmark, Finalizers, Kind, Phase, Pointer, Version};
 
 /// Result alias used across the runtime.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -107,8 +107,8 @@ pub enum Error {
     WatchOverrun {
         /// The kind being watched.
         kind: Kind,
-        /// The last bookmark the watcher received.
-        position: u64,
+        /// The last bookmark the watcher received (or where it started).
+        position: Bookmark,
     },
     /// The storage engine failed.
     #[error("{subject}: backend failure: {message}")]

@@ -14,8 +14,8 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::SystemTime;
 
 use cosi_core::{
-    make_mut, Bookmark, CreateOptions, DestroyOptions, DynamicResource, Error, Event, Kind,
-    Metadata, Pointer, Result, SharedResource, UpdateOptions, WatchKindOptions,
+    make_mut, CreateOptions, DestroyOptions, DynamicResource, Error, Event, Kind, Metadata,
+    Pointer, Result, SharedResource, UpdateOptions, WatchKindOptions,
 };
 use tokio::sync::Notify;
 
@@ -88,22 +88,21 @@ pub(crate) struct Collection {
 }
 
 impl Collection {
-    /// An empty collection whose first change gets bookmark 1.
-    pub(crate) fn new(kind: Kind, options: &MemoryOptions) -> Self {
-        Self::resumed_at(kind, options, Bookmark(0))
+    /// An empty collection whose first change gets sequence 1, in the store named `origin`.
+    pub(crate) fn new(kind: Kind, options: &MemoryOptions, origin: u64) -> Self {
+        Self::resumed_at(kind, options, origin, 0)
     }
 
     /// An empty collection whose first change gets `head + 1`: a durable backend resumes the
     /// sequence it persisted, so bookmarks stay meaningful across restarts. Watchers resuming
     /// before `head` get a resync (nothing older is known).
-    pub(crate) fn resumed_at(kind: Kind, options: &MemoryOptions, head: Bookmark) -> Self {
+    pub(crate) fn resumed_at(kind: Kind, options: &MemoryOptions, origin: u64, head: u64) -> Self {
         Collection {
             kind,
-            contents: RwLock::new(KindContents::new(
-                options.history,
-                options.max_destroy_markers,
-                head.0,
-            )),
+            contents: RwLock::new(
+                KindContents::new(options.history, options.max_destroy_markers, head)
+                    .with_origin(origin),
+            ),
             wake: WatchWake::default(),
         }
     }
@@ -197,15 +196,18 @@ impl Collection {
         let mut pending = VecDeque::new();
         let contents = self.read();
         let head = contents.head();
-        let position = if let Some(since) = options.since {
-            if since.0 > head {
+        let position = if let Some(since) = &options.since {
+            let Some(position) = contents.sequence_of(since) else {
+                return Err(since.not_issued_here(subject()));
+            };
+            if position > head {
                 return Err(Error::invalid(
                     subject(),
                     "since",
                     format!("bookmark {since} is in the future (the latest is {head})"),
                 ));
             }
-            since.0
+            position
         } else if let Some(tail) = options.tail {
             head - (tail.min(contents.window_len()) as u64)
         } else {
@@ -232,7 +234,7 @@ impl Collection {
         };
         let contents = self.read();
         let head = contents.head();
-        let bookmark = Bookmark(head);
+        let bookmark = contents.bookmark(head);
         let first = match contents.get_pointer(pointer) {
             Some(resource) => Event::Created {
                 resource: resource.clone(),

@@ -14,6 +14,8 @@ use super::{Collection, KindMap, MemoryOptions, WatchFilter};
 pub(crate) struct Collections {
     kinds: KindMap<Arc<Collection>>,
     options: MemoryOptions,
+    /// Names this store instance in its bookmarks.
+    origin: u64,
 }
 
 impl Drop for Collections {
@@ -28,12 +30,20 @@ impl Drop for Collections {
 }
 
 impl Collections {
-    /// No collections yet; each one made later is sized by `options`.
-    pub(crate) fn new(options: MemoryOptions) -> Self {
+    /// No collections yet; each one made later is sized by `options` and issues bookmarks
+    /// of the store named `origin`.
+    pub(crate) fn new(options: MemoryOptions, origin: u64) -> Self {
         Collections {
             kinds: KindMap::default(),
             options,
+            origin,
         }
+    }
+
+    /// The store instance its bookmarks name.
+    #[cfg(test)]
+    pub(crate) fn origin(&self) -> u64 {
+        self.origin
     }
 
     /// Adds a collection rebuilt elsewhere (the disk backend's recovery), replacing any other.
@@ -55,7 +65,7 @@ impl Collections {
         let collection = self
             .kinds
             .entry(kind.clone())
-            .or_insert_with(|| Arc::new(Collection::new(kind.clone(), &self.options)))
+            .or_insert_with(|| Arc::new(Collection::new(kind.clone(), &self.options, self.origin)))
             .clone();
         f(&collection)
     }

@@ -64,7 +64,7 @@ impl KindWatcher {
                 self.ready.push_back(Event::Errored {
                     error: Error::WatchOverrun {
                         kind: self.collection.kind().clone(),
-                        position: self.position,
+                        position: contents.bookmark(self.position),
                     },
                 });
                 self.failed = true;

@@ -157,7 +157,7 @@ impl MemoryState {
     /// An empty store.
     pub fn new(options: MemoryOptions) -> MemoryState {
         MemoryState {
-            collections: Collections::new(options.clone()),
+            collections: Collections::new(options.clone(), crate::origin::fresh_origin()),
             options,
         }
     }
