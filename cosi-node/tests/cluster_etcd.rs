@@ -9,7 +9,7 @@ mod cluster_peers;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cluster_peers::{killed_node_expires_and_returns, three_nodes, Registry};
-use cosi_state::etcd::EtcdServer;
+use cosi_test_support::etcd::EtcdServer;
 
 fn registry(server: &EtcdServer) -> Registry {
     static NEXT: AtomicUsize = AtomicUsize::new(0);

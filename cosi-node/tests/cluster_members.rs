@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use cosi_controllers::testing::Harness;
 use cosi_controllers::Engine;
+use cosi_core::Registry;
 use cosi_core::{CreateOptions, Resource, ResourceSpec, StateExt};
 use cosi_node::cluster::{
     self, encode_node_id, Affiliate, AffiliateDiscoveryController, AffiliateMergeController,
@@ -16,7 +17,7 @@ use cosi_node::cluster::{
 };
 use cosi_node::namespaces;
 use cosi_node::network::NodeAddress;
-use cosi_state::{DiskOptions, DiskState, KnownTypes};
+use cosi_state::{DiskOptions, DiskState};
 
 fn node_id(n: u8) -> String {
     encode_node_id(&[n; 32])
@@ -106,9 +107,9 @@ async fn the_identity_survives_a_restart_on_the_disk_backend() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.redb");
     let types = || {
-        let mut types = KnownTypes::new();
-        types.register::<Identity>();
-        types
+        let mut registry = Registry::new();
+        cluster::register_types(&mut registry).unwrap();
+        Arc::new(registry)
     };
     let mut ids = Vec::new();
     for _ in 0..2 {

@@ -22,17 +22,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cosi_controllers::{ControllerStatus, Engine};
+use cosi_core::Registry;
 use cosi_core::{
     downcast_ref, Event, ResourceSpec, State, StateExt, UpdateOptions, WatchKindOptions,
 };
 use cosi_node::cluster::{
-    self, Affiliate, AffiliateRegistry, DirectoryRegistry, DirectoryRegistryOptions, Identity,
-    LocalNode, Member, LOCAL,
+    self, AffiliateRegistry, DirectoryRegistry, DirectoryRegistryOptions, Identity, LocalNode,
+    Member, LOCAL,
 };
-use cosi_node::network::{
-    self, AddressSpec, AddressStatus, Cmdline, MemoryBackend, NodeAddress, NodeAddressFilter,
-};
-use cosi_state::{DiskOptions, DiskState, KnownTypes};
+use cosi_node::network::{self, Cmdline, MemoryBackend};
+use cosi_state::{DiskOptions, DiskState};
 use tokio::io::AsyncBufReadExt;
 
 struct Args {
@@ -101,18 +100,15 @@ fn registry(args: &Args) -> Result<Arc<dyn AffiliateRegistry>, String> {
     Err("this peer was built without the etcd feature".into())
 }
 
-fn types() -> KnownTypes {
-    let mut types = KnownTypes::new();
-    types.register::<Identity>();
-    types.register::<LocalNode>();
-    types.register::<Affiliate>();
-    types.register::<Member>();
-    types.register::<AddressSpec>();
-    types.register::<AddressStatus>();
-    types.register::<NodeAddress>();
-    types.register::<NodeAddressFilter>();
-    types.register::<ControllerStatus>();
-    types
+/// Every type this node stores, so the disk backend decodes them on load.
+fn registry_of_types() -> Result<Registry, String> {
+    let mut registry = Registry::new();
+    network::register_types(&mut registry).map_err(|e| e.to_string())?;
+    cluster::register_types(&mut registry).map_err(|e| e.to_string())?;
+    registry
+        .register::<ControllerStatus>()
+        .map_err(|e| e.to_string())?;
+    Ok(registry)
 }
 
 async fn run(args: Args) -> Result<(), String> {
@@ -127,7 +123,7 @@ async fn run(args: Args) -> Result<(), String> {
         DiskState::open(
             args.state_dir.join("state.redb"),
             DiskOptions::default(),
-            types(),
+            Arc::new(registry_of_types()?),
         )
         .await
         .map_err(|e| e.to_string())?,
