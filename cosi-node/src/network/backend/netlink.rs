@@ -8,6 +8,11 @@
 //! notice for [`NetworkBackend::subscribe`]rs; nothing polls. rtnetlink hands the messages over
 //! through its own unbounded channel, which a task here drains as they come, collapsing them
 //! into one coalescing notice, so they cannot pile up.
+//!
+//! The kernel has one habit the controllers must live with: deleting the primary IPv4 address
+//! of a subnet also deletes that subnet's secondary addresses, unless the link's
+//! `promote_secondaries` sysctl is set. The spec controller sees them vanish through the
+//! subscription and adds back the ones still stated.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
