@@ -97,7 +97,10 @@ fn registry(args: &Args) -> Result<Arc<dyn AffiliateRegistry>, String> {
         }
         return Ok(Arc::new(cluster::EtcdRegistry::start(options)));
     }
-    Err("this peer was built without the etcd feature".into())
+    Err(format!(
+        "--etcd {:?} (prefix {:?}): this peer was built without the etcd feature",
+        args.etcd, args.prefix
+    ))
 }
 
 /// Every type this node stores, so the disk backend decodes them on load.
