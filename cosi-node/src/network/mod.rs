@@ -4,10 +4,11 @@
 //! to the OS by a spec controller that holds finalizers, observed back as statuses, and
 //! summarised as node addresses.
 //!
-//! - [`AddressSpec`] in `network-config` with id `<layer>/<link>/<prefix>`, from four producers:
-//!   the defaults and the kernel command line ([`AddressConfigController`], [`Cmdline`]), the
-//!   machine config, and the [`operator`] layer. Layers: default < cmdline < platform <
-//!   operator < configuration ([`ConfigLayer`]).
+//! - [`AddressSpec`] in `network-config` with id `<layer>/<link>/<prefix>`. Layers, lowest
+//!   first ([`ConfigLayer`]), and who writes them: default and cmdline
+//!   ([`AddressConfigController`], from [`Cmdline`]); platform (no producer on this node);
+//!   operator (an API caller or a test, through [`operator`]); configuration (the machine
+//!   config's `machine.network.interfaces`, produced once the config family is wired in).
 //! - [`AddressMergeController`] folds them into [`AddressSpec`] in `network` (id
 //!   `<link>/<prefix>`), the highest layer winning per address.
 //! - [`AddressSpecController`] applies those through a [`NetworkBackend`] ([`MemoryBackend`]
