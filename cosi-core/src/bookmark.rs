@@ -91,15 +91,6 @@ impl Bookmark {
         }
         Bookmark(Repr::Foreign(bytes.into()))
     }
-
-    /// The error a store returns when asked to resume after a bookmark it did not issue.
-    pub fn not_issued_here(&self, subject: impl Into<String>) -> crate::Error {
-        crate::Error::invalid(
-            subject,
-            "since",
-            format!("bookmark {self} was not issued by this store (another store, or one that restarted): watch again without it"),
-        )
-    }
 }
 
 impl fmt::Display for Bookmark {

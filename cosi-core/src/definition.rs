@@ -128,15 +128,3 @@ impl ResourceDefinition {
 
 /// The namespace definitions are published in.
 pub const META_NAMESPACE: &str = "meta";
-
-impl crate::ResourceSpec for ResourceDefinition {
-    const TYPE: &'static str = "ResourceDefinitions.meta.cosi.dev";
-    const DEFAULT_NAMESPACE: &'static str = META_NAMESPACE;
-
-    fn definition() -> ResourceDefinition {
-        ResourceDefinition::new(Self::TYPE, Self::DEFAULT_NAMESPACE)
-            .with_aliases(["rd", "rds"])
-            .with_print_column("Aliases", ".aliases")
-            .with_print_column("Namespace", ".defaultNamespace")
-    }
-}

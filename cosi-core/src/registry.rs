@@ -359,6 +359,19 @@ impl Registry {
     }
 }
 
+// Here rather than with the definition: resources depend on definitions, not the reverse.
+impl ResourceSpec for ResourceDefinition {
+    const TYPE: &'static str = "ResourceDefinitions.meta.cosi.dev";
+    const DEFAULT_NAMESPACE: &'static str = crate::META_NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, Self::DEFAULT_NAMESPACE)
+            .with_aliases(["rd", "rds"])
+            .with_print_column("Aliases", ".aliases")
+            .with_print_column("Namespace", ".defaultNamespace")
+    }
+}
+
 impl Registry {
     /// Publishes every registered definition, and the definition of definitions itself, as a
     /// [`ResourceDefinition`] resource in the `meta` namespace (id = the type name, owner

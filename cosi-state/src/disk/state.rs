@@ -228,14 +228,10 @@ impl State for DiskState {
     }
 
     async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
-        let collection = self.collections.get_or_create(pointer.kind());
-        Ok(Watch::new(
-            collection.watch_pointer(pointer, options.strict),
-        ))
+        Ok(self.collections.watch(pointer, options))
     }
 
     async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
-        let collection = self.collections.get_or_create(kind);
-        Ok(Watch::new(collection.watch_kind(options)?))
+        self.collections.watch_kind(kind, options)
     }
 }

@@ -472,8 +472,8 @@ impl State for EtcdState {
         let (subscription, start) = if let Some(since) = &options.since {
             let subscription = hub.subscribe().ok_or_else(|| self.closed(kind))?;
             let head = self.connection.revision(kind).await?;
-            let position =
-                revision_in(since).ok_or_else(|| since.not_issued_here(kind.to_string()))?;
+            let position = revision_in(since)
+                .ok_or_else(|| Error::bookmark_not_issued_here(kind.to_string(), since))?;
             if position > head {
                 return Err(Error::invalid(
                     kind.to_string(),

@@ -98,6 +98,12 @@ impl KindContents {
         self.window.head()
     }
 
+    /// Whether nothing was ever stored: no resource and no change since the start (a durable
+    /// backend resumes at a later head, so a recovered kind is never pristine).
+    pub(crate) fn is_pristine(&self) -> bool {
+        self.window.head() == 0 && self.resources.len() == 0
+    }
+
     /// How many changes the history window holds.
     pub(crate) fn window_len(&self) -> usize {
         self.window.len()

@@ -1010,12 +1010,14 @@ async fn a_collection_resumed_at_a_head_continues_its_sequence() {
     // When a watcher resumes at 42 and one before 41
     let watcher_at = |since| {
         Watch::new(
-            collection
-                .watch_kind(WatchKindOptions {
+            super::KindWatcher::of_kind(
+                &collection,
+                WatchKindOptions {
                     since: Some(Bookmark::at(7, since)),
                     ..Default::default()
-                })
-                .unwrap(),
+                },
+            )
+            .unwrap(),
         )
     };
     let mut current = watcher_at(42);
@@ -1159,7 +1161,8 @@ async fn a_strict_pointer_watch_that_falls_behind_ends_with_an_overrun() {
 async fn published_writes_reach_watchers_like_direct_ones() {
     // Given a collection fed the way a durable backend feeds it: check, (persist), apply, wake
     let collection = Arc::new(super::Collection::new(kind(), &MemoryOptions::default(), 1));
-    let mut watch = Watch::new(collection.watch_kind(WatchKindOptions::default()).unwrap());
+    let mut watch =
+        Watch::new(super::KindWatcher::of_kind(&collection, WatchKindOptions::default()).unwrap());
     let now = std::time::SystemTime::now();
     let mut v1 = counter("a", 1);
     super::write_rules::prepare_create(&mut v1, None, now).unwrap();
