@@ -21,7 +21,6 @@ use cosi_core::{
     WatchOptions,
 };
 
-use crate::feed::FeedTarget;
 use crate::{Input, InputStrength, Output};
 
 /// Where a controller's run-time input changes go (the engine).
@@ -71,8 +70,8 @@ pub struct ControllerState {
     /// The outputs written in this handle's reconcile (one insert per write: a fast hasher).
     /// Shared by the clones a reconcile makes, never by two reconciles.
     tracked: Arc<Mutex<Option<foldhash::HashSet<Pointer>>>>,
-    /// Where an outside wake-up of this controller goes (its scheduling state).
-    target: Arc<dyn FeedTarget>,
+    /// Schedules a reconcile of this controller (its scheduling state's resync).
+    wake: Arc<dyn Fn() + Send + Sync>,
 }
 
 /// Wakes one controller from outside the state: a kernel subscription, a remote watch, a
@@ -84,7 +83,7 @@ pub struct ControllerState {
 /// reconcile; the waker carries no data, so nothing can pile up behind a slow controller.
 #[derive(Clone)]
 pub struct Waker {
-    target: Arc<dyn FeedTarget>,
+    wake: Arc<dyn Fn() + Send + Sync>,
 }
 
 impl std::fmt::Debug for Waker {
@@ -96,7 +95,7 @@ impl std::fmt::Debug for Waker {
 impl Waker {
     /// Schedules a reconcile (coalesced with any pending one).
     pub fn wake(&self) {
-        self.target.resync();
+        (self.wake)();
     }
 }
 
@@ -114,7 +113,7 @@ impl ControllerState {
         inner: Arc<dyn State>,
         access: Arc<RwLock<Arc<Access>>>,
         registry: Arc<dyn InputRegistry>,
-        target: Arc<dyn FeedTarget>,
+        wake: Arc<dyn Fn() + Send + Sync>,
     ) -> Self {
         ControllerState {
             name,
@@ -122,7 +121,7 @@ impl ControllerState {
             access,
             registry,
             tracked: Arc::new(Mutex::new(None)),
-            target,
+            wake,
         }
     }
 
@@ -130,7 +129,7 @@ impl ControllerState {
     /// the task that follows the controller's outside source.
     pub fn waker(&self) -> Waker {
         Waker {
-            target: self.target.clone(),
+            wake: self.wake.clone(),
         }
     }
 

@@ -110,7 +110,10 @@ impl Shared {
             self.state.clone(),
             slot.access.clone(),
             self.clone(),
-            slot.target.clone(),
+            {
+                let target = slot.target.clone();
+                Arc::new(move || target.resync())
+            },
         );
         let cx = TaskContext {
             id: slot.id,
