@@ -2,14 +2,16 @@
 # Installs what the test suite needs on a fresh Debian machine (run as root):
 #   - etcd-server: the etcd backend's tests start their own /usr/bin/etcd on loopback;
 #   - protobuf-compiler: the etcd-client crate's build script compiles etcd's .proto files with
-#     protoc (its protos import nothing else, so no well-known-type headers are needed).
-# Idempotent and quiet: prints nothing and changes nothing when both are present; runs
+#     protoc (its protos import nothing else, so no well-known-type headers are needed);
+#   - iproute2: the netlink backend's tests create network namespaces and veth pairs with `ip`.
+# Idempotent and quiet: prints nothing and changes nothing when all are present; runs
 # `apt-get update` only when the package lists are missing or do not know a package.
 set -euo pipefail
 
 missing=()
 [[ -x /usr/bin/etcd ]] || missing+=(etcd-server)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 (( ${#missing[@]} == 0 )) && exit 0
 
 if [[ $(id -u) -ne 0 ]]; then

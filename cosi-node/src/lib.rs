@@ -7,6 +7,8 @@
 //! [`namespaces`] below. The families arrive one module each: the machine config, services and
 //! their process supervisor ([`services`]), network addresses, and cluster members.
 
+pub mod cluster;
 pub mod config;
 pub mod namespaces;
+pub mod network;
 pub mod services;

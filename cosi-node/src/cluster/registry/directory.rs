@@ -1,0 +1,194 @@
+//! [`DirectoryRegistry`]: affiliates as files in a directory that the nodes of one machine
+//! share (the demo's registry). Each node writes `<nodeId>.json` (its published affiliate) and
+//! rewrites it every `refresh`; the file's modification time is its heartbeat. A file not
+//! rewritten for `ttl` belongs to a node that is gone, and leaves the view: that is the lease.
+//! The node also scans the directory every `refresh` — expiry is a matter of time, so this
+//! registry is time-driven by nature — and removes its own file when it withdraws or stops.
+//! Writes go through a temporary file and a rename, so a reader never sees half a file.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::{
+    insert_bounded, AffiliateRegistry, RegistryHealth, RegistryShared, RegistryView, Shared,
+    TaskGuard, ViewChanges, MAX_AFFILIATES,
+};
+use crate::cluster::{
+    decode_remote, encode_remote, validate_node_id, Affiliate, MAX_AFFILIATE_BYTES,
+};
+
+/// Settings of a [`DirectoryRegistry`].
+#[derive(Clone, Debug)]
+pub struct DirectoryRegistryOptions {
+    /// The shared directory (created if missing).
+    pub directory: PathBuf,
+    /// How long a file lives without being rewritten.
+    pub ttl: Duration,
+    /// How often this node rewrites its file and scans the others (a third of `ttl` by
+    /// default).
+    pub refresh: Duration,
+}
+
+impl DirectoryRegistryOptions {
+    /// A registry in `directory` with a time to live; refreshes at a third of it.
+    pub fn new(directory: impl Into<PathBuf>, ttl: Duration) -> Self {
+        DirectoryRegistryOptions {
+            directory: directory.into(),
+            ttl,
+            refresh: ttl / 3,
+        }
+    }
+}
+
+/// A registry in a shared directory. See the module docs.
+#[derive(Debug, Clone)]
+pub struct DirectoryRegistry {
+    shared: Shared,
+    directory: PathBuf,
+    _task: Arc<TaskGuard>,
+}
+
+impl DirectoryRegistry {
+    /// Starts the registry's task. Must be called inside a tokio runtime.
+    pub fn start(options: DirectoryRegistryOptions) -> Self {
+        let shared: Shared = Arc::new(RegistryShared::default());
+        let directory = options.directory.clone();
+        let task = tokio::spawn(run(shared.clone(), options));
+        DirectoryRegistry {
+            shared,
+            directory,
+            _task: Arc::new(TaskGuard(task)),
+        }
+    }
+
+    /// The shared directory.
+    pub fn directory(&self) -> &Path {
+        &self.directory
+    }
+}
+
+impl AffiliateRegistry for DirectoryRegistry {
+    fn name(&self) -> &str {
+        "directory"
+    }
+
+    fn publish(&self, local: Option<Affiliate>) {
+        self.shared.publish(local);
+    }
+
+    fn view(&self) -> RegistryView {
+        self.shared.view()
+    }
+
+    fn subscribe(&self) -> ViewChanges {
+        self.shared.subscribe()
+    }
+}
+
+/// Removes this node's file when the registry stops (also when its task is aborted).
+struct OwnFile(Option<PathBuf>);
+
+impl Drop for OwnFile {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+async fn run(shared: Shared, options: DirectoryRegistryOptions) {
+    let mut local = shared.local();
+    let mut ticks = tokio::time::interval(options.refresh.max(Duration::from_millis(10)));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut own = OwnFile(None);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            changed = local.changed() => if changed.is_err() { return },
+        }
+        let published = local.borrow_and_update().clone();
+        let directory = options.directory.clone();
+        let ttl = options.ttl;
+        let previous = own.0.clone();
+        let outcome =
+            tokio::task::spawn_blocking(move || round(&directory, previous, published, ttl))
+                .await
+                .unwrap_or_else(|e| Err(format!("the registry round failed: {e}")));
+        match outcome {
+            Ok((path, affiliates)) => {
+                own.0 = path;
+                shared.update(|view| {
+                    view.affiliates = affiliates;
+                    view.health = RegistryHealth::Healthy;
+                });
+            }
+            Err(error) => {
+                tracing::warn!(directory = %options.directory.display(), %error, "the directory registry is unreachable");
+                shared.unreachable(error);
+            }
+        }
+    }
+}
+
+type Round = (
+    Option<PathBuf>,
+    std::collections::BTreeMap<String, Affiliate>,
+);
+
+/// One refresh: write (or remove) this node's file, then read the live files.
+fn round(
+    directory: &Path,
+    previous: Option<PathBuf>,
+    published: Option<Affiliate>,
+    ttl: Duration,
+) -> Result<Round, String> {
+    let describe =
+        |what: &str, path: &Path, e: std::io::Error| format!("{what} {}: {e}", path.display());
+    std::fs::create_dir_all(directory).map_err(|e| describe("cannot create", directory, e))?;
+    let path = published
+        .as_ref()
+        .map(|a| directory.join(format!("{}.json", a.node_id)));
+    if let Some(previous) = previous.filter(|p| Some(p) != path.as_ref()) {
+        let _ = std::fs::remove_file(previous);
+    }
+    if let (Some(path), Some(affiliate)) = (&path, &published) {
+        let temporary = directory.join(format!(".{}.json.tmp", affiliate.node_id));
+        std::fs::write(&temporary, encode_remote(affiliate))
+            .map_err(|e| describe("cannot write", &temporary, e))?;
+        std::fs::rename(&temporary, path).map_err(|e| describe("cannot rename to", path, e))?;
+    }
+    let now = SystemTime::now();
+    let mut affiliates = std::collections::BTreeMap::new();
+    let entries =
+        std::fs::read_dir(directory).map_err(|e| describe("cannot read", directory, e))?;
+    for entry in entries.take(MAX_AFFILIATES * 4) {
+        let Ok(entry) = entry else { continue };
+        let name = entry.file_name();
+        let Some(node_id) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
+            continue;
+        };
+        if validate_node_id(node_id).is_err() {
+            continue;
+        }
+        let Ok(metadata) = entry.metadata() else {
+            continue;
+        };
+        let age = metadata
+            .modified()
+            .ok()
+            .and_then(|m| now.duration_since(m).ok())
+            .unwrap_or(Duration::ZERO);
+        if age > ttl || metadata.len() > MAX_AFFILIATE_BYTES as u64 {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(entry.path()) else {
+            continue;
+        };
+        match decode_remote(node_id, &bytes) {
+            Ok(affiliate) => insert_bounded("directory", &mut affiliates, affiliate),
+            Err(error) => tracing::warn!(%error, "skipping an affiliate file"),
+        }
+    }
+    Ok((path, affiliates))
+}

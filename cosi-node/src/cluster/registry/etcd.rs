@@ -1,0 +1,276 @@
+//! `EtcdRegistry` (feature `etcd`): affiliates in etcd, one key per node under a prefix,
+//! each held by the node's lease.
+//!
+//! A session connects, grants a lease with the TTL, lists the prefix, watches it from the
+//! listed revision on, and puts this node's affiliate under the lease; it then keeps the lease
+//! alive every third of the TTL. When a node dies its lease expires after the TTL, etcd deletes
+//! its key, and every other node's watch reports it gone. A keepalive not answered within a
+//! third of the TTL, a failed call or a broken watch ends the session: the view is marked
+//! unreachable (kept, so members go stale rather than vanish) and a new session is tried after
+//! a growing delay. Nothing here blocks the node: callers only hand over values and read the
+//! last view.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, EventType, GetOptions, PutOptions, WatchOptions};
+
+use super::{
+    insert_bounded, AffiliateRegistry, RegistryHealth, RegistryShared, RegistryView, Shared,
+    TaskGuard, ViewChanges,
+};
+use crate::cluster::{decode_remote, encode_remote, Affiliate};
+
+/// Settings of an [`EtcdRegistry`].
+#[derive(Clone, Debug)]
+pub struct EtcdRegistryOptions {
+    /// Client URLs, e.g. `http://127.0.0.1:2379`.
+    pub endpoints: Vec<String>,
+    /// The key prefix of affiliates (default `/cosi/cluster/affiliates/`).
+    pub prefix: String,
+    /// The lease's time to live: how long a dead node's affiliate outlives it (etcd rounds
+    /// very short TTLs up to its minimum, about two seconds).
+    pub ttl: Duration,
+    /// How long connecting and each call may take.
+    pub timeout: Duration,
+    /// The longest delay between reconnection attempts.
+    pub max_backoff: Duration,
+}
+
+impl EtcdRegistryOptions {
+    /// Options for `endpoints` with a 30 s TTL.
+    pub fn new<I, S>(endpoints: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        EtcdRegistryOptions {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            prefix: "/cosi/cluster/affiliates/".to_string(),
+            ttl: Duration::from_secs(30),
+            timeout: Duration::from_secs(5),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+
+    /// With another TTL.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// With another key prefix.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+}
+
+/// A registry on etcd. See the module docs.
+#[derive(Debug, Clone)]
+pub struct EtcdRegistry {
+    shared: Shared,
+    _task: Arc<TaskGuard>,
+}
+
+impl EtcdRegistry {
+    /// Starts the registry's task (it connects in the background). Must be called inside a
+    /// tokio runtime.
+    pub fn start(options: EtcdRegistryOptions) -> Self {
+        let shared: Shared = Arc::new(RegistryShared::default());
+        let task = tokio::spawn(run(shared.clone(), options));
+        EtcdRegistry {
+            shared,
+            _task: Arc::new(TaskGuard(task)),
+        }
+    }
+}
+
+impl AffiliateRegistry for EtcdRegistry {
+    fn name(&self) -> &str {
+        "etcd"
+    }
+
+    fn publish(&self, local: Option<Affiliate>) {
+        self.shared.publish(local);
+    }
+
+    fn view(&self) -> RegistryView {
+        self.shared.view()
+    }
+
+    fn subscribe(&self) -> ViewChanges {
+        self.shared.subscribe()
+    }
+}
+
+async fn run(shared: Shared, options: EtcdRegistryOptions) {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let started = tokio::time::Instant::now();
+        let error = match session(&shared, &options).await {
+            Ok(()) => return,
+            Err(error) => error,
+        };
+        tracing::warn!(%error, "the etcd registry is unreachable; reconnecting");
+        shared.unreachable(error);
+        // A session that lasted a while was healthy: start the backoff over.
+        if started.elapsed() > options.ttl {
+            delay = Duration::from_millis(100);
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(options.max_backoff);
+    }
+}
+
+fn call_error(what: &str, error: impl std::fmt::Display) -> String {
+    format!("{what}: {error}")
+}
+
+/// One connected session; returns `Err` when the registry is lost, `Ok` when the node is
+/// gone (its affiliate channel closed).
+async fn session(shared: &Shared, options: &EtcdRegistryOptions) -> Result<(), String> {
+    let timeout = options.timeout;
+    let within = |what: &'static str| move |_| format!("{what}: no answer within {timeout:?}");
+    let connect = ConnectOptions::new()
+        .with_connect_timeout(timeout)
+        .with_timeout(timeout);
+    let mut client =
+        tokio::time::timeout(timeout, Client::connect(&options.endpoints, Some(connect)))
+            .await
+            .map_err(within("connect"))?
+            .map_err(|e| call_error("connect", e))?;
+    let ttl_secs = options.ttl.as_secs().max(1) as i64;
+    let lease = client
+        .lease_grant(ttl_secs, None)
+        .await
+        .map_err(|e| call_error("grant a lease", e))?
+        .id();
+    let (mut keeper, mut keepalives) = client
+        .lease_keep_alive(lease)
+        .await
+        .map_err(|e| call_error("keep the lease alive", e))?;
+
+    let listed = client
+        .get(
+            options.prefix.as_str(),
+            Some(GetOptions::new().with_prefix()),
+        )
+        .await
+        .map_err(|e| call_error("list affiliates", e))?;
+    let revision = listed.header().map(|h| h.revision()).unwrap_or(0);
+    let mut affiliates = BTreeMap::new();
+    for kv in listed.kvs() {
+        if let Some(affiliate) = decode_kv(&options.prefix, kv.key(), kv.value()) {
+            insert_bounded("etcd", &mut affiliates, affiliate);
+        }
+    }
+    // The stream's first message confirms the watch (no events).
+    let mut events = client
+        .watch(
+            options.prefix.as_str(),
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(revision + 1),
+            ),
+        )
+        .await
+        .map_err(|e| call_error("watch affiliates", e))?;
+    shared.update(|view| {
+        view.affiliates = affiliates;
+        view.health = RegistryHealth::Healthy;
+    });
+
+    let mut local = shared.local();
+    let mut published_key: Option<String> = None;
+    // Publish what is there now, then whatever changes.
+    local.mark_changed();
+    let period = (options.ttl / 3).max(Duration::from_millis(100));
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut awaiting_since: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::select! {
+            changed = local.changed() => {
+                if changed.is_err() {
+                    let _ = client.lease_revoke(lease).await;
+                    return Ok(());
+                }
+                let affiliate = local.borrow_and_update().clone();
+                let key = affiliate.as_ref().map(|a| format!("{}{}", options.prefix, a.node_id));
+                if let Some(old) = published_key.take().filter(|old| Some(old) != key.as_ref()) {
+                    client.delete(old, None).await.map_err(|e| call_error("withdraw the affiliate", e))?;
+                }
+                if let (Some(key), Some(affiliate)) = (key, affiliate) {
+                    client
+                        .put(key.as_str(), encode_remote(&affiliate), Some(PutOptions::new().with_lease(lease)))
+                        .await
+                        .map_err(|e| call_error("publish the affiliate", e))?;
+                    published_key = Some(key);
+                }
+            }
+            _ = ticks.tick() => {
+                if let Some(since) = awaiting_since {
+                    if since.elapsed() >= period {
+                        return Err(format!("keepalive: no answer within {period:?}"));
+                    }
+                } else {
+                    keeper.keep_alive().await.map_err(|e| call_error("keep the lease alive", e))?;
+                    awaiting_since = Some(tokio::time::Instant::now());
+                }
+            }
+            answer = keepalives.message() => {
+                match answer {
+                    Ok(Some(answer)) if answer.ttl() > 0 => awaiting_since = None,
+                    Ok(Some(_)) => return Err("the lease expired".to_string()),
+                    Ok(None) => return Err("the keepalive stream ended".to_string()),
+                    Err(e) => return Err(call_error("keep the lease alive", e)),
+                }
+            }
+            batch = events.message() => {
+                let batch = match batch {
+                    Ok(Some(batch)) => batch,
+                    Ok(None) => return Err("the watch ended".to_string()),
+                    Err(e) => return Err(call_error("watch affiliates", e)),
+                };
+                if batch.canceled() {
+                    return Err(format!("the watch was cancelled: {}", batch.cancel_reason()));
+                }
+                shared.update(|view| {
+                    for event in batch.events() {
+                        let Some(kv) = event.kv() else { continue };
+                        let Some(node_id) = key_node_id(&options.prefix, kv.key()) else { continue };
+                        match event.event_type() {
+                            EventType::Delete => {
+                                view.affiliates.remove(node_id);
+                            }
+                            EventType::Put => match decode_kv(&options.prefix, kv.key(), kv.value()) {
+                                Some(affiliate) => insert_bounded("etcd", &mut view.affiliates, affiliate),
+                                None => {
+                                    view.affiliates.remove(node_id);
+                                }
+                            },
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
+
+fn key_node_id<'k>(prefix: &str, key: &'k [u8]) -> Option<&'k str> {
+    std::str::from_utf8(key.strip_prefix(prefix.as_bytes())?).ok()
+}
+
+fn decode_kv(prefix: &str, key: &[u8], value: &[u8]) -> Option<Affiliate> {
+    let node_id = key_node_id(prefix, key)?;
+    match decode_remote(node_id, value) {
+        Ok(affiliate) => Some(affiliate),
+        Err(error) => {
+            tracing::warn!(%error, "skipping an affiliate published in etcd");
+            None
+        }
+    }
+}

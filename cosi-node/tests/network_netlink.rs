@@ -1,0 +1,248 @@
+//! The netlink backend on a real kernel, inside a network namespace each test creates (a veth
+//! pair; documentation-range addresses that exist only inside it; no traffic leaves it). The
+//! whole address chain runs on a thread that entered the namespace, so its netlink sockets
+//! belong to it; the test checks the kernel with `ip -n <namespace>`, and waits on watch
+//! events, never on time.
+//!
+//! A test that cannot create its namespace fails, naming what is missing; it never skips.
+#![cfg(all(target_os = "linux", feature = "netlink"))]
+
+use std::future::Future;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cosi_controllers::Engine;
+use cosi_core::{ResourceSpec, State, StateExt};
+use cosi_node::network::{self, operator, AddressStatus, Cmdline, NetlinkBackend};
+use cosi_state::{MemoryOptions, MemoryState};
+use ipnet::IpNet;
+use nix::sched::{setns, CloneFlags};
+
+/// Bounds every wait; only a broken system takes this long.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A named network namespace with a veth pair (`veth0` ↔ `veth1`), deleted on drop.
+struct Namespace {
+    name: String,
+}
+
+/// `ip -n <namespace>`: what a person with a shell would use.
+#[derive(Clone)]
+struct Kernel {
+    name: String,
+}
+
+impl Namespace {
+    fn create() -> Namespace {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "cosi-net-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        );
+        run(&["netns", "add", &name]).unwrap_or_else(|e| {
+            panic!(
+                "cannot create network namespace {name} (needs root and iproute2; \
+                 scripts/install-deps.sh installs iproute2): {e}"
+            )
+        });
+        let ns = Namespace { name };
+        let kernel = ns.kernel();
+        kernel.ip(&[
+            "link", "add", "veth0", "type", "veth", "peer", "name", "veth1",
+        ]);
+        kernel.ip(&["link", "set", "veth0", "up"]);
+        kernel.ip(&["link", "set", "veth1", "up"]);
+        ns
+    }
+
+    /// A handle that inspects and changes the namespace's kernel state with `ip`.
+    fn kernel(&self) -> Kernel {
+        Kernel {
+            name: self.name.clone(),
+        }
+    }
+
+    /// Runs `body` on a thread inside the namespace, on its own current-thread runtime (a
+    /// panic in it fails the test).
+    fn enter<F, Fut>(&self, body: F)
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = ()>,
+    {
+        let path = format!("/run/netns/{}", self.name);
+        let thread = std::thread::spawn(move || {
+            let file =
+                std::fs::File::open(&path).unwrap_or_else(|e| panic!("cannot open {path}: {e}"));
+            setns(&file, CloneFlags::CLONE_NEWNET)
+                .unwrap_or_else(|e| panic!("cannot enter {path}: {e}"));
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(body());
+        });
+        if let Err(panic) = thread.join() {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+impl Kernel {
+    /// Runs `ip -n <namespace> ARGS`, failing the test if it fails.
+    fn ip(&self, args: &[&str]) -> String {
+        let mut full = vec!["-n", self.name.as_str()];
+        full.extend_from_slice(args);
+        run(&full).unwrap_or_else(|e| panic!("ip {}: {e}", full.join(" ")))
+    }
+
+    /// Every `(link, address/prefix)` the kernel holds in the namespace.
+    fn kernel_addresses(&self) -> Vec<(String, String)> {
+        let json = self.ip(&["-j", "addr", "show"]);
+        let links: serde_json::Value = serde_json::from_str(&json).expect("ip -j prints JSON");
+        let mut out = Vec::new();
+        for link in links.as_array().expect("a list of links") {
+            let name = link["ifname"].as_str().unwrap_or_default().to_string();
+            for info in link["addr_info"].as_array().into_iter().flatten() {
+                let local = info["local"].as_str().unwrap_or_default();
+                let prefix = info["prefixlen"].as_u64().unwrap_or_default();
+                out.push((name.clone(), format!("{local}/{prefix}")));
+            }
+        }
+        out
+    }
+
+    fn kernel_has(&self, link: &str, address: &str) -> bool {
+        self.kernel_addresses()
+            .iter()
+            .any(|(l, a)| l == link && a == address)
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = run(&["netns", "del", &self.name]);
+    }
+}
+
+fn run(args: &[&str]) -> Result<String, String> {
+    let output = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run ip: {e}"))?;
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).trim().to_string());
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn net(text: &str) -> IpNet {
+    text.parse().unwrap()
+}
+
+/// The address chain on the namespace's kernel.
+async fn start_chain() -> (Arc<dyn State>, Engine) {
+    let state: Arc<dyn State> = Arc::new(MemoryState::new(MemoryOptions::default()));
+    let backend = NetlinkBackend::connect().expect("netlink sockets in the namespace");
+    let engine = Engine::new(state.clone());
+    network::register(&engine, Arc::new(backend), Cmdline::default()).unwrap();
+    engine.start();
+    (state, engine)
+}
+
+/// Waits until the status `id` exists (`present`) or is gone.
+async fn wait_status(state: &dyn State, id: &str, present: bool) {
+    let pointer = AddressStatus::kind().pointer(id.to_string());
+    tokio::time::timeout(
+        EVENT_TIMEOUT,
+        state.watch_for(&pointer, |r| r.is_some() == present),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("status {id} present={present} not reached in time"))
+    .expect("the watch");
+}
+
+#[test]
+fn an_address_stated_by_a_layer_reaches_the_kernel_and_the_status() {
+    let ns = Namespace::create();
+    let check = ns.kernel();
+    ns.enter(move || async move {
+        let (state, engine) = start_chain().await;
+        operator::add_address(&*state, "veth0", net("192.0.2.10/24"))
+            .await
+            .unwrap();
+        wait_status(&*state, "veth0/192.0.2.10/24", true).await;
+        assert!(
+            check.kernel_has("veth0", "192.0.2.10/24"),
+            "{:?}",
+            check.kernel_addresses()
+        );
+        let status = state
+            .get_typed::<AddressStatus>(&AddressStatus::kind().pointer("veth0/192.0.2.10/24"))
+            .await
+            .unwrap();
+        assert_eq!(status.spec.link_name, "veth0");
+        engine.shutdown().await;
+    });
+}
+
+#[test]
+fn an_address_no_longer_stated_leaves_the_kernel_and_the_status() {
+    let ns = Namespace::create();
+    let check = ns.kernel();
+    ns.enter(move || async move {
+        let (state, engine) = start_chain().await;
+        operator::add_address(&*state, "veth0", net("192.0.2.11/24"))
+            .await
+            .unwrap();
+        wait_status(&*state, "veth0/192.0.2.11/24", true).await;
+
+        operator::remove_address(&*state, "veth0", net("192.0.2.11/24"))
+            .await
+            .unwrap();
+        wait_status(&*state, "veth0/192.0.2.11/24", false).await;
+        assert!(
+            !check.kernel_has("veth0", "192.0.2.11/24"),
+            "{:?}",
+            check.kernel_addresses()
+        );
+        engine.shutdown().await;
+    });
+}
+
+#[test]
+fn an_address_added_by_hand_shows_as_a_status_and_stays_in_the_kernel() {
+    let ns = Namespace::create();
+    let check = ns.kernel();
+    ns.enter(move || async move {
+        let (state, engine) = start_chain().await;
+        wait_status(&*state, "lo/127.0.0.1/8", true).await;
+
+        // Someone with a shell adds an address: the subscription reports it.
+        check.ip(&["addr", "add", "198.51.100.7/24", "dev", "veth1"]);
+        wait_status(&*state, "veth1/198.51.100.7/24", true).await;
+
+        // The controllers then add and remove a stated address: they have reconciled with
+        // the hand-made one present, and left it alone.
+        operator::add_address(&*state, "veth0", net("192.0.2.12/24"))
+            .await
+            .unwrap();
+        wait_status(&*state, "veth0/192.0.2.12/24", true).await;
+        operator::remove_address(&*state, "veth0", net("192.0.2.12/24"))
+            .await
+            .unwrap();
+        wait_status(&*state, "veth0/192.0.2.12/24", false).await;
+        assert!(
+            check.kernel_has("veth1", "198.51.100.7/24"),
+            "{:?}",
+            check.kernel_addresses()
+        );
+        state
+            .get(&AddressStatus::kind().pointer("veth1/198.51.100.7/24"))
+            .await
+            .expect("the hand-made address keeps its status");
+        engine.shutdown().await;
+    });
+}
