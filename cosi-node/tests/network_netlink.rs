@@ -1,5 +1,7 @@
 //! The netlink backend on a real kernel, inside a network namespace each test creates (a veth
-//! pair; documentation-range addresses that exist only inside it; no traffic leaves it). The
+//! pair; documentation-range addresses that exist only inside it; no traffic leaves it): the
+//! machine config adds an address → it is in the kernel and in `AddressStatus`; the config
+//! drops it → it leaves both; an address added by hand shows as a status and stays. The
 //! whole address chain runs on a thread that entered the namespace, so its netlink sockets
 //! belong to it; the test checks the kernel with `ip -n <namespace>`, and waits on watch
 //! events, never on time.
@@ -14,7 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cosi_controllers::Engine;
-use cosi_core::{ResourceSpec, State, StateExt};
+use cosi_core::{Resource, ResourceSpec, State, StateExt, UpdateOptions};
+use cosi_node::config::{MachineConfig, ACTIVE};
 use cosi_node::network::{self, operator, AddressStatus, Cmdline, NetlinkBackend};
 use cosi_state::{MemoryOptions, MemoryState};
 use ipnet::IpNet;
@@ -152,6 +155,26 @@ async fn start_chain() -> (Arc<dyn State>, Engine) {
     (state, engine)
 }
 
+/// Makes `addresses` on `veth0` the active machine config's, as an apply would.
+async fn configure(state: &dyn State, addresses: &[&str]) {
+    let list: String = addresses.iter().map(|a| format!("      - {a}\n")).collect();
+    let text = format!(
+        "version: v1alpha1\nmachine:\n  type: worker\n  network:\n    interfaces:\n    - interface: veth0\n      addresses:\n{list}"
+    );
+    let mc = MachineConfig::from_text(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+    state
+        .modify(
+            Resource::new(ACTIVE, mc.clone()),
+            UpdateOptions::default(),
+            |r| {
+                r.spec = mc.clone();
+                Ok(())
+            },
+        )
+        .await
+        .unwrap();
+}
+
 /// Waits until the status `id` exists (`present`) or is gone.
 async fn wait_status(state: &dyn State, id: &str, present: bool) {
     let pointer = AddressStatus::kind().pointer(id.to_string());
@@ -165,14 +188,12 @@ async fn wait_status(state: &dyn State, id: &str, present: bool) {
 }
 
 #[test]
-fn an_address_stated_by_a_layer_reaches_the_kernel_and_the_status() {
+fn an_address_in_the_config_reaches_the_kernel_and_the_status() {
     let ns = Namespace::create();
     let check = ns.kernel();
     ns.enter(move || async move {
         let (state, engine) = start_chain().await;
-        operator::add_address(&*state, "veth0", net("192.0.2.10/24"))
-            .await
-            .unwrap();
+        configure(&*state, &["192.0.2.10/24"]).await;
         wait_status(&*state, "veth0/192.0.2.10/24", true).await;
         assert!(
             check.kernel_has("veth0", "192.0.2.10/24"),
@@ -189,20 +210,24 @@ fn an_address_stated_by_a_layer_reaches_the_kernel_and_the_status() {
 }
 
 #[test]
-fn an_address_no_longer_stated_leaves_the_kernel_and_the_status() {
+fn an_address_removed_from_the_config_leaves_the_kernel_and_the_status() {
     let ns = Namespace::create();
     let check = ns.kernel();
     ns.enter(move || async move {
         let (state, engine) = start_chain().await;
-        operator::add_address(&*state, "veth0", net("192.0.2.11/24"))
-            .await
-            .unwrap();
+        // Two subnets: deleting a subnet's primary IPv4 address makes the kernel delete that
+        // subnet's secondaries too (the spec controller would put them back, later).
+        configure(&*state, &["192.0.2.11/24", "198.51.100.12/24"]).await;
         wait_status(&*state, "veth0/192.0.2.11/24", true).await;
+        wait_status(&*state, "veth0/198.51.100.12/24", true).await;
 
-        operator::remove_address(&*state, "veth0", net("192.0.2.11/24"))
-            .await
-            .unwrap();
+        configure(&*state, &["198.51.100.12/24"]).await;
         wait_status(&*state, "veth0/192.0.2.11/24", false).await;
+        assert!(
+            check.kernel_has("veth0", "198.51.100.12/24"),
+            "{:?}",
+            check.kernel_addresses()
+        );
         assert!(
             !check.kernel_has("veth0", "192.0.2.11/24"),
             "{:?}",

@@ -1,7 +1,8 @@
 //! The local affiliate: what this node publishes about itself. [`LocalNode`] (`cluster/local`)
-//! carries the names and machine type — written by the machine-config fan-out, or directly by
-//! a test or a daemon without a config — and [`LocalAffiliateController`] combines it with the
-//! node id and the `routed-no-k8s` node addresses into the [`Affiliate`] `cluster/<nodeId>`.
+//! carries the names and machine type — written by [`LocalNodeController`] from the config's
+//! `Hostname` and `MachineType`, or directly by a node without a config — and
+//! [`LocalAffiliateController`] combines it with the node id and the `routed-no-k8s` node
+//! addresses into the [`Affiliate`] `cluster/<nodeId>`.
 
 use async_trait::async_trait;
 use cosi_controllers::{Controller, ControllerState, Input, Output, Reconciled};
@@ -9,6 +10,7 @@ use cosi_core::{Resource, ResourceDefinition, ResourceSpec, Result, StateExt};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Affiliate, Identity, LOCAL};
+use crate::config::{Hostname, MachineType};
 use crate::namespaces;
 use crate::network::found;
 use crate::network::NodeAddress;
@@ -132,6 +134,65 @@ impl Controller for LocalAffiliateController {
                 .await?;
         }
         state.cleanup_outputs(&[Affiliate::kind()]).await?;
+        Ok(Reconciled::Done)
+    }
+}
+
+/// Writes [`LocalNode`] from the config's [`Hostname`] and [`MachineType`] (the machine type is
+/// `unknown` while the config names none; there is no local node without a hostname).
+#[derive(Debug, Default, Clone)]
+pub struct LocalNodeController;
+
+impl LocalNodeController {
+    /// The controller's name (the owner of the local node).
+    pub const NAME: &'static str = "LocalNodeController";
+}
+
+#[async_trait]
+impl Controller for LocalNodeController {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        vec![
+            Input::weak_of::<Hostname>().with_id(Hostname::ID),
+            Input::weak_of::<MachineType>().with_id(MachineType::ID),
+        ]
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive_of::<LocalNode>()]
+    }
+
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        let hostname = found(
+            state
+                .get_typed::<Hostname>(&Hostname::kind().pointer(Hostname::ID))
+                .await,
+        )?;
+        let machine_type = found(
+            state
+                .get_typed::<MachineType>(&MachineType::kind().pointer(MachineType::ID))
+                .await,
+        )?;
+        state.start_tracking();
+        if let Some(hostname) = hostname {
+            let node = LocalNode {
+                hostname: hostname.spec.hostname.clone(),
+                nodename: String::new(),
+                machine_type: machine_type
+                    .map(|m| m.spec.machine_type.as_str().to_string())
+                    .unwrap_or_else(|| "unknown".to_string()),
+            };
+            state
+                .modify_output(Resource::new(LOCAL, node.clone()), |r| {
+                    r.spec = node.clone();
+                    Ok(())
+                })
+                .await?;
+        }
+        state.cleanup_outputs(&[LocalNode::kind()]).await?;
         Ok(Reconciled::Done)
     }
 }

@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! NodeIdentityController → Identity[cluster/local]            (generated once, kept)
+//! config Hostname + MachineType ─LocalNodeController→ LocalNode[cluster/local]
 //! Identity + LocalNode + NodeAddress[routed-no-k8s]
 //!        ─LocalAffiliateController→ Affiliate[cluster/<nodeId>]
 //! Affiliate[cluster/<local>] ⇄ AffiliateDiscoveryController.<registry> ⇄ registry (directory, etcd)
@@ -37,7 +38,7 @@ pub use identity::{
     encode_node_id, generate_node_id, validate_node_id, Identity, NodeIdentityController, LOCAL,
     NODE_ID_BYTES, NODE_ID_LEN,
 };
-pub use local::{LocalAffiliateController, LocalNode, PUBLISHED_ADDRESSES};
+pub use local::{LocalAffiliateController, LocalNode, LocalNodeController, PUBLISHED_ADDRESSES};
 pub use member::{Member, MemberController};
 pub use merge::AffiliateMergeController;
 pub use registry::{
@@ -57,6 +58,7 @@ pub fn register_types(registry: &mut Registry) -> cosi_core::Result<()> {
 }
 
 /// Registers the cluster controllers on `engine`, with one discovery controller per registry.
+/// The [`LocalNode`] is someone else's to write: [`register_with_config`] adds its producer.
 pub fn register(
     engine: &Engine,
     registries: Vec<Arc<dyn AffiliateRegistry>>,
@@ -69,4 +71,13 @@ pub fn register(
     engine.register(AffiliateMergeController)?;
     engine.register(MemberController)?;
     Ok(())
+}
+
+/// [`register`], plus [`LocalNodeController`]: the local node follows the machine config.
+pub fn register_with_config(
+    engine: &Engine,
+    registries: Vec<Arc<dyn AffiliateRegistry>>,
+) -> Result<(), RegistrationError> {
+    engine.register(LocalNodeController)?;
+    register(engine, registries)
 }

@@ -1,15 +1,32 @@
 //! [`NodeAddressFilterController`]: writes the `no-k8s` [`NodeAddressFilter`], which leaves the
 //! Kubernetes pod and service subnets out of the node addresses (a pod's address is not the
-//! node's). The subnets are the cluster's; Kubernetes' defaults (pods `10.244.0.0/16`,
-//! services `10.96.0.0/12`) until the machine config states others.
+//! node's). The subnets are `cluster.network.podSubnets` and `serviceSubnets` of the active
+//! machine config; without a config, or where it states none, the controller's defaults
+//! (Kubernetes' `10.244.0.0/16` for pods and `10.96.0.0/12` for services unless given others).
 
 use async_trait::async_trait;
 use cosi_controllers::{Controller, ControllerState, Input, Output, Reconciled};
-use cosi_core::{Resource, ResourceSpec, Result};
+use cosi_core::{Resource, ResourceSpec, Result, StateExt};
 use ipnet::IpNet;
 
+use crate::config::{MachineConfig, ACTIVE};
 use crate::network::node_address::FILTER_NO_K8S;
-use crate::network::NodeAddressFilter;
+use crate::network::{found, NodeAddressFilter};
+
+/// Reads config subnets, skipping (with a warning) any that is not a CIDR.
+fn subnets(texts: &[String], field: &str) -> Vec<IpNet> {
+    texts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, text)| match text.parse::<IpNet>() {
+            Ok(net) => Some(net.trunc()),
+            Err(error) => {
+                tracing::warn!(field = %format!("{field}[{i}]"), %error, "skipping a subnet");
+                None
+            }
+        })
+        .collect()
+}
 
 /// Writes the `no-k8s` filter. See the module docs.
 #[derive(Debug, Clone)]
@@ -45,7 +62,7 @@ impl Controller for NodeAddressFilterController {
     }
 
     fn inputs(&self) -> Vec<Input> {
-        Vec::new()
+        vec![Input::weak_of::<MachineConfig>().with_id(ACTIVE)]
     }
 
     fn outputs(&self) -> Vec<Output> {
@@ -53,14 +70,26 @@ impl Controller for NodeAddressFilterController {
     }
 
     async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        let config = found(
+            state
+                .get_typed::<MachineConfig>(&MachineConfig::kind().pointer(ACTIVE))
+                .await,
+        )?;
+        let (mut pods, mut services) = (Vec::new(), Vec::new());
+        if let Some(config) = &config {
+            let network = &config.spec.config().cluster().network;
+            pods = subnets(&network.pod_subnets, "cluster.network.podSubnets");
+            services = subnets(&network.service_subnets, "cluster.network.serviceSubnets");
+        }
+        if pods.is_empty() {
+            pods.clone_from(&self.pod_subnets);
+        }
+        if services.is_empty() {
+            services.clone_from(&self.service_subnets);
+        }
         let filter = NodeAddressFilter {
             include_subnets: Vec::new(),
-            exclude_subnets: self
-                .pod_subnets
-                .iter()
-                .chain(&self.service_subnets)
-                .copied()
-                .collect(),
+            exclude_subnets: pods.into_iter().chain(services).collect(),
         };
         state.start_tracking();
         state

@@ -19,7 +19,7 @@ mod node_address;
 mod status;
 
 pub use apply::AddressSpecController;
-pub use config::AddressConfigController;
+pub use config::{configuration_addresses, AddressConfigController};
 pub use filter::NodeAddressFilterController;
 pub use merge::AddressMergeController;
 pub use node_address::NodeAddressController;
