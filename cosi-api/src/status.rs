@@ -100,6 +100,11 @@ pub fn not_authorized(subject: &str, reason: &str) -> Status {
     with_detail(Code::PermissionDenied, NOT_AUTHORIZED.to_string(), &detail)
 }
 
+/// Whether `status` carries this crate's structured error (a peer's server sends none).
+pub fn has_detail(status: &Status) -> bool {
+    detail_of(status).is_some()
+}
+
 /// Whether `status` is an authorization refusal sent by [`not_authorized`].
 pub fn is_not_authorized(status: &Status) -> bool {
     detail_of(status).is_some_and(|d| d.kind == DetailKind::NotAuthorized as i32)

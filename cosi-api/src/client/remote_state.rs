@@ -19,7 +19,7 @@ use crate::codec::{Codec, UnknownTypes};
 use crate::proto::resource::{self as pb, state_client::StateClient};
 use crate::query::{encode_ids, encode_labels};
 use crate::server::{MAX_MESSAGE_SIZE, OMIT_YAML_HEADER};
-use crate::status::{from_status, Call, CallContext};
+use crate::status::{from_status, has_detail, Call, CallContext};
 
 use super::watch::{start_watch, Backoff, WatchTarget};
 
@@ -97,6 +97,43 @@ impl RemoteState {
             .metadata_mut()
             .insert(OMIT_YAML_HEADER, tonic::metadata::MetadataValue::from_static("1"));
         request
+    }
+
+    /// The error of a failed write. A peer's server sends only a code, so a conflict lacks what
+    /// the store knew (the stored version, owner or finalizers): read them back, so the error
+    /// says as much as one from this crate's server.
+    async fn write_error(&self, status: tonic::Status, ctx: &CallContext) -> cosi_core::Error {
+        use cosi_core::Error;
+        let error = from_status(&status, ctx);
+        let incomplete = !has_detail(&status)
+            && matches!(
+                error,
+                Error::VersionConflict { .. } | Error::OwnerConflict { .. } | Error::PendingFinalizers { .. }
+            );
+        if !incomplete {
+            return error;
+        }
+        let Ok(stored) = self.get(&ctx.pointer).await else {
+            return error;
+        };
+        let md = stored.metadata();
+        match error {
+            Error::VersionConflict { pointer, expected, .. } => Error::VersionConflict {
+                pointer,
+                expected,
+                actual: md.version(),
+            },
+            Error::OwnerConflict { pointer, writer, .. } => Error::OwnerConflict {
+                pointer,
+                owner: md.owner().map(str::to_string),
+                writer,
+            },
+            Error::PendingFinalizers { pointer, .. } => Error::PendingFinalizers {
+                pointer,
+                finalizers: md.finalizers().clone(),
+            },
+            other => other,
+        }
     }
 
     fn decode(&self, resource: Option<pb::Resource>, ctx: &CallContext) -> Result<SharedResource> {
@@ -206,8 +243,11 @@ impl State for RemoteState {
             .client
             .clone()
             .create(self.request(message))
-            .await
-            .map_err(|s| from_status(&s, &ctx))?;
+            .await;
+        let response = match response {
+            Ok(response) => response,
+            Err(status) => return Err(self.write_error(status, &ctx).await),
+        };
         self.decode(response.into_inner().resource, &ctx)
     }
 
@@ -228,15 +268,19 @@ impl State for RemoteState {
             .client
             .clone()
             .update(self.request(message))
-            .await
-            .map_err(|s| from_status(&s, &ctx))?;
+            .await;
+        let response = match response {
+            Ok(response) => response,
+            Err(status) => return Err(self.write_error(status, &ctx).await),
+        };
         self.decode(response.into_inner().resource, &ctx)
     }
 
     async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
         let mut ctx = CallContext::new(Call::Destroy, pointer.clone());
         ctx.writer = options.owner.clone();
-        self.client
+        let result = self
+            .client
             .clone()
             .destroy(self.request(pb::DestroyRequest {
                 namespace: pointer.namespace().to_string(),
@@ -246,9 +290,11 @@ impl State for RemoteState {
                     owner: options.owner.unwrap_or_default(),
                 }),
             }))
-            .await
-            .map_err(|s| from_status(&s, &ctx))?;
-        Ok(())
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(status) => Err(self.write_error(status, &ctx).await),
+        }
     }
 
     async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
