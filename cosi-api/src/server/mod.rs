@@ -158,16 +158,13 @@ impl ApiServer {
             .serve_with_incoming_shutdown(ReceiverStream::new(incoming), async move {
                 self::stopped(&mut signal).await;
             });
-        let task = tokio::spawn(async move {
-            let result = server.await;
-            accept.abort();
-            result
-        });
+        let task = tokio::spawn(server);
         Ok(ServerHandle {
             local_addr,
             stop,
             open,
             task: Some(task),
+            accept: Some(accept),
         })
     }
 }
@@ -184,6 +181,8 @@ pub struct ServerHandle {
     stop: watch::Sender<bool>,
     open: OpenConnections,
     task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    /// The accept loop: it owns the listener, so the address is free once it has ended.
+    accept: Option<JoinHandle<()>>,
 }
 
 impl Drop for ServerHandle {
@@ -209,13 +208,22 @@ impl ServerHandle {
     /// every connection has closed and the listener is released.
     pub async fn shutdown(mut self) -> Result<(), tonic::transport::Error> {
         let _ = self.stop.send(true);
-        match self.task.take() {
+        let result = match self.task.take() {
             Some(task) => match task.await {
                 Ok(result) => result,
                 // The task never panics on its own; a join error means the runtime is going away.
                 Err(_) => Ok(()),
             },
             None => Ok(()),
+        };
+        self.release().await;
+        result
+    }
+
+    /// Waits for the accept loop (which ends on the stop signal) to drop the listener.
+    async fn release(&mut self) {
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.await;
         }
     }
 
@@ -228,6 +236,7 @@ impl ServerHandle {
             task.abort();
             let _ = task.await;
         }
+        self.release().await;
         self.open.sever_all();
     }
 }
