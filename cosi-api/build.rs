@@ -1,5 +1,6 @@
-//! Generates the gRPC messages, clients and servers from `proto/` with protoc
-//! (installed by `scripts/install-deps.sh`).
+//! Generates the gRPC messages, clients and servers from `proto/` with protoc (installed by
+//! `scripts/install-deps.sh`). The well-known types it imports are under `proto/google/protobuf`,
+//! so no system include files are needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
@@ -13,6 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }
+    println!("cargo:rerun-if-changed=proto/google/protobuf");
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
