@@ -133,7 +133,10 @@ impl Caller {
         if self.transport == Transport::Maintenance {
             return None;
         }
-        self.organizations.iter().filter_map(|o| Role::parse(o)).max()
+        self.organizations
+            .iter()
+            .filter_map(|o| Role::parse(o))
+            .max()
     }
 
     /// Whether the caller holds `role` (or a higher one).
@@ -147,7 +150,11 @@ impl Caller {
     }
 
     fn describe(&self) -> String {
-        let who = if self.name.is_empty() { "caller" } else { &self.name };
+        let who = if self.name.is_empty() {
+            "caller"
+        } else {
+            &self.name
+        };
         match self.role() {
             Some(role) => format!("{who} ({role})"),
             None => format!("{who} (no role)"),
@@ -202,7 +209,10 @@ pub fn authorize_method(caller: &Caller, method: &str) -> Result<(), Status> {
     } else {
         Err(not_authorized(
             method,
-            &format!("{} may not call {method} (needs {needed})", caller.describe()),
+            &format!(
+                "{} may not call {method} (needs {needed})",
+                caller.describe()
+            ),
         ))
     }
 }
@@ -364,7 +374,11 @@ where
         match verdict {
             Ok(()) => Box::pin(self.inner.call(request)),
             Err(status) => {
-                tracing::info!(method = request.uri().path(), "refused: {}", status.message());
+                tracing::info!(
+                    method = request.uri().path(),
+                    "refused: {}",
+                    status.message()
+                );
                 Box::pin(async move { Ok(status.into_http()) })
             }
         }
@@ -386,7 +400,10 @@ mod tests {
         assert!(!cert("os:operator").has(Role::Admin));
         assert!(!cert("os:reader").has(Role::Operator));
         assert_eq!(cert("os:future").role(), None);
-        assert_eq!(Caller::from_certificate("c", [" ", "os:reader "]).role(), Some(Role::Reader));
+        assert_eq!(
+            Caller::from_certificate("c", [" ", "os:reader "]).role(),
+            Some(Role::Reader)
+        );
     }
 
     #[test]
@@ -397,16 +414,36 @@ mod tests {
             ("/cosi.resource.State/Create", "os:reader", false),
             ("/cosi.resource.State/Create", "os:operator", false),
             ("/cosi.resource.State/Create", "os:admin", true),
-            ("/cosi.machine.MachineService/ServiceRestart", "os:reader", false),
-            ("/cosi.machine.MachineService/ServiceRestart", "os:operator", true),
-            ("/cosi.machine.MachineService/ApplyConfiguration", "os:operator", false),
-            ("/cosi.machine.MachineService/ApplyConfiguration", "os:admin", true),
+            (
+                "/cosi.machine.MachineService/ServiceRestart",
+                "os:reader",
+                false,
+            ),
+            (
+                "/cosi.machine.MachineService/ServiceRestart",
+                "os:operator",
+                true,
+            ),
+            (
+                "/cosi.machine.MachineService/ApplyConfiguration",
+                "os:operator",
+                false,
+            ),
+            (
+                "/cosi.machine.MachineService/ApplyConfiguration",
+                "os:admin",
+                true,
+            ),
             ("/cosi.machine.MachineService/Version", "os:reader", true),
             ("/unknown.Service/Method", "os:operator", false),
             ("/unknown.Service/Method", "os:admin", true),
         ];
         for (method, org, allowed) in cases {
-            assert_eq!(authorize_method(&cert(org), method).is_ok(), allowed, "{org} {method}");
+            assert_eq!(
+                authorize_method(&cert(org), method).is_ok(),
+                allowed,
+                "{org} {method}"
+            );
         }
     }
 
@@ -414,7 +451,10 @@ mod tests {
     fn maintenance_accepts_only_apply() {
         let c = Caller::maintenance();
         assert!(authorize_method(&c, APPLY_CONFIGURATION).is_ok());
-        for method in ["/cosi.resource.State/Get", "/cosi.machine.MachineService/Version"] {
+        for method in [
+            "/cosi.resource.State/Get",
+            "/cosi.machine.MachineService/Version",
+        ] {
             let refused = authorize_method(&c, method).unwrap_err();
             assert!(crate::status::is_not_authorized(&refused));
         }
@@ -426,13 +466,25 @@ mod tests {
             ControllerOwners::Named(["AddressController".to_string()].into()),
         );
         let admin = cert("os:admin");
-        let w = |t: &str, o: Option<&str>, s: Option<&str>| policy.check_write(&admin, "x", t, o, s).is_ok();
+        let w = |t: &str, o: Option<&str>, s: Option<&str>| {
+            policy.check_write(&admin, "x", t, o, s).is_ok()
+        };
         assert!(w("Notes.test.cosi.dev", None, None));
         assert!(w("Notes.test.cosi.dev", Some("someone"), None));
         assert!(!w("MachineConfigs.config.cosi.dev", None, None));
         assert!(!w("Notes.test.cosi.dev", Some("AddressController"), None));
         assert!(!w("Notes.test.cosi.dev", None, Some("AddressController")));
-        assert!(policy.check_write(&cert("os:operator"), "x", "Notes.test.cosi.dev", None, None).is_err());
-        assert!(policy.check_write(&Caller::trusted(), "x", "MachineConfigs.config.cosi.dev", None, None).is_ok());
+        assert!(policy
+            .check_write(&cert("os:operator"), "x", "Notes.test.cosi.dev", None, None)
+            .is_err());
+        assert!(policy
+            .check_write(
+                &Caller::trusted(),
+                "x",
+                "MachineConfigs.config.cosi.dev",
+                None,
+                None
+            )
+            .is_ok());
     }
 }

@@ -134,7 +134,11 @@ impl Codec {
     pub fn kind(&self, namespace: &str, resource_type: &str) -> Result<Kind> {
         self.check_type(resource_type)?;
         if namespace.is_empty() {
-            return Err(Error::invalid(resource_type, "namespace", "must not be empty"));
+            return Err(Error::invalid(
+                resource_type,
+                "namespace",
+                "must not be empty",
+            ));
         }
         Ok(Kind::new(namespace, resource_type))
     }
@@ -345,7 +349,8 @@ pub fn decode_time(
         return Err(format!("nanos {} out of range 0..1e9", ts.nanos));
     }
     let time = if ts.seconds >= 0 {
-        SystemTime::UNIX_EPOCH.checked_add(Duration::new(ts.seconds.unsigned_abs(), ts.nanos as u32))
+        SystemTime::UNIX_EPOCH
+            .checked_add(Duration::new(ts.seconds.unsigned_abs(), ts.nanos as u32))
     } else {
         SystemTime::UNIX_EPOCH
             .checked_sub(Duration::from_secs(ts.seconds.unsigned_abs()))
@@ -387,21 +392,31 @@ mod tests {
         r.metadata.labels_mut().insert("a".into(), "b".into());
         r.metadata.annotations_mut().insert("c".into(), "d".into());
         let codec = codec();
-        let back = codec.decode(codec.encode(&r, true).unwrap(), UnknownTypes::Reject).unwrap();
+        let back = codec
+            .decode(codec.encode(&r, true).unwrap(), UnknownTypes::Reject)
+            .unwrap();
         assert_eq!(back.metadata(), &r.metadata);
         assert_eq!(back.metadata().created(), t);
-        assert_eq!(cosi_core::downcast_ref::<Port>(&*back).unwrap().spec, r.spec);
+        assert_eq!(
+            cosi_core::downcast_ref::<Port>(&*back).unwrap().spec,
+            r.spec
+        );
     }
 
     #[test]
     fn spec_decodes_from_yaml_when_proto_spec_is_absent_or_foreign() {
         let codec = codec();
-        let mut wire = codec.encode(&Resource::new("h", Port { port: 1 }), true).unwrap();
+        let mut wire = codec
+            .encode(&Resource::new("h", Port { port: 1 }), true)
+            .unwrap();
         let spec = wire.spec.as_mut().unwrap();
         spec.proto_spec = b"\x08\x01".to_vec();
         spec.yaml_spec = "port: 8080\n".into();
         let back = codec.decode(wire, UnknownTypes::Reject).unwrap();
-        assert_eq!(cosi_core::downcast_ref::<Port>(&*back).unwrap().spec.port, 8080);
+        assert_eq!(
+            cosi_core::downcast_ref::<Port>(&*back).unwrap().spec.port,
+            8080
+        );
     }
 
     #[test]
@@ -412,7 +427,9 @@ mod tests {
             spec: serde_json::json!({"a": 1}),
         };
         let wire = codec.encode(&r, true).unwrap();
-        let err = codec.decode(wire.clone(), UnknownTypes::Reject).unwrap_err();
+        let err = codec
+            .decode(wire.clone(), UnknownTypes::Reject)
+            .unwrap_err();
         assert_eq!(
             err.to_string(),
             "\"Nopes.test.cosi.dev\": invalid type: not a registered resource type (full names \
@@ -425,9 +442,13 @@ mod tests {
     #[test]
     fn malformed_metadata_fields_are_named() {
         let codec = codec();
-        let mut wire = codec.encode(&Resource::new("h", Port { port: 1 }), false).unwrap();
+        let mut wire = codec
+            .encode(&Resource::new("h", Port { port: 1 }), false)
+            .unwrap();
         wire.metadata.as_mut().unwrap().version = "v2".into();
-        let err = codec.decode(wire.clone(), UnknownTypes::Reject).unwrap_err();
+        let err = codec
+            .decode(wire.clone(), UnknownTypes::Reject)
+            .unwrap_err();
         assert_eq!(
             err.to_string(),
             "test/Ports.test.cosi.dev/h: invalid metadata.version: \"v2\" is not a decimal \
@@ -435,8 +456,15 @@ mod tests {
         );
         wire.metadata.as_mut().unwrap().version = "1".into();
         wire.metadata.as_mut().unwrap().phase = "gone".into();
-        let err = codec.decode(wire.clone(), UnknownTypes::Reject).unwrap_err();
-        assert!(err.to_string().ends_with("invalid metadata.phase: \"gone\" is not a phase (running, tearingDown)"), "{err}");
+        let err = codec
+            .decode(wire.clone(), UnknownTypes::Reject)
+            .unwrap_err();
+        assert!(
+            err.to_string().ends_with(
+                "invalid metadata.phase: \"gone\" is not a phase (running, tearingDown)"
+            ),
+            "{err}"
+        );
         wire.metadata.as_mut().unwrap().phase = "running".into();
         wire.spec.as_mut().unwrap().proto_spec = b"{\"port\": 70000}".to_vec();
         let err = codec.decode(wire, UnknownTypes::Reject).unwrap_err();
@@ -459,7 +487,10 @@ mod tests {
         let ts = encode_time(t);
         assert_eq!((ts.seconds, ts.nanos), (-6, 999_999_750));
         assert_eq!(decode_time(Some(&ts)), Ok(t));
-        let bad = prost_types::Timestamp { seconds: 0, nanos: -1 };
+        let bad = prost_types::Timestamp {
+            seconds: 0,
+            nanos: -1,
+        };
         assert!(decode_time(Some(&bad)).is_err());
     }
 }

@@ -11,7 +11,9 @@
 
 use std::sync::Arc;
 
-use cosi_core::{Bookmark, DynamicResource, Error, Event, Kind, Metadata, Pointer, Result, Version};
+use cosi_core::{
+    Bookmark, DynamicResource, Error, Event, Kind, Metadata, Pointer, Result, Version,
+};
 use tonic::Status;
 
 use crate::codec::{encode_metadata, Codec, UnknownTypes};
@@ -91,13 +93,21 @@ pub fn encode_event(codec: &Codec, kind: &Kind, event: &Event, api: i32, yaml: b
             resource,
             bookmark,
             compacted,
-        } => resource_event(EventType::Updated, resource, old.as_ref(), bookmark, *compacted),
+        } => resource_event(
+            EventType::Updated,
+            resource,
+            old.as_ref(),
+            bookmark,
+            *compacted,
+        ),
         Event::Destroyed {
             resource,
             bookmark,
             compacted,
         } => resource_event(EventType::Destroyed, resource, None, bookmark, *compacted),
-        Event::Bootstrapped { bookmark } | Event::Noop { bookmark } | Event::Resync { bookmark } => {
+        Event::Bootstrapped { bookmark }
+        | Event::Noop { bookmark }
+        | Event::Resync { bookmark } => {
             let event_type = match event {
                 Event::Bootstrapped { .. } => EventType::Bootstrapped,
                 Event::Noop { .. } => EventType::Noop,
@@ -167,7 +177,11 @@ pub fn decode_event(codec: &Codec, kind: &Kind, event: pb::Event) -> Result<Inco
         None => Bookmark::default(),
     };
     let event_type = EventType::try_from(event.event_type).map_err(|_| {
-        Error::invalid(subject.as_str(), "event.event_type", format!("unknown event type {}", event.event_type))
+        Error::invalid(
+            subject.as_str(),
+            "event.event_type",
+            format!("unknown event type {}", event.event_type),
+        )
     })?;
     let resource = |r: Option<pb::Resource>| -> Result<cosi_core::SharedResource> {
         let r = r.ok_or_else(|| Error::invalid(subject.as_str(), "event.resource", "missing"))?;
@@ -181,7 +195,10 @@ pub fn decode_event(codec: &Codec, kind: &Kind, event: pb::Event) -> Result<Inco
             compacted,
         },
         EventType::Updated => Event::Updated {
-            old: event.old.map(|old| decode_resource(codec, old)).transpose()?,
+            old: event
+                .old
+                .map(|old| decode_resource(codec, old))
+                .transpose()?,
             resource: resource(event.resource)?,
             bookmark,
             compacted,
@@ -208,17 +225,22 @@ pub fn decode_event(codec: &Codec, kind: &Kind, event: pb::Event) -> Result<Inco
             Event::Errored { error }
         }
     };
-    Ok(Incoming { event, bookmark: raw })
+    Ok(Incoming {
+        event,
+        bookmark: raw,
+    })
 }
 
 /// A resource of an event; a tombstone (never stored, no spec) stays dynamic, whatever its type.
 fn decode_resource(codec: &Codec, resource: pb::Resource) -> Result<cosi_core::SharedResource> {
-    let tombstone = resource.metadata.as_ref().is_some_and(|md| {
-        crate::codec::decode_version(&md.version) == Ok(Version::UNSET)
-    }) && resource
-        .spec
+    let tombstone = resource
+        .metadata
         .as_ref()
-        .is_none_or(|s| s.proto_spec.is_empty() && s.yaml_spec.is_empty());
+        .is_some_and(|md| crate::codec::decode_version(&md.version) == Ok(Version::UNSET))
+        && resource
+            .spec
+            .as_ref()
+            .is_none_or(|s| s.proto_spec.is_empty() && s.yaml_spec.is_empty());
     if tombstone {
         let md = crate::codec::decode_metadata(resource.metadata.unwrap_or_default())?;
         return Ok(Arc::new(DynamicResource {

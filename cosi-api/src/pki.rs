@@ -168,7 +168,8 @@ pub struct CertificateAuthority {
 
 impl fmt::Debug for CertificateAuthority {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CertificateAuthority").finish_non_exhaustive()
+        f.debug_struct("CertificateAuthority")
+            .finish_non_exhaustive()
     }
 }
 
@@ -180,9 +181,12 @@ impl CertificateAuthority {
 
     /// A new self-signed CA with the given validity.
     pub fn generate_with(organization: &str, validity: Validity) -> Result<Self, PkiError> {
-        let key = KeyPair::generate_for(&PKCS_ED25519).map_err(cert_err("generating the CA key"))?;
+        let key =
+            KeyPair::generate_for(&PKCS_ED25519).map_err(cert_err("generating the CA key"))?;
         let mut params = CertificateParams::default();
-        params.distinguished_name.push(DnType::OrganizationName, organization);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, organization);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
@@ -191,7 +195,9 @@ impl CertificateAuthority {
         ];
         params.not_before = validity.not_before;
         params.not_after = validity.not_after;
-        let cert = params.self_signed(&key).map_err(cert_err("signing the CA"))?;
+        let cert = params
+            .self_signed(&key)
+            .map_err(cert_err("signing the CA"))?;
         let certified = CertifiedKey {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
@@ -256,7 +262,9 @@ impl CertificateAuthority {
             .first()
             .map(|n| n.to_string())
             .unwrap_or_else(|| addresses[0].to_string());
-        params.distinguished_name.push(DnType::CommonName, common_name);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         self.sign(params, validity, "the server certificate")
@@ -289,7 +297,9 @@ impl CertificateAuthority {
         let mut params = CertificateParams::default();
         params.distinguished_name.push(DnType::CommonName, name);
         for organization in organizations {
-            params.distinguished_name.push(DnType::OrganizationName, *organization);
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, *organization);
         }
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
@@ -305,7 +315,8 @@ impl CertificateAuthority {
         params.not_before = validity.not_before;
         params.not_after = validity.not_after;
         params.use_authority_key_identifier_extension = true;
-        let key = KeyPair::generate_for(&PKCS_ED25519).map_err(cert_err(format!("generating the key of {what}")))?;
+        let key = KeyPair::generate_for(&PKCS_ED25519)
+            .map_err(cert_err(format!("generating the key of {what}")))?;
         let cert = params
             .signed_by(&key, &self.issuer)
             .map_err(cert_err(format!("signing {what}")))?;
@@ -333,9 +344,15 @@ mod tests {
         let ca = CertificateAuthority::generate("cosi").unwrap();
         let (cert, key) = ca.certified().write_pem(dir.path(), "ca").unwrap();
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
-        let again = CertificateAuthority::from_pem(CertifiedKey::read_pem(&cert, &key).unwrap()).unwrap();
-        let client = again.issue_client("bob", Role::Reader, CERT_VALIDITY).unwrap();
+        assert_eq!(
+            std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let again =
+            CertificateAuthority::from_pem(CertifiedKey::read_pem(&cert, &key).unwrap()).unwrap();
+        let client = again
+            .issue_client("bob", Role::Reader, CERT_VALIDITY)
+            .unwrap();
         let (_, parsed) = x509_parser::pem::parse_x509_pem(client.cert_pem.as_bytes()).unwrap();
         let parsed = parsed.parse_x509().unwrap();
         let orgs: Vec<_> = parsed
@@ -344,20 +361,35 @@ mod tests {
             .map(|o| o.as_str().unwrap().to_string())
             .collect();
         assert_eq!(orgs, ["os:reader"]);
-        assert_eq!(parsed.issuer().iter_organization().next().unwrap().as_str().unwrap(), "cosi");
+        assert_eq!(
+            parsed
+                .issuer()
+                .iter_organization()
+                .next()
+                .unwrap()
+                .as_str()
+                .unwrap(),
+            "cosi"
+        );
     }
 
     #[test]
     fn server_certificate_needs_an_address_or_name() {
         let ca = CertificateAuthority::generate("cosi").unwrap();
         let err = ca.issue_server(&[], &[], CERT_VALIDITY).unwrap_err();
-        assert_eq!(err.to_string(), "a server certificate needs at least one address or name");
+        assert_eq!(
+            err.to_string(),
+            "a server certificate needs at least one address or name"
+        );
     }
 
     #[test]
     fn a_certificate_file_name_must_be_a_plain_name() {
         let ca = CertificateAuthority::generate("cosi").unwrap();
-        let err = ca.certified().write_pem(Path::new("/tmp"), "../x").unwrap_err();
+        let err = ca
+            .certified()
+            .write_pem(Path::new("/tmp"), "../x")
+            .unwrap_err();
         assert!(err.to_string().contains("is not a file name"), "{err}");
     }
 }

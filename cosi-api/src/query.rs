@@ -45,7 +45,11 @@ pub fn decode_labels(subject: &str, queries: Vec<pb::LabelQuery>) -> Result<Labe
     for (i, query) in queries.into_iter().enumerate() {
         let mut terms = Vec::with_capacity(query.terms.len());
         for (j, term) in query.terms.into_iter().enumerate() {
-            terms.push(decode_term(subject, &format!("label_query[{i}].terms[{j}]"), term)?);
+            terms.push(decode_term(
+                subject,
+                &format!("label_query[{i}].terms[{j}]"),
+                term,
+            )?);
         }
         out.push(LabelQuery { terms });
     }
@@ -113,7 +117,11 @@ pub fn encode_ids(ids: Option<&IdQuery>) -> Option<pb::IdQuery> {
 pub fn decode_ids(subject: &str, query: Option<pb::IdQuery>) -> Result<Option<IdQuery>> {
     match query {
         Some(q) if !q.regexp.is_empty() => IdQuery::new(&q.regexp).map(Some).map_err(|e| {
-            Error::invalid(subject, "id_query.regexp", format!("failed to compile regexp: {e}"))
+            Error::invalid(
+                subject,
+                "id_query.regexp",
+                format!("failed to compile regexp: {e}"),
+            )
         }),
         _ => Ok(None),
     }
@@ -137,7 +145,10 @@ pub fn decode_bookmark(subject: &str, field: &str, bytes: &[u8]) -> Result<Bookm
         Error::invalid(
             subject,
             field,
-            format!("a bookmark of {} bytes was not issued by this store", bytes.len()),
+            format!(
+                "a bookmark of {} bytes was not issued by this store",
+                bytes.len()
+            ),
         )
     })?;
     Ok(Bookmark(u64::from_be_bytes(raw)))
@@ -184,8 +195,8 @@ mod tests {
             value: vec![],
             invert: false,
         };
-        let err = decode_labels("list ns/T", vec![pb::LabelQuery { terms: vec![term] }])
-            .unwrap_err();
+        let err =
+            decode_labels("list ns/T", vec![pb::LabelQuery { terms: vec![term] }]).unwrap_err();
         assert_eq!(
             err.to_string(),
             "list ns/T: invalid label_query[0].terms[0].value: operator EQUAL needs a value"
@@ -205,6 +216,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(deprecated)] // The operator under test is deprecated in the protocol.
     fn not_exists_is_exists_inverted() {
         let term = pb::LabelTerm {
             key: "app".into(),
@@ -227,7 +239,10 @@ mod tests {
 
     #[test]
     fn foreign_bookmark_bytes_are_refused() {
-        assert_eq!(decode_bookmark("w", "b", &encode_bookmark(Bookmark(9))).unwrap(), Bookmark(9));
+        assert_eq!(
+            decode_bookmark("w", "b", &encode_bookmark(Bookmark(9))).unwrap(),
+            Bookmark(9)
+        );
         let err = decode_bookmark("watch ns/T", "start_from_bookmark", &[1; 16]).unwrap_err();
         assert_eq!(
             err.to_string(),

@@ -17,7 +17,7 @@
 //! | backend failure | `Unavailable` when retryable, else `Internal` |
 //!
 //! Every status this crate sends also carries the exact error as an
-//! [`ErrorDetail`](crate::proto::cosi_rs::ErrorDetail) inside a `google.rpc.Status` detail, so
+//! `cosi_rs.ErrorDetail` ([`crate::proto::cosi_rs::ErrorDetail`]) inside a `google.rpc.Status` detail, so
 //! this crate's client rebuilds the same variant, pointer and retryability — and tells an
 //! authorization refusal (detail kind `NOT_AUTHORIZED`) from an owner conflict, which share a
 //! code. Without a detail (a peer's server) the client reads the code per call, as the
@@ -126,7 +126,9 @@ pub fn to_status(error: &Error, call: Call) -> Status {
         Error::InvalidArgument { .. } => Code::InvalidArgument,
         Error::Unsupported { .. } => Code::Unimplemented,
         Error::WatchOverrun { .. } => Code::Aborted,
-        Error::Backend { retryable: true, .. } => Code::Unavailable,
+        Error::Backend {
+            retryable: true, ..
+        } => Code::Unavailable,
         Error::Backend { .. } => Code::Internal,
         _ => Code::Unknown,
     };
@@ -415,7 +417,11 @@ mod tests {
     fn every_error() -> Vec<(Error, Call, Code)> {
         vec![
             (Error::NotFound { pointer: p() }, Call::Get, Code::NotFound),
-            (Error::AlreadyExists { pointer: p() }, Call::Create, Code::AlreadyExists),
+            (
+                Error::AlreadyExists { pointer: p() },
+                Call::Create,
+                Code::AlreadyExists,
+            ),
             (
                 Error::VersionConflict {
                     pointer: p(),
@@ -451,7 +457,11 @@ mod tests {
                 Call::Destroy,
                 Code::FailedPrecondition,
             ),
-            (Error::invalid("ns/T/a", "spec.port", "too big"), Call::Create, Code::InvalidArgument),
+            (
+                Error::invalid("ns/T/a", "spec.port", "too big"),
+                Call::Create,
+                Code::InvalidArgument,
+            ),
             (
                 Error::invalid("ns/T", "since", "bookmark 9 is in the future"),
                 Call::Watch,

@@ -86,14 +86,20 @@ fn rustls_err(what: &'static str) -> impl FnOnce(rustls::Error) -> TlsError {
 
 /// The server side of mutual TLS: client certificates are required and verified against
 /// `client_ca_pem`.
-pub fn server_mutual(identity: &CertifiedKey, client_ca_pem: &str) -> Result<ServerConfig, TlsError> {
+pub fn server_mutual(
+    identity: &CertifiedKey,
+    client_ca_pem: &str,
+) -> Result<ServerConfig, TlsError> {
     let provider = provider();
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots(client_ca_pem)?), provider.clone())
-        .build()
-        .map_err(|e| TlsError::Pem {
-            what: "client verifier",
-            message: e.to_string(),
-        })?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots(client_ca_pem)?),
+        provider.clone(),
+    )
+    .build()
+    .map_err(|e| TlsError::Pem {
+        what: "client verifier",
+        message: e.to_string(),
+    })?;
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(rustls_err("server protocol versions"))?
@@ -233,8 +239,9 @@ impl ServerCertVerifier for PinnedServer {
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let fingerprint = fingerprint_of_der(end_entity)
-            .map_err(|_| rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding))?;
+        let fingerprint = fingerprint_of_der(end_entity).map_err(|_| {
+            rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding)
+        })?;
         if self.pinned.contains(&fingerprint) {
             Ok(ServerCertVerified::assertion())
         } else {

@@ -17,7 +17,12 @@ use cosi_state::conformance::Subject;
 
 async fn remote() -> Subject {
     let codec = Codec::new(Arc::new(support::conformance_registry()));
-    let server = support::tight_server(support::conformance_memory(), codec.clone(), support::any_port()).await;
+    let server = support::tight_server(
+        support::conformance_memory(),
+        codec.clone(),
+        support::any_port(),
+    )
+    .await;
     let client = support::tight_client(server.local_addr(), codec);
     Subject::new(Arc::new(client)).with_guard(server)
 }

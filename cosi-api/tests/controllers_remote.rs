@@ -84,7 +84,8 @@ async fn setup(place: Place) -> Setup {
             codec,
         },
         Place::OverTheNetwork => {
-            let server = support::plaintext_server(store.clone(), codec.clone(), support::any_port()).await;
+            let server =
+                support::plaintext_server(store.clone(), codec.clone(), support::any_port()).await;
             let client = support::plaintext_client(server.local_addr(), codec.clone());
             Setup {
                 engine_state: Arc::new(client),
@@ -107,7 +108,9 @@ fn fast_restarts() -> EngineOptions {
 /// each B).
 fn chain(engine: &Engine) {
     engine
-        .register(Transform::<A, B>::same_id("AtoB", |a: &A| Some(B { value: a.value + 1 })))
+        .register(Transform::<A, B>::same_id("AtoB", |a: &A| {
+            Some(B { value: a.value + 1 })
+        }))
         .unwrap();
     engine
         .register_queue(
@@ -157,7 +160,10 @@ async fn wait_for_contents<S: ResourceSpec>(
     })
     .await;
     if outcome.is_err() {
-        panic!("{what}: not reached within {TIMEOUT:?}; {} resources", contents.len());
+        panic!(
+            "{what}: not reached within {TIMEOUT:?}; {} resources",
+            contents.len()
+        );
     }
 }
 
@@ -200,7 +206,10 @@ async fn chain_converges_follows_updates_and_tears_down(place: Place) {
     engine.start();
     for i in 0..ITEMS {
         s.store
-            .create(Resource::new(format!("a-{i}"), A { value: i }).into_shared(), CreateOptions::default())
+            .create(
+                Resource::new(format!("a-{i}"), A { value: i }).into_shared(),
+                CreateOptions::default(),
+            )
             .await
             .unwrap();
     }
@@ -208,10 +217,14 @@ async fn chain_converges_follows_updates_and_tears_down(place: Place) {
 
     for i in 0..ITEMS {
         s.store
-            .update_with_conflicts::<A, _>(&A::kind().pointer(format!("a-{i}")), UpdateOptions::default(), |r| {
-                r.spec.value += 1000;
-                Ok(())
-            })
+            .update_with_conflicts::<A, _>(
+                &A::kind().pointer(format!("a-{i}")),
+                UpdateOptions::default(),
+                |r| {
+                    r.spec.value += 1000;
+                    Ok(())
+                },
+            )
             .await
             .unwrap();
     }
@@ -219,7 +232,10 @@ async fn chain_converges_follows_updates_and_tears_down(place: Place) {
 
     // B carries BtoC's finalizer: destroying the A's must take B and C down in order.
     for i in 0..ITEMS {
-        s.store.teardown_and_destroy(&A::kind().pointer(format!("a-{i}")), None).await.unwrap();
+        s.store
+            .teardown_and_destroy(&A::kind().pointer(format!("a-{i}")), None)
+            .await
+            .unwrap();
     }
     wait_for_contents::<B>(&*s.store, "no B left", |b| b.is_empty()).await;
     wait_for_contents::<C>(&*s.store, "no C left", |c| c.is_empty()).await;
@@ -285,11 +301,17 @@ async fn failing_controller_is_restarted_and_converges(place: Place) {
     engine.start();
     for i in 1..=4 {
         s.store
-            .create(Resource::new(format!("a-{i}"), A { value: i }).into_shared(), CreateOptions::default())
+            .create(
+                Resource::new(format!("a-{i}"), A { value: i }).into_shared(),
+                CreateOptions::default(),
+            )
             .await
             .unwrap();
     }
-    wait_for_contents::<B>(&*s.store, "the sum", |b| b.get("sum").is_some_and(|r| value::<B>(r) == 10)).await;
+    wait_for_contents::<B>(&*s.store, "the sum", |b| {
+        b.get("sum").is_some_and(|r| value::<B>(r) == 10)
+    })
+    .await;
     wait_for_contents::<ControllerStatus>(&*s.store, "the status counts 3 errors", |st| {
         st.get("Flaky")
             .is_some_and(|r| downcast_ref::<ControllerStatus>(&**r).unwrap().spec.errors == 3)
@@ -307,13 +329,20 @@ async fn outputs_are_owned_by_their_controller(place: Place) {
     chain(&engine);
     engine.start();
     s.store
-        .create(Resource::new("a-0", A { value: 5 }).into_shared(), CreateOptions::default())
+        .create(
+            Resource::new("a-0", A { value: 5 }).into_shared(),
+            CreateOptions::default(),
+        )
         .await
         .unwrap();
     wait_for_contents::<B>(&*s.store, "B exists", |b| b.contains_key("a-0")).await;
     let b = s.engine_state.get(&B::kind().pointer("a-0")).await.unwrap();
     assert_eq!(b.metadata().owner(), Some("AtoB"));
-    let err = s.engine_state.update(b, UpdateOptions::default()).await.unwrap_err();
+    let err = s
+        .engine_state
+        .update(b, UpdateOptions::default())
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::OwnerConflict { .. }), "{err:?}");
     engine.shutdown().await;
     drop(s.server);
@@ -359,7 +388,10 @@ async fn engine_over_the_network_survives_a_server_restart() {
     engine.start();
     for i in 0..ITEMS / 2 {
         s.store
-            .create(Resource::new(format!("a-{i}"), A { value: i }).into_shared(), CreateOptions::default())
+            .create(
+                Resource::new(format!("a-{i}"), A { value: i }).into_shared(),
+                CreateOptions::default(),
+            )
             .await
             .unwrap();
     }
@@ -370,17 +402,26 @@ async fn engine_over_the_network_survives_a_server_restart() {
     // Inputs written while the node's API is down, and after it is back.
     for i in ITEMS / 2..ITEMS * 3 / 4 {
         s.store
-            .create(Resource::new(format!("a-{i}"), A { value: i }).into_shared(), CreateOptions::default())
+            .create(
+                Resource::new(format!("a-{i}"), A { value: i }).into_shared(),
+                CreateOptions::default(),
+            )
             .await
             .unwrap();
     }
     s.server = Some(support::plaintext_server(s.store.clone(), s.codec.clone(), address).await);
     for i in ITEMS * 3 / 4..ITEMS {
         s.store
-            .create(Resource::new(format!("a-{i}"), A { value: i }).into_shared(), CreateOptions::default())
+            .create(
+                Resource::new(format!("a-{i}"), A { value: i }).into_shared(),
+                CreateOptions::default(),
+            )
             .await
             .unwrap();
     }
-    wait_for_contents::<C>(&*s.store, "every C = A + 2 after the restart", |c| all_equal(c, 2)).await;
+    wait_for_contents::<C>(&*s.store, "every C = A + 2 after the restart", |c| {
+        all_equal(c, 2)
+    })
+    .await;
     assert_eq!(engine.shutdown().await.aborted, 0);
 }

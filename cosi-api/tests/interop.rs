@@ -59,7 +59,8 @@ struct InteropCodec;
 
 impl SpecCodec for InteropCodec {
     fn encode(&self, spec: &serde_json::Value) -> Result<Vec<u8>, String> {
-        let spec: InteropResource = serde_json::from_value(spec.clone()).map_err(|e| e.to_string())?;
+        let spec: InteropResource =
+            serde_json::from_value(spec.clone()).map_err(|e| e.to_string())?;
         Ok(prost::Message::encode_to_vec(&InteropSpecProto {
             label: spec.label,
             value: spec.value,
@@ -107,7 +108,10 @@ fn interop_codec() -> Codec {
 async fn run_reference_client(args: &[&str]) -> Result<(), String> {
     let output = tokio::time::timeout(
         STEP_TIMEOUT,
-        Command::new(interop_binary()).args(args).kill_on_drop(true).output(),
+        Command::new(interop_binary())
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
     )
     .await
     .map_err(|_| format!("the reference client did not finish within {STEP_TIMEOUT:?}"))?
@@ -125,11 +129,17 @@ async fn run_reference_client(args: &[&str]) -> Result<(), String> {
 }
 
 async fn reference_client_passes_over_h2c() -> Result<(), String> {
-    let listener = TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
     let address = listener.local_addr().map_err(|e| e.to_string())?;
     let state = Arc::new(MemoryState::default());
     let server = ApiServer::new(Security::Plaintext)
-        .with_state(StateService::new(state, interop_codec(), StatePolicy::default()))
+        .with_state(StateService::new(
+            state,
+            interop_codec(),
+            StatePolicy::default(),
+        ))
         .serve(listener)
         .map_err(|e| e.to_string())?;
     let result = run_reference_client(&["-addr", &address.to_string()]).await;
@@ -143,11 +153,20 @@ async fn reference_client_passes_over_mutual_tls() -> Result<(), String> {
     let server_identity = ca
         .issue_server(&["127.0.0.1".parse().unwrap()], &[], CERT_VALIDITY)
         .map_err(|e| e.to_string())?;
-    let admin = ca.issue_client("interop", Role::Admin, CERT_VALIDITY).map_err(|e| e.to_string())?;
-    let (ca_path, _) = ca.certified().write_pem(dir.path(), "ca").map_err(|e| e.to_string())?;
-    let (cert, key) = admin.write_pem(dir.path(), "admin").map_err(|e| e.to_string())?;
+    let admin = ca
+        .issue_client("interop", Role::Admin, CERT_VALIDITY)
+        .map_err(|e| e.to_string())?;
+    let (ca_path, _) = ca
+        .certified()
+        .write_pem(dir.path(), "ca")
+        .map_err(|e| e.to_string())?;
+    let (cert, key) = admin
+        .write_pem(dir.path(), "admin")
+        .map_err(|e| e.to_string())?;
 
-    let listener = TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
     let address = listener.local_addr().map_err(|e| e.to_string())?;
     // The scenario writes a resource owned by "interop-owner", which is no controller here:
     // the node names its controllers, and only their resources are out of reach.
@@ -312,11 +331,17 @@ fn main() {
     let binary = interop_binary();
     if !binary.exists() {
         eprintln!();
-        eprintln!("################################################################################");
+        eprintln!(
+            "################################################################################"
+        );
         eprintln!("# interop: NOT RUN: {} is absent.", binary.display());
-        eprintln!("# Wire compatibility with the reference runtime was NOT checked, and nothing here");
+        eprintln!(
+            "# Wire compatibility with the reference runtime was NOT checked, and nothing here"
+        );
         eprintln!("# counts as passed. Set COSI_PEER_DIR to the folder holding cosi-go-interop.");
-        eprintln!("################################################################################");
+        eprintln!(
+            "################################################################################"
+        );
         eprintln!();
         return;
     }
@@ -359,7 +384,9 @@ fn main() {
         println!("# not run against the reference server: {rule}: {why}");
     }
     for rule in WAITING_FOR_OPAQUE_BOOKMARKS {
-        println!("# not run against the reference server yet: {rule}: needs opaque bookmarks (issue 10)");
+        println!(
+            "# not run against the reference server yet: {rule}: needs opaque bookmarks (issue 10)"
+        );
     }
     for (name, error) in &failed {
         println!("\n---- {name} ----\n{error}");

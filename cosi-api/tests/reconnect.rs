@@ -68,7 +68,14 @@ fn summary(event: &Event) -> (String, String, u64, bool, Option<Bookmark>, Optio
             event.bookmark(),
             old,
         ),
-        None => (event.type_name().to_string(), String::new(), 0, false, event.bookmark(), old),
+        None => (
+            event.type_name().to_string(),
+            String::new(),
+            0,
+            false,
+            event.bookmark(),
+            old,
+        ),
     }
 }
 
@@ -107,15 +114,24 @@ fn spawn_writer(
 async fn kind_watch_survives(outage: Outage) {
     let backing = Arc::new(MemoryState::new(MemoryOptions::default()));
     backing
-        .create(Resource::new("w", Widget { value: 0 }).into_shared(), CreateOptions::default())
+        .create(
+            Resource::new("w", Widget { value: 0 }).into_shared(),
+            CreateOptions::default(),
+        )
         .await
         .unwrap();
     let server = support::plaintext_server(backing.clone(), codec(), support::any_port()).await;
     let remote = support::plaintext_client(server.local_addr(), codec());
 
     let kind = <Widget as cosi_core::ResourceSpec>::kind();
-    let mut local = backing.watch_kind(&kind, WatchKindOptions::default()).await.unwrap();
-    let mut watch = remote.watch_kind(&kind, WatchKindOptions::default()).await.unwrap();
+    let mut local = backing
+        .watch_kind(&kind, WatchKindOptions::default())
+        .await
+        .unwrap();
+    let mut watch = remote
+        .watch_kind(&kind, WatchKindOptions::default())
+        .await
+        .unwrap();
 
     let (count, received) = tokio::sync::watch::channel(0u64);
     let writer = spawn_writer(backing.clone(), received);
@@ -139,9 +155,16 @@ async fn kind_watch_survives(outage: Outage) {
     }
     assert_eq!(remote_events.len(), local_events.len());
     for (i, (remote, local)) in remote_events.iter().zip(&local_events).enumerate() {
-        assert_eq!(remote, local, "event {i} differs ({outage:?} restart at {RESTART_AT})");
+        assert_eq!(
+            remote, local,
+            "event {i} differs ({outage:?} restart at {RESTART_AT})"
+        );
     }
-    assert_eq!(remote_events.last().unwrap().2, WRITES + 1, "the last event is the last write");
+    assert_eq!(
+        remote_events.last().unwrap().2,
+        WRITES + 1,
+        "the last event is the last write"
+    );
     // And nothing more: the next remote event is the next write.
     backing
         .update_with_conflicts::<Widget, _>(&kind.pointer("w"), UpdateOptions::default(), |r| {
@@ -151,7 +174,10 @@ async fn kind_watch_survives(outage: Outage) {
         .await
         .unwrap();
     let after = summary(&next(&mut watch, "remote watch after the stream").await);
-    assert_eq!(after, summary(&next(&mut local, "local watch after the stream").await));
+    assert_eq!(
+        after,
+        summary(&next(&mut local, "local watch after the stream").await)
+    );
     drop(server);
 }
 
@@ -171,15 +197,27 @@ async fn single_resource_watch_resumes_after_server_restart() {
     let kind = <Widget as cosi_core::ResourceSpec>::kind();
     let pointer = kind.pointer("w");
     backing
-        .create(Resource::new("w", Widget { value: 0 }).into_shared(), CreateOptions::default())
+        .create(
+            Resource::new("w", Widget { value: 0 }).into_shared(),
+            CreateOptions::default(),
+        )
         .await
         .unwrap();
     let server = support::plaintext_server(backing.clone(), codec(), support::any_port()).await;
     let remote = support::plaintext_client(server.local_addr(), codec());
-    let mut watch = remote.watch(&pointer, WatchOptions::default()).await.unwrap();
-    let mut local = backing.watch(&pointer, WatchOptions::default()).await.unwrap();
+    let mut watch = remote
+        .watch(&pointer, WatchOptions::default())
+        .await
+        .unwrap();
+    let mut local = backing
+        .watch(&pointer, WatchOptions::default())
+        .await
+        .unwrap();
     // The initial states agree.
-    assert_eq!(summary(&next(&mut watch, "remote").await), summary(&next(&mut local, "local").await));
+    assert_eq!(
+        summary(&next(&mut watch, "remote").await),
+        summary(&next(&mut local, "local").await)
+    );
 
     let (count, received) = tokio::sync::watch::channel(0u64);
     let writer = spawn_writer(backing.clone(), received);
@@ -195,7 +233,11 @@ async fn single_resource_watch_resumes_after_server_restart() {
     }
     writer.await.unwrap();
     for (i, remote) in remote_events.iter().enumerate() {
-        assert_eq!(remote, &summary(&next(&mut local, "local").await), "event {i} differs");
+        assert_eq!(
+            remote,
+            &summary(&next(&mut local, "local").await),
+            "event {i} differs"
+        );
     }
     drop(server);
 }
@@ -206,13 +248,19 @@ async fn watch_resyncs_when_the_server_returns_with_another_store() {
     let kind = <Widget as cosi_core::ResourceSpec>::kind();
     for i in 0..5 {
         first
-            .create(Resource::new(format!("old-{i}"), Widget { value: i }).into_shared(), CreateOptions::default())
+            .create(
+                Resource::new(format!("old-{i}"), Widget { value: i }).into_shared(),
+                CreateOptions::default(),
+            )
             .await
             .unwrap();
     }
     let server = support::plaintext_server(first.clone(), codec(), support::any_port()).await;
     let remote = support::plaintext_client(server.local_addr(), codec());
-    let bootstrap = WatchKindOptions { bootstrap: true, ..Default::default() };
+    let bootstrap = WatchKindOptions {
+        bootstrap: true,
+        ..Default::default()
+    };
     let mut watch = remote.watch_kind(&kind, bootstrap).await.unwrap();
     for _ in 0..6 {
         next(&mut watch, "bootstrap").await;
@@ -221,7 +269,10 @@ async fn watch_resyncs_when_the_server_returns_with_another_store() {
     let address = stop(server, Outage::Severed).await;
     let second = Arc::new(MemoryState::new(MemoryOptions::default()));
     second
-        .create(Resource::new("new", Widget { value: 9 }).into_shared(), CreateOptions::default())
+        .create(
+            Resource::new("new", Widget { value: 9 }).into_shared(),
+            CreateOptions::default(),
+        )
         .await
         .unwrap();
     let _server = support::plaintext_server(second.clone(), codec(), address).await;
@@ -235,5 +286,9 @@ async fn watch_resyncs_when_the_server_returns_with_another_store() {
             break;
         }
     }
-    assert_eq!(seen, ["resync ", "created new", "bootstrapped "], "drop the old view, then the new contents");
+    assert_eq!(
+        seen,
+        ["resync ", "created new", "bootstrapped "],
+        "drop the old view, then the new contents"
+    );
 }

@@ -71,8 +71,8 @@ async fn serve(store: Arc<MemoryState>) -> Result<ServerHandle, WorkloadError> {
 }
 
 fn client(server: &ServerHandle) -> Result<RemoteState, WorkloadError> {
-    let channel = channel(server.local_addr(), None, ClientSecurity::Plaintext)
-        .map_err(err("connect"))?;
+    let channel =
+        channel(server.local_addr(), None, ClientSecurity::Plaintext).map_err(err("connect"))?;
     Ok(RemoteState::new(channel, codec()))
 }
 
@@ -93,7 +93,9 @@ impl Side {
 }
 
 /// A fresh store, its server, and the state the side works through.
-async fn subject(side: Side) -> Result<(Arc<MemoryState>, ServerHandle, Arc<dyn State>), WorkloadError> {
+async fn subject(
+    side: Side,
+) -> Result<(Arc<MemoryState>, ServerHandle, Arc<dyn State>), WorkloadError> {
     subject_with(side, MemoryOptions::default()).await
 }
 
@@ -113,7 +115,10 @@ async fn subject_with(
 async fn fill(store: &MemoryState, count: usize) -> Result<(), WorkloadError> {
     for i in 0..count {
         store
-            .create(new_item(i, i as i64).into_shared(), CreateOptions::default())
+            .create(
+                new_item(i, i as i64).into_shared(),
+                CreateOptions::default(),
+            )
             .await
             .map_err(err("fill"))?;
     }
@@ -146,18 +151,26 @@ async fn get_and_list(side: Side, items: usize, report: &mut Report) -> Result<(
         .await
         .map_err(err("list"))?;
     let elapsed = start.elapsed();
-    ensure(listed.len() == items, || format!("list: {} items", listed.len()))?;
+    ensure(listed.len() == items, || {
+        format!("list: {} items", listed.len())
+    })?;
     for (i, r) in listed.iter().enumerate() {
         let item = downcast_ref::<BenchItem>(&**r).map_err(err("list"))?;
-        ensure(item_index(item.metadata.id()) == Some(i) && item.spec.value == i as i64, || {
-            format!("list: item {i} is {}", item.metadata.id())
-        })?;
+        ensure(
+            item_index(item.metadata.id()) == Some(i) && item.spec.value == i as i64,
+            || format!("list: item {i} is {}", item.metadata.id()),
+        )?;
     }
     report.record_ms(&format!("w8.list.{}", side.name()), elapsed);
     Ok(())
 }
 
-async fn create(side: Side, items: usize, clients: usize, report: &mut Report) -> Result<(), WorkloadError> {
+async fn create(
+    side: Side,
+    items: usize,
+    clients: usize,
+    report: &mut Report,
+) -> Result<(), WorkloadError> {
     let (_store, server, local) = subject(side).await?;
     let states: Vec<Arc<dyn State>> = (0..clients)
         .map(|_| match side {
@@ -245,16 +258,27 @@ async fn watch(side: Side, report: &mut Report) -> Result<(), WorkloadError> {
                         .await
                         .ok_or_else(|| "the watch ended".to_string())?;
                     for event in batch {
-                        let Event::Updated { resource, compacted, .. } = event else {
+                        let Event::Updated {
+                            resource,
+                            compacted,
+                            ..
+                        } = event
+                        else {
                             return Err(format!("unexpected {}", event.type_name()));
                         };
                         if compacted {
                             return Err("a watcher fell behind the history window".into());
                         }
-                        let item = downcast_ref::<BenchItem>(&*resource).map_err(|e| e.to_string())?;
+                        let item =
+                            downcast_ref::<BenchItem>(&*resource).map_err(|e| e.to_string())?;
                         let i = item_index(item.metadata.id()).ok_or("bad id")?;
                         if item.spec.value != last[i] + 1 {
-                            return Err(format!("{}: {} after {}", item.metadata.id(), item.spec.value, last[i]));
+                            return Err(format!(
+                                "{}: {} after {}",
+                                item.metadata.id(),
+                                item.spec.value,
+                                last[i]
+                            ));
                         }
                         last[i] = item.spec.value;
                         seen += 1;
@@ -329,8 +353,12 @@ fn run() -> Result<(), WorkloadError> {
         println!("# run {run} done");
     }
     let ratio = |report: &mut Report, name: &str, higher_is_better: bool| {
-        let local = report.figure(&format!("w8.{name}.local")).map(|f| f.values.clone());
-        let remote = report.figure(&format!("w8.{name}.remote")).map(|f| f.values.clone());
+        let local = report
+            .figure(&format!("w8.{name}.local"))
+            .map(|f| f.values.clone());
+        let remote = report
+            .figure(&format!("w8.{name}.remote"))
+            .map(|f| f.values.clone());
         if let (Some(local), Some(remote)) = (local, remote) {
             for (l, r) in local.iter().zip(&remote) {
                 let overhead = if higher_is_better { l / r } else { r / l };
@@ -343,7 +371,9 @@ fn run() -> Result<(), WorkloadError> {
     ratio(&mut report, "create.1", true);
     ratio(&mut report, &format!("create.{CLIENTS}"), true);
     ratio(&mut report, "watch", true);
-    println!("# *.overhead: remote cost over local cost in the same run (time ratio; 1 = no overhead)");
+    println!(
+        "# *.overhead: remote cost over local cost in the same run (time ratio; 1 = no overhead)"
+    );
     report.print();
     Ok(())
 }

@@ -102,25 +102,29 @@ pub fn channel_with(
         .keep_alive_while_idle(true)
         .initial_stream_window_size(options.stream_window);
     let name = match server_name {
-        Some(name) => ServerName::try_from(name.to_string()).map_err(|e| setup_error(address, e))?,
+        Some(name) => {
+            ServerName::try_from(name.to_string()).map_err(|e| setup_error(address, e))?
+        }
         None => ServerName::IpAddress(address.ip().into()),
     };
     let connector = tls.map(|config| TlsConnector::from(Arc::new(config)));
-    Ok(endpoint.connect_with_connector_lazy(tower::service_fn(move |_uri| {
-        let connector = connector.clone();
-        let name = name.clone();
-        async move {
-            let tcp = TcpStream::connect(address).await?;
-            tcp.set_nodelay(true)?;
-            Ok::<_, std::io::Error>(match connector {
-                None => Transport::Plain(TokioIo::new(tcp)),
-                Some(connector) => {
-                    let tls = connector.connect(name, tcp).await?;
-                    Transport::Tls(TokioIo::new(Box::new(tls)))
-                }
-            })
-        }
-    })))
+    Ok(
+        endpoint.connect_with_connector_lazy(tower::service_fn(move |_uri| {
+            let connector = connector.clone();
+            let name = name.clone();
+            async move {
+                let tcp = TcpStream::connect(address).await?;
+                tcp.set_nodelay(true)?;
+                Ok::<_, std::io::Error>(match connector {
+                    None => Transport::Plain(TokioIo::new(tcp)),
+                    Some(connector) => {
+                        let tls = connector.connect(name, tcp).await?;
+                        Transport::Tls(TokioIo::new(Box::new(tls)))
+                    }
+                })
+            }
+        })),
+    )
 }
 
 /// A dialled connection, either kind.

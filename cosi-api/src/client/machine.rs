@@ -8,12 +8,12 @@ use futures::{Stream, StreamExt};
 use tonic::transport::Channel;
 
 use crate::codec::decode_time;
+use crate::machine::ApplyMode;
 use crate::machine::{
     ApplyOutcome, ApplyRequest, EventTail, LogRequest, MachineEvent, MachineEventPayload,
     ServiceAction, ServiceEvent, ServiceHealth, ServiceStatus, VersionInfo,
 };
 use crate::proto::machine::{self as pb, machine_service_client::MachineServiceClient};
-use crate::machine::ApplyMode;
 use crate::server::MAX_MESSAGE_SIZE;
 use crate::status::{from_status, Call, CallContext};
 
@@ -62,7 +62,11 @@ impl MachineClient {
             .into_inner();
         Ok(ApplyOutcome {
             mode: ApplyMode::from_wire(response.mode).ok_or_else(|| {
-                Error::invalid("apply configuration", "response.mode", format!("unknown mode {}", response.mode))
+                Error::invalid(
+                    "apply configuration",
+                    "response.mode",
+                    format!("unknown mode {}", response.mode),
+                )
             })?,
             details: response.mode_details,
             warnings: response.warnings,
@@ -118,7 +122,10 @@ impl MachineClient {
             ServiceAction::Stop => ("ServiceStop", client.service_stop(request).await),
             ServiceAction::Restart => ("ServiceRestart", client.service_restart(request).await),
         };
-        Ok(result.map_err(|s| from_status(&s, &ctx(what)))?.into_inner().response)
+        Ok(result
+            .map_err(|s| from_status(&s, &ctx(what)))?
+            .into_inner()
+            .response)
     }
 
     /// A service's log, as chunks of whole lines.
@@ -139,7 +146,10 @@ impl MachineClient {
     }
 
     /// Machine events.
-    pub async fn events(&self, tail: EventTail) -> Result<impl Stream<Item = Result<MachineEvent>>> {
+    pub async fn events(
+        &self,
+        tail: EventTail,
+    ) -> Result<impl Stream<Item = Result<MachineEvent>>> {
         let ctx = ctx("Events");
         let tail_events = match tail {
             EventTail::None => 0,

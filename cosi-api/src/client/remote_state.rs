@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cosi_core::{
-    AnyResource, CreateOptions, DestroyOptions, Kind, ListOptions, Pointer, Result,
-    SharedResource, State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
+    AnyResource, CreateOptions, DestroyOptions, Kind, ListOptions, Pointer, Result, SharedResource,
+    State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
 };
 use tonic::transport::Channel;
 use tonic::Request;
@@ -93,9 +93,10 @@ impl RemoteState {
 
     fn request<T>(&self, message: T) -> Request<T> {
         let mut request = Request::new(message);
-        request
-            .metadata_mut()
-            .insert(OMIT_YAML_HEADER, tonic::metadata::MetadataValue::from_static("1"));
+        request.metadata_mut().insert(
+            OMIT_YAML_HEADER,
+            tonic::metadata::MetadataValue::from_static("1"),
+        );
         request
     }
 
@@ -108,7 +109,9 @@ impl RemoteState {
         let incomplete = !has_detail(&status)
             && matches!(
                 error,
-                Error::VersionConflict { .. } | Error::OwnerConflict { .. } | Error::PendingFinalizers { .. }
+                Error::VersionConflict { .. }
+                    | Error::OwnerConflict { .. }
+                    | Error::PendingFinalizers { .. }
             );
         if !incomplete {
             return error;
@@ -118,12 +121,16 @@ impl RemoteState {
         };
         let md = stored.metadata();
         match error {
-            Error::VersionConflict { pointer, expected, .. } => Error::VersionConflict {
+            Error::VersionConflict {
+                pointer, expected, ..
+            } => Error::VersionConflict {
                 pointer,
                 expected,
                 actual: md.version(),
             },
-            Error::OwnerConflict { pointer, writer, .. } => Error::OwnerConflict {
+            Error::OwnerConflict {
+                pointer, writer, ..
+            } => Error::OwnerConflict {
                 pointer,
                 owner: md.owner().map(str::to_string),
                 writer,
@@ -151,7 +158,11 @@ impl RemoteState {
     }
 
     /// Deletes after a teardown: the server's native `TeardownAndDestroy` (one call).
-    pub async fn teardown_and_destroy_remote(&self, pointer: &Pointer, owner: Option<&str>) -> Result<()> {
+    pub async fn teardown_and_destroy_remote(
+        &self,
+        pointer: &Pointer,
+        owner: Option<&str>,
+    ) -> Result<()> {
         let ctx = CallContext::new(Call::TeardownAndDestroy, pointer.clone());
         self.client
             .clone()
@@ -229,7 +240,11 @@ impl State for RemoteState {
         Ok(out)
     }
 
-    async fn create(&self, resource: SharedResource, options: CreateOptions) -> Result<SharedResource> {
+    async fn create(
+        &self,
+        resource: SharedResource,
+        options: CreateOptions,
+    ) -> Result<SharedResource> {
         let pointer = resource.metadata().pointer().clone();
         let mut ctx = CallContext::new(Call::Create, pointer);
         ctx.writer = options.owner.clone();
@@ -239,11 +254,7 @@ impl State for RemoteState {
                 owner: options.owner.unwrap_or_default(),
             }),
         };
-        let response = self
-            .client
-            .clone()
-            .create(self.request(message))
-            .await;
+        let response = self.client.clone().create(self.request(message)).await;
         let response = match response {
             Ok(response) => response,
             Err(status) => return Err(self.write_error(status, &ctx).await),
@@ -251,7 +262,11 @@ impl State for RemoteState {
         self.decode(response.into_inner().resource, &ctx)
     }
 
-    async fn update(&self, resource: SharedResource, options: UpdateOptions) -> Result<SharedResource> {
+    async fn update(
+        &self,
+        resource: SharedResource,
+        options: UpdateOptions,
+    ) -> Result<SharedResource> {
         let md = resource.metadata();
         let mut ctx = CallContext::new(Call::Update, md.pointer().clone());
         ctx.version = md.version();
@@ -264,11 +279,7 @@ impl State for RemoteState {
                 expected_phase: options.expected_phase.map(|p| p.to_string()),
             }),
         };
-        let response = self
-            .client
-            .clone()
-            .update(self.request(message))
-            .await;
+        let response = self.client.clone().update(self.request(message)).await;
         let response = match response {
             Ok(response) => response,
             Err(status) => return Err(self.write_error(status, &ctx).await),

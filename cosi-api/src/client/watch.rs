@@ -59,8 +59,13 @@ impl Default for Backoff {
 impl Backoff {
     /// The delay before attempt `attempt` (from 0): doubling, capped, ±25 % jitter.
     fn delay(&self, attempt: u32) -> Duration {
-        let base = self.initial.saturating_mul(1u32 << attempt.min(16)).min(self.max);
-        let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        let base = self
+            .initial
+            .saturating_mul(1u32 << attempt.min(16))
+            .min(self.max);
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
         let jitter = 0.75 + (random % 1000) as f64 / 2000.0;
         base.mul_f64(jitter)
     }
@@ -142,7 +147,8 @@ fn request(target: &WatchTarget, start: &Start) -> pb::WatchRequest {
                     options.bootstrap_contents = o.bootstrap;
                     options.tail_events = o.tail.map_or(0, |t| t.min(i32::MAX as usize) as i32);
                     options.start_from_bookmark = o.since.map(encode_bookmark);
-                    options.bootstrap_bookmark = !o.bootstrap && o.tail.is_none() && o.since.is_none();
+                    options.bootstrap_bookmark =
+                        !o.bootstrap && o.tail.is_none() && o.since.is_none();
                 }
                 Start::After(bookmark) => options.start_from_bookmark = Some(bookmark.clone()),
                 Start::Resync => options.bootstrap_contents = true,
@@ -159,10 +165,17 @@ async fn open(
     state: &RemoteState,
     message: pb::WatchRequest,
 ) -> std::result::Result<(Streaming<pb::WatchResponse>, Vec<pb::Event>), Status> {
-    let mut stream = state.client.clone().watch(state.request_for_watch(message)).await?.into_inner();
+    let mut stream = state
+        .client
+        .clone()
+        .watch(state.request_for_watch(message))
+        .await?
+        .into_inner();
     match stream.message().await? {
         Some(first) => Ok((stream, first.event)),
-        None => Err(Status::unavailable("the server closed the watch before it was established")),
+        None => Err(Status::unavailable(
+            "the server closed the watch before it was established",
+        )),
     }
 }
 
@@ -185,10 +198,13 @@ pub(super) async fn start_watch(
 ) -> Result<Watch> {
     let backoff = options.reconnect.clone();
     let kind = target.kind().clone();
-    let ctx = CallContext::new(Call::Watch, match &target {
-        WatchTarget::Pointer { pointer, .. } => pointer.clone(),
-        WatchTarget::Kind { kind, .. } => kind.pointer(""),
-    });
+    let ctx = CallContext::new(
+        Call::Watch,
+        match &target {
+            WatchTarget::Pointer { pointer, .. } => pointer.clone(),
+            WatchTarget::Kind { kind, .. } => kind.pointer(""),
+        },
+    );
     let (stream, early) = open(state, request(&target, &Start::Original))
         .await
         .map_err(|s| from_status(&s, &ctx))?;
@@ -324,7 +340,10 @@ impl Pump {
                 self.announce_resync = true;
                 self.bootstrapping = true;
             }
-            match self.drain(current, early, &mut attempt, &mut failing_since).await {
+            match self
+                .drain(current, early, &mut attempt, &mut failing_since)
+                .await
+            {
                 Broken::Done => return,
                 Broken::Retry(status) => {
                     tracing::debug!(kind = %self.kind, "watch stream broke: {status}");
@@ -334,8 +353,7 @@ impl Pump {
     }
 
     fn position_refused(&self, status: &Status) -> bool {
-        !matches!(self.position, Position::Initial)
-            && status.code() == Code::FailedPrecondition
+        !matches!(self.position, Position::Initial) && status.code() == Code::FailedPrecondition
     }
 
     async fn drain(
@@ -361,7 +379,9 @@ impl Pump {
                         return done;
                     }
                 }
-                Ok(None) => return Broken::Retry(Status::unavailable("the server ended the watch")),
+                Ok(None) => {
+                    return Broken::Retry(Status::unavailable("the server ended the watch"))
+                }
                 Err(status) if retryable(&status) => return Broken::Retry(status),
                 Err(status) => {
                     self.fail(from_status(&status, &self.ctx)).await;
@@ -397,7 +417,9 @@ impl Pump {
                 // An exact event without a bookmark (a peer's initial single-watch event).
                 _ => self.position.clone(),
             };
-            if self.announce_resync && !matches!(event, Event::Errored { .. } | Event::Resync { .. }) {
+            if self.announce_resync
+                && !matches!(event, Event::Errored { .. } | Event::Resync { .. })
+            {
                 self.announce_resync = false;
                 let bookmark = event.bookmark().unwrap_or_default();
                 if self.tx.send(Event::Resync { bookmark }).await.is_err() {
@@ -424,5 +446,6 @@ impl Pump {
 
 /// Whether a broken stream is worth reconnecting.
 fn retryable(status: &Status) -> bool {
-    is_transient(status.code()) || status.code() == Code::Internal && status.message().contains("h2")
+    is_transient(status.code())
+        || status.code() == Code::Internal && status.message().contains("h2")
 }

@@ -82,7 +82,11 @@ impl machine_service_server::MachineService for MachineService {
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
         let r = request.into_inner();
         let mode = ApplyMode::from_wire(r.mode).ok_or_else(|| {
-            err(cosi_core::Error::invalid("apply configuration", "mode", format!("unknown mode {}", r.mode)))
+            err(cosi_core::Error::invalid(
+                "apply configuration",
+                "mode",
+                format!("unknown mode {}", r.mode),
+            ))
         })?;
         let try_timeout = match r.try_mode_timeout {
             None => None,
@@ -174,7 +178,10 @@ impl machine_service_server::MachineService for MachineService {
 
     type LogsStream = ReceiverStream<Result<pb::LogData, Status>>;
 
-    async fn logs(&self, request: Request<pb::LogsRequest>) -> Result<Response<Self::LogsStream>, Status> {
+    async fn logs(
+        &self,
+        request: Request<pb::LogsRequest>,
+    ) -> Result<Response<Self::LogsStream>, Status> {
         let r = request.into_inner();
         let lines = self
             .machine
@@ -195,13 +202,17 @@ impl machine_service_server::MachineService for MachineService {
                     match line {
                         Ok(line) => {
                             if !chunk.is_empty() && chunk.len() + line.len() > MAX_LOG_CHUNK {
-                                out.push(Ok(pb::LogData { bytes: std::mem::take(&mut chunk) }));
+                                out.push(Ok(pb::LogData {
+                                    bytes: std::mem::take(&mut chunk),
+                                }));
                             }
                             chunk.extend_from_slice(&line);
                         }
                         Err(e) => {
                             if !chunk.is_empty() {
-                                out.push(Ok(pb::LogData { bytes: std::mem::take(&mut chunk) }));
+                                out.push(Ok(pb::LogData {
+                                    bytes: std::mem::take(&mut chunk),
+                                }));
                             }
                             out.push(Err(err(e)));
                         }
@@ -220,7 +231,10 @@ impl machine_service_server::MachineService for MachineService {
 
     type EventsStream = ReceiverStream<Result<pb::MachineEvent, Status>>;
 
-    async fn events(&self, request: Request<pb::EventsRequest>) -> Result<Response<Self::EventsStream>, Status> {
+    async fn events(
+        &self,
+        request: Request<pb::EventsRequest>,
+    ) -> Result<Response<Self::EventsStream>, Status> {
         let tail = match request.into_inner().tail_events {
             0 => EventTail::None,
             n if n < 0 => EventTail::All,
@@ -286,9 +300,17 @@ impl MachineService {
     ) -> Result<Response<pb::ServiceActionResponse>, Status> {
         let id = request.into_inner().id;
         if id.is_empty() {
-            return Err(err(cosi_core::Error::invalid("service request", "id", "must not be empty")));
+            return Err(err(cosi_core::Error::invalid(
+                "service request",
+                "id",
+                "must not be empty",
+            )));
         }
-        let response = self.machine.service_action(&id, action).await.map_err(err)?;
+        let response = self
+            .machine
+            .service_action(&id, action)
+            .await
+            .map_err(err)?;
         Ok(Response::new(pb::ServiceActionResponse { response }))
     }
 }

@@ -14,8 +14,7 @@ use std::sync::Arc;
 
 use cosi_core::{
     AnyResource, CreateOptions, DestroyOptions, Error, Event, Kind, ListOptions, Pointer,
-    Sensitivity, State, StateExt, UpdateOptions, Watch, WatchKindOptions,
-    WatchOptions,
+    Sensitivity, State, StateExt, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -145,7 +144,12 @@ impl StateService {
         )
     }
 
-    fn encode(&self, resource: &dyn AnyResource, yaml: bool, call: Call) -> Result<pb::Resource, Status> {
+    fn encode(
+        &self,
+        resource: &dyn AnyResource,
+        yaml: bool,
+        call: Call,
+    ) -> Result<pb::Resource, Status> {
         self.codec()
             .encode(resource, yaml)
             .map_err(|e| to_status(&e, call))
@@ -166,13 +170,24 @@ fn err(call: Call) -> impl Fn(Error) -> Status {
 
 #[tonic::async_trait]
 impl state_server::State for StateService {
-    async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
+    async fn get(
+        &self,
+        request: Request<pb::GetRequest>,
+    ) -> Result<Response<pb::GetResponse>, Status> {
         let caller = caller_of(&request)?.clone();
         let yaml = wants_yaml(&request);
         let r = request.into_inner();
-        let pointer = self.codec().pointer(&r.namespace, &r.r#type, &r.id).map_err(err(Call::Get))?;
+        let pointer = self
+            .codec()
+            .pointer(&r.namespace, &r.r#type, &r.id)
+            .map_err(err(Call::Get))?;
         self.check_read(&caller, pointer.kind())?;
-        let stored = self.shared.state.get(&pointer).await.map_err(err(Call::Get))?;
+        let stored = self
+            .shared
+            .state
+            .get(&pointer)
+            .await
+            .map_err(err(Call::Get))?;
         Ok(Response::new(pb::GetResponse {
             resource: Some(self.encode(&*stored, yaml, Call::Get)?),
         }))
@@ -180,11 +195,17 @@ impl state_server::State for StateService {
 
     type ListStream = tokio_stream::Iter<std::vec::IntoIter<Result<pb::ListResponse, Status>>>;
 
-    async fn list(&self, request: Request<pb::ListRequest>) -> Result<Response<Self::ListStream>, Status> {
+    async fn list(
+        &self,
+        request: Request<pb::ListRequest>,
+    ) -> Result<Response<Self::ListStream>, Status> {
         let caller = caller_of(&request)?.clone();
         let yaml = wants_yaml(&request);
         let r = request.into_inner();
-        let kind = self.codec().kind(&r.namespace, &r.r#type).map_err(err(Call::List))?;
+        let kind = self
+            .codec()
+            .kind(&r.namespace, &r.r#type)
+            .map_err(err(Call::List))?;
         self.check_read(&caller, &kind)?;
         let subject = format!("list {kind}");
         let options = r.options.unwrap_or_default();
@@ -192,7 +213,12 @@ impl state_server::State for StateService {
             labels: decode_labels(&subject, options.label_query).map_err(err(Call::List))?,
             ids: decode_ids(&subject, options.id_query).map_err(err(Call::List))?,
         };
-        let listed = self.shared.state.list(&kind, &options).await.map_err(err(Call::List))?;
+        let listed = self
+            .shared
+            .state
+            .list(&kind, &options)
+            .await
+            .map_err(err(Call::List))?;
         let responses = listed
             .iter()
             .map(|r| {
@@ -206,14 +232,18 @@ impl state_server::State for StateService {
         )))
     }
 
-    async fn create(&self, request: Request<pb::CreateRequest>) -> Result<Response<pb::CreateResponse>, Status> {
+    async fn create(
+        &self,
+        request: Request<pb::CreateRequest>,
+    ) -> Result<Response<pb::CreateResponse>, Status> {
         let caller = caller_of(&request)?.clone();
         let yaml = wants_yaml(&request);
         let r = request.into_inner();
         let resource = self
             .codec()
             .decode(
-                r.resource.ok_or_else(|| Status::invalid_argument("create: resource: missing"))?,
+                r.resource
+                    .ok_or_else(|| Status::invalid_argument("create: resource: missing"))?,
                 UnknownTypes::Reject,
             )
             .map_err(err(Call::Create))?;
@@ -231,14 +261,18 @@ impl state_server::State for StateService {
         }))
     }
 
-    async fn update(&self, request: Request<pb::UpdateRequest>) -> Result<Response<pb::UpdateResponse>, Status> {
+    async fn update(
+        &self,
+        request: Request<pb::UpdateRequest>,
+    ) -> Result<Response<pb::UpdateResponse>, Status> {
         let caller = caller_of(&request)?.clone();
         let yaml = wants_yaml(&request);
         let r = request.into_inner();
         let resource = self
             .codec()
             .decode(
-                r.new_resource.ok_or_else(|| Status::invalid_argument("update: new_resource: missing"))?,
+                r.new_resource
+                    .ok_or_else(|| Status::invalid_argument("update: new_resource: missing"))?,
                 UnknownTypes::Reject,
             )
             .map_err(err(Call::Update))?;
@@ -247,7 +281,10 @@ impl state_server::State for StateService {
         let expected_phase = match options.expected_phase {
             None => None,
             Some(text) => Some(decode_phase(&text).map_err(|m| {
-                to_status(&Error::invalid(pointer.to_string(), "options.expected_phase", m), Call::Update)
+                to_status(
+                    &Error::invalid(pointer.to_string(), "options.expected_phase", m),
+                    Call::Update,
+                )
             })?),
         };
         let owner = owner(options.owner);
@@ -256,7 +293,13 @@ impl state_server::State for StateService {
         let stored = self
             .shared
             .state
-            .update(resource, UpdateOptions { owner, expected_phase })
+            .update(
+                resource,
+                UpdateOptions {
+                    owner,
+                    expected_phase,
+                },
+            )
             .await
             .map_err(err(Call::Update))?;
         Ok(Response::new(pb::UpdateResponse {
@@ -264,10 +307,16 @@ impl state_server::State for StateService {
         }))
     }
 
-    async fn destroy(&self, request: Request<pb::DestroyRequest>) -> Result<Response<pb::DestroyResponse>, Status> {
+    async fn destroy(
+        &self,
+        request: Request<pb::DestroyRequest>,
+    ) -> Result<Response<pb::DestroyResponse>, Status> {
         let caller = caller_of(&request)?.clone();
         let r = request.into_inner();
-        let pointer = self.codec().pointer(&r.namespace, &r.r#type, &r.id).map_err(err(Call::Destroy))?;
+        let pointer = self
+            .codec()
+            .pointer(&r.namespace, &r.r#type, &r.id)
+            .map_err(err(Call::Destroy))?;
         let owner = owner(r.options.unwrap_or_default().owner);
         let stored_owner = self.stored_owner(&caller, &pointer, Call::Destroy).await?;
         self.check_write(&caller, &pointer, owner.as_deref(), stored_owner.as_deref())?;
@@ -281,11 +330,17 @@ impl state_server::State for StateService {
 
     type WatchStream = ReceiverStream<Result<pb::WatchResponse, Status>>;
 
-    async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
         let caller = caller_of(&request)?.clone();
         let yaml = wants_yaml(&request);
         let r = request.into_inner();
-        let kind = self.codec().kind(&r.namespace, &r.r#type).map_err(err(Call::Watch))?;
+        let kind = self
+            .codec()
+            .kind(&r.namespace, &r.r#type)
+            .map_err(err(Call::Watch))?;
         self.check_read(&caller, &kind)?;
         let api = r.api_version;
         let options = r.options.unwrap_or_default();
@@ -306,10 +361,16 @@ impl state_server::State for StateService {
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
-    async fn teardown(&self, request: Request<pb::TeardownRequest>) -> Result<Response<pb::TeardownResponse>, Status> {
+    async fn teardown(
+        &self,
+        request: Request<pb::TeardownRequest>,
+    ) -> Result<Response<pb::TeardownResponse>, Status> {
         let caller = caller_of(&request)?.clone();
         let r = request.into_inner();
-        let pointer = self.codec().pointer(&r.namespace, &r.r#type, &r.id).map_err(err(Call::Teardown))?;
+        let pointer = self
+            .codec()
+            .pointer(&r.namespace, &r.r#type, &r.id)
+            .map_err(err(Call::Teardown))?;
         let owner = owner(r.options.unwrap_or_default().owner);
         let stored_owner = self.stored_owner(&caller, &pointer, Call::Teardown).await?;
         self.check_write(&caller, &pointer, owner.as_deref(), stored_owner.as_deref())?;
@@ -319,7 +380,9 @@ impl state_server::State for StateService {
             .teardown(&pointer, owner.as_deref())
             .await
             .map_err(err(Call::Teardown))?;
-        Ok(Response::new(pb::TeardownResponse { destroy_ready: ready }))
+        Ok(Response::new(pb::TeardownResponse {
+            destroy_ready: ready,
+        }))
     }
 
     async fn teardown_and_destroy(
@@ -329,7 +392,10 @@ impl state_server::State for StateService {
         let caller = caller_of(&request)?.clone();
         let r = request.into_inner();
         let call = Call::TeardownAndDestroy;
-        let pointer = self.codec().pointer(&r.namespace, &r.r#type, &r.id).map_err(err(call))?;
+        let pointer = self
+            .codec()
+            .pointer(&r.namespace, &r.r#type, &r.id)
+            .map_err(err(call))?;
         let owner = owner(r.options.unwrap_or_default().owner);
         let stored_owner = self.stored_owner(&caller, &pointer, call).await?;
         self.check_write(&caller, &pointer, owner.as_deref(), stored_owner.as_deref())?;
@@ -368,7 +434,11 @@ impl StateService {
             n if n > 0 => Some(n as usize),
             n => {
                 return Err(to_status(
-                    &Error::invalid(subject.as_str(), "options.tail_events", format!("{n} is negative")),
+                    &Error::invalid(
+                        subject.as_str(),
+                        "options.tail_events",
+                        format!("{n} is negative"),
+                    ),
                     call,
                 ))
             }
@@ -382,13 +452,20 @@ impl StateService {
         let strict = options.strict;
         if let Some(id) = id {
             if options.bootstrap_contents {
-                return Err(unimplemented("bootstrap contents is not implemented for resource watch"));
+                return Err(unimplemented(
+                    "bootstrap contents is not implemented for resource watch",
+                ));
             }
             if !options.label_query.is_empty() {
-                return Err(unimplemented("label query is not implemented for resource watch"));
+                return Err(unimplemented(
+                    "label query is not implemented for resource watch",
+                ));
             }
             if id.is_empty() {
-                return Err(to_status(&Error::invalid(subject.as_str(), "id", "must not be empty"), call));
+                return Err(to_status(
+                    &Error::invalid(subject.as_str(), "id", "must not be empty"),
+                    call,
+                ));
             }
             let pointer = kind.pointer(id.as_str());
             let watch = if since.is_some() || tail.is_some() {
@@ -407,7 +484,11 @@ impl StateService {
         }
         let mut first = None;
         let mut since = since;
-        if options.bootstrap_bookmark && !options.bootstrap_contents && since.is_none() && tail.is_none() {
+        if options.bootstrap_bookmark
+            && !options.bootstrap_contents
+            && since.is_none()
+            && tail.is_none()
+        {
             let head = self.head(kind).await.map_err(err(call))?;
             first = Some(Event::Noop { bookmark: head });
             since = Some(head);
@@ -420,14 +501,21 @@ impl StateService {
             ids: decode_ids(&subject, options.id_query).map_err(err(call))?,
             strict,
         };
-        let watch = state.watch_kind(kind, watch_options).await.map_err(err(call))?;
+        let watch = state
+            .watch_kind(kind, watch_options)
+            .await
+            .map_err(err(call))?;
         Ok((watch, first))
     }
 
     /// The kind's current position: the bookmark of the initial event of a watch on an id
     /// that is never stored (ids are never empty).
     async fn head(&self, kind: &Kind) -> cosi_core::Result<cosi_core::Bookmark> {
-        let mut probe = self.shared.state.watch(&kind.pointer(""), WatchOptions::default()).await?;
+        let mut probe = self
+            .shared
+            .state
+            .watch(&kind.pointer(""), WatchOptions::default())
+            .await?;
         match probe.recv().await {
             Some(event) => event.bookmark().ok_or_else(|| Error::Backend {
                 subject: kind.to_string(),
@@ -465,7 +553,12 @@ enum Step {
 impl WatchFeed {
     async fn run(mut self, mut watch: Watch, first: Option<Event>) {
         // The "watch established" signal.
-        if self.tx.send(Ok(pb::WatchResponse::default())).await.is_err() {
+        if self
+            .tx
+            .send(Ok(pb::WatchResponse::default()))
+            .await
+            .is_err()
+        {
             return;
         }
         if let Some(event) = first {
@@ -483,7 +576,10 @@ impl WatchFeed {
                 _ = self.tx.closed() => return,
             };
             let Some(batch) = batch else {
-                let _ = self.tx.send(Err(Status::unavailable("the store ended the watch"))).await;
+                let _ = self
+                    .tx
+                    .send(Err(Status::unavailable("the store ended the watch")))
+                    .await;
                 return;
             };
             if let Step::Stop = self.send(batch).await {
@@ -511,7 +607,12 @@ impl WatchFeed {
             }
             if !self.aggregated {
                 for event in events.drain(..) {
-                    if self.tx.send(Ok(pb::WatchResponse { event: vec![event] })).await.is_err() {
+                    if self
+                        .tx
+                        .send(Ok(pb::WatchResponse { event: vec![event] }))
+                        .await
+                        .is_err()
+                    {
                         return Step::Stop;
                     }
                 }
@@ -520,8 +621,13 @@ impl WatchFeed {
                 break;
             }
         }
-        if self.aggregated && !events.is_empty()
-            && self.tx.send(Ok(pb::WatchResponse { event: events })).await.is_err()
+        if self.aggregated
+            && !events.is_empty()
+            && self
+                .tx
+                .send(Ok(pb::WatchResponse { event: events }))
+                .await
+                .is_err()
         {
             return Step::Stop;
         }

@@ -113,10 +113,20 @@ fn service_pointer(id: &str) -> Pointer {
 }
 
 fn validate(data: &[u8]) -> Result<String> {
-    let text = std::str::from_utf8(data)
-        .map_err(|e| Error::invalid(config_pointer().to_string(), "data", format!("not UTF-8: {e}")))?;
-    let doc: serde_json::Value = serde_yaml::from_str(text)
-        .map_err(|e| Error::invalid(config_pointer().to_string(), "data", format!("not YAML: {e}")))?;
+    let text = std::str::from_utf8(data).map_err(|e| {
+        Error::invalid(
+            config_pointer().to_string(),
+            "data",
+            format!("not UTF-8: {e}"),
+        )
+    })?;
+    let doc: serde_json::Value = serde_yaml::from_str(text).map_err(|e| {
+        Error::invalid(
+            config_pointer().to_string(),
+            "data",
+            format!("not YAML: {e}"),
+        )
+    })?;
     match doc.get("hostname") {
         Some(serde_json::Value::String(h)) if !h.is_empty() => Ok(text.to_string()),
         _ => Err(Error::invalid(
@@ -213,10 +223,9 @@ impl Machine for TestMachine {
 
     async fn service_action(&self, id: &str, action: ServiceAction) -> Result<String> {
         let mut inner = self.inner.lock().unwrap();
-        let service = inner
-            .services
-            .get_mut(id)
-            .ok_or_else(|| Error::NotFound { pointer: service_pointer(id) })?;
+        let service = inner.services.get_mut(id).ok_or_else(|| Error::NotFound {
+            pointer: service_pointer(id),
+        })?;
         let state = match action {
             ServiceAction::Start | ServiceAction::Restart => "Running",
             ServiceAction::Stop => "Stopped",
@@ -241,10 +250,16 @@ impl Machine for TestMachine {
         let service = inner
             .services
             .get(&request.service)
-            .ok_or_else(|| Error::NotFound { pointer: service_pointer(&request.service) })?;
-        let skip = request.tail.map_or(0, |t| service.log.len().saturating_sub(t));
-        let past: Vec<Result<Vec<u8>>> =
-            service.log[skip..].iter().map(|l| Ok(l.clone().into_bytes())).collect();
+            .ok_or_else(|| Error::NotFound {
+                pointer: service_pointer(&request.service),
+            })?;
+        let skip = request
+            .tail
+            .map_or(0, |t| service.log.len().saturating_sub(t));
+        let past: Vec<Result<Vec<u8>>> = service.log[skip..]
+            .iter()
+            .map(|l| Ok(l.clone().into_bytes()))
+            .collect();
         let past = futures::stream::iter(past);
         if !request.follow {
             return Ok(past.boxed());
@@ -277,7 +292,9 @@ impl Machine for TestMachine {
         let live = futures::stream::unfold(self.events.subscribe(), |mut rx| async move {
             rx.recv().await.ok().map(|e| (Ok(e), rx))
         });
-        Ok(futures::stream::iter(past.into_iter().map(Ok)).chain(live).boxed())
+        Ok(futures::stream::iter(past.into_iter().map(Ok))
+            .chain(live)
+            .boxed())
     }
 
     async fn version(&self) -> Result<VersionInfo> {

@@ -8,7 +8,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use cosi_api::auth::StatePolicy;
-use cosi_api::client::{channel, channel_with, ChannelOptions, ClientSecurity, RemoteOptions, RemoteState};
+use cosi_api::client::{
+    channel, channel_with, ChannelOptions, ClientSecurity, RemoteOptions, RemoteState,
+};
 use cosi_api::codec::Codec;
 use cosi_api::server::{ApiServer, Security, ServerHandle, StateService};
 use cosi_core::{Registry, State};
@@ -33,8 +35,14 @@ pub fn conformance_memory() -> Arc<MemoryState> {
 }
 
 /// A plaintext State server over `state` on `address` (port 0: any).
-pub async fn plaintext_server(state: Arc<dyn State>, codec: Codec, address: SocketAddr) -> ServerHandle {
-    let listener = TcpListener::bind(address).await.expect("bind a loopback port");
+pub async fn plaintext_server(
+    state: Arc<dyn State>,
+    codec: Codec,
+    address: SocketAddr,
+) -> ServerHandle {
+    let listener = TcpListener::bind(address)
+        .await
+        .expect("bind a loopback port");
     ApiServer::new(Security::Plaintext)
         .with_state(StateService::new(state, codec, StatePolicy::default()))
         .serve(listener)
@@ -44,8 +52,14 @@ pub async fn plaintext_server(state: Arc<dyn State>, codec: Codec, address: Sock
 /// A plaintext server whose watches run at most a few events ahead of their consumer (one
 /// event per step), so a consumer that stops reading falls behind the store's window as it
 /// would in process.
-pub async fn tight_server(state: Arc<dyn State>, codec: Codec, address: SocketAddr) -> ServerHandle {
-    let listener = TcpListener::bind(address).await.expect("bind a loopback port");
+pub async fn tight_server(
+    state: Arc<dyn State>,
+    codec: Codec,
+    address: SocketAddr,
+) -> ServerHandle {
+    let listener = TcpListener::bind(address)
+        .await
+        .expect("bind a loopback port");
     ApiServer::new(Security::Plaintext)
         .with_state(StateService::new(state, codec, StatePolicy::default()).with_watch_batch(1))
         .serve(listener)
@@ -58,16 +72,24 @@ pub fn tight_client(address: SocketAddr, codec: Codec) -> RemoteState {
         address,
         None,
         ClientSecurity::Plaintext,
-        ChannelOptions { stream_window: Some(1024) },
+        ChannelOptions {
+            stream_window: Some(1024),
+        },
     )
     .unwrap();
-    let options = RemoteOptions { watch_buffer: 1, ..RemoteOptions::default() };
+    let options = RemoteOptions {
+        watch_buffer: 1,
+        ..RemoteOptions::default()
+    };
     RemoteState::with_options(channel, codec, options)
 }
 
 /// A client of a plaintext server.
 pub fn plaintext_client(address: SocketAddr, codec: Codec) -> RemoteState {
-    RemoteState::new(channel(address, None, ClientSecurity::Plaintext).unwrap(), codec)
+    RemoteState::new(
+        channel(address, None, ClientSecurity::Plaintext).unwrap(),
+        codec,
+    )
 }
 
 /// Any free loopback port.
