@@ -335,8 +335,10 @@ async fn outputs_are_owned_by_their_controller(place: Place) {
         )
         .await
         .unwrap();
-    wait_for_contents::<B>(&*s.store, "B exists", |b| b.contains_key("a-0")).await;
+    // Once C exists, BtoC has put its finalizer on B: B no longer changes.
+    wait_for_contents::<C>(&*s.store, "C exists", |c| c.contains_key("a-0")).await;
     let b = s.engine_state.get(&B::kind().pointer("a-0")).await.unwrap();
+    assert!(!b.metadata().finalizers().is_empty(), "BtoC holds B");
     assert_eq!(b.metadata().owner(), Some("AtoB"));
     let err = s
         .engine_state
