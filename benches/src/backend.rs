@@ -24,6 +24,10 @@ pub fn memory_state_with_history(history: usize) -> Arc<dyn State> {
 pub async fn disk_state(
     path: &std::path::Path,
 ) -> Result<cosi_state::DiskState, crate::check::WorkloadError> {
-    let types = cosi_state::KnownTypes::new().with::<crate::item::BenchItem>();
+    let types = std::sync::Arc::new(
+        cosi_core::Registry::new()
+            .with::<crate::item::BenchItem>()
+            .unwrap(),
+    );
     Ok(cosi_state::DiskState::open(path, cosi_state::DiskOptions::default(), types).await?)
 }

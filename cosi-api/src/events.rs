@@ -77,7 +77,7 @@ pub fn encode_event(codec: &Codec, kind: &Kind, event: &Event, api: i32, yaml: b
             event_type: event_type as i32,
             old,
             error: None,
-            bookmark: Some(encode_bookmark(*bookmark)),
+            bookmark: Some(encode_bookmark(bookmark)),
             compacted: extended && compacted,
             error_detail: None,
         })
@@ -134,7 +134,7 @@ pub fn encode_event(codec: &Codec, kind: &Kind, event: &Event, api: i32, yaml: b
                 event_type: event_type as i32,
                 old: None,
                 error: None,
-                bookmark: Some(encode_bookmark(*bookmark)),
+                bookmark: Some(encode_bookmark(bookmark)),
                 compacted: false,
                 error_detail: None,
             })
@@ -173,8 +173,10 @@ pub fn decode_event(codec: &Codec, kind: &Kind, event: pb::Event) -> Result<Inco
     let subject = kind.to_string();
     let raw = event.bookmark;
     let bookmark = match &raw {
-        Some(bytes) => decode_bookmark(&subject, "event.bookmark", bytes)?,
-        None => Bookmark::default(),
+        Some(bytes) => decode_bookmark(bytes),
+        // A peer's event without a bookmark (the reference's initial single-watch event):
+        // an empty one, which no store resumes from.
+        None => Bookmark::from_bytes(&[]),
     };
     let event_type = EventType::try_from(event.event_type).map_err(|_| {
         Error::invalid(

@@ -232,7 +232,7 @@ pub fn error_detail(error: &Error) -> ErrorDetail {
             d.kind = DetailKind::WatchOverrun as i32;
             d.namespace = kind.namespace().to_string();
             d.r#type = kind.resource_type().to_string();
-            d.position = *position;
+            d.position = position.to_bytes();
             d.retryable = true;
         }
         Error::Backend {
@@ -306,7 +306,7 @@ pub fn from_detail(detail: &ErrorDetail) -> Option<Error> {
         },
         DetailKind::WatchOverrun => Error::WatchOverrun {
             kind: cosi_core::Kind::new(&detail.namespace, &detail.r#type),
-            position: detail.position,
+            position: cosi_core::Bookmark::from_bytes(&detail.position),
         },
         DetailKind::Backend | DetailKind::Unspecified => Error::Backend {
             subject: detail.subject.clone(),
@@ -486,7 +486,7 @@ mod tests {
             (
                 Error::WatchOverrun {
                     kind: Kind::new("ns", "Things.test.cosi.dev"),
-                    position: 42,
+                    position: cosi_core::Bookmark::at(3, 42),
                 },
                 Call::Watch,
                 Code::Aborted,

@@ -10,13 +10,20 @@ use std::path::PathBuf;
 use wire::WireOutcome;
 
 fn replay(target: &str, check: fn(&[u8]) -> WireOutcome) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus").join(target);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus")
+        .join(target);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|entry| entry.unwrap().path())
         .collect();
     files.sort();
-    assert!(files.len() >= 10, "{} holds only {} files", dir.display(), files.len());
+    assert!(
+        files.len() >= 10,
+        "{} holds only {} files",
+        dir.display(),
+        files.len()
+    );
     for path in files {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let outcome = check(&std::fs::read(&path).unwrap());

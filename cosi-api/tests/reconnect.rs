@@ -65,7 +65,7 @@ fn summary(event: &Event) -> (String, String, u64, bool, Option<Bookmark>, Optio
             r.metadata().id().to_string(),
             r.metadata().version().get(),
             event.is_compacted(),
-            event.bookmark(),
+            event.bookmark().cloned(),
             old,
         ),
         None => (
@@ -73,7 +73,7 @@ fn summary(event: &Event) -> (String, String, u64, bool, Option<Bookmark>, Optio
             String::new(),
             0,
             false,
-            event.bookmark(),
+            event.bookmark().cloned(),
             old,
         ),
     }

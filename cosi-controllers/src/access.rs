@@ -9,7 +9,8 @@
 //!
 //! A violation is an [`Error::AccessDenied`] returned to the controller; nothing reaches the
 //! store. The handle also tracks touched outputs, so a reconcile can clean up the ones it no
-//! longer produces.
+//! longer produces; the tracking belongs to one reconcile (every reconcile, and every item of a
+//! queue controller, is handed a handle with tracking of its own).
 
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -45,14 +46,29 @@ pub struct Cleanup {
     pub waiting: usize,
 }
 
-/// A controller's view of the state, with its access rules enforced. See the module docs.
+/// A controller's view of the state, with its access rules enforced.
+///
+/// It implements [`State`], so every [`StateExt`] helper works on it. The rules, checked on
+/// every call before anything reaches the store:
+///
+/// - **reads** (`get`, `list`, `watch`, `watch_kind`) only of declared inputs (a single-id input
+///   covers that id only) and of declared output types;
+/// - **writes** (`create`, `update`, `destroy`) only of declared output types, as the owner named
+///   after the controller ([`ControllerState::owned`], [`ControllerState::modify_output`]);
+/// - **finalizer changes** on a resource that is not an output only on a strong input, and only
+///   the finalizers (any other change of such a resource is refused).
+///
+/// A violation is an [`Error::AccessDenied`] naming the controller and the resource; nothing is
+/// written. Output tracking ([`ControllerState::start_tracking`],
+/// [`ControllerState::cleanup_outputs`]) belongs to the reconcile the handle was given to.
 #[derive(Clone)]
 pub struct ControllerState {
     name: Arc<str>,
     inner: Arc<dyn State>,
     access: Arc<RwLock<Arc<Access>>>,
     registry: Arc<dyn InputRegistry>,
-    /// The outputs written in the current reconcile (one insert per write: a fast hasher).
+    /// The outputs written in this handle's reconcile (one insert per write: a fast hasher).
+    /// Shared by the clones a reconcile makes, never by two reconciles.
     tracked: Arc<Mutex<Option<foldhash::HashSet<Pointer>>>>,
 }
 
@@ -77,6 +93,15 @@ impl ControllerState {
             access,
             registry,
             tracked: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// The same handle with tracking of its own, for one reconcile: two items of a queue
+    /// controller reconciled at once must not see each other's touched outputs.
+    pub(crate) fn for_reconcile(&self) -> ControllerState {
+        ControllerState {
+            tracked: Arc::new(Mutex::new(None)),
+            ..self.clone()
         }
     }
 

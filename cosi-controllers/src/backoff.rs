@@ -43,6 +43,11 @@ impl Backoff {
         self.initial.saturating_mul(1u32 << doublings).min(self.max)
     }
 
+    /// The longest delay it waits.
+    pub fn max_delay(&self) -> Duration {
+        self.max
+    }
+
     /// Consecutive failures counted so far.
     pub fn failures(&self) -> u32 {
         self.failures

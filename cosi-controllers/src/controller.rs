@@ -1,187 +1,16 @@
-//! What a controller is: its name, the inputs it reads and the outputs it writes, and the
-//! reconcile the engine calls whenever one of its inputs changes.
+//! What a controller is: its name, the inputs it reads and the outputs it writes (declared with
+//! [`crate::Input`] and [`crate::Output`]), and the reconcile the engine calls whenever one of
+//! its inputs changes.
 //!
 //! This module owns the declarations only; scheduling lives in [`crate::Engine`], run-time
 //! access checks in [`crate::ControllerState`].
 
-use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use cosi_core::{Kind, ResourceSpec, Result};
+use cosi_core::Result;
 
-use crate::ControllerState;
-
-/// How a controller depends on an input.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub enum InputStrength {
-    /// Any change wakes the controller; it holds no finalizers on the input.
-    Weak,
-    /// Any change wakes the controller, and it may put finalizers on the input (so the input
-    /// cannot be destroyed before the controller has released it).
-    Strong,
-    /// The controller wakes only when a resource is tearing down and has no finalizers left —
-    /// i.e. when it is ready to be destroyed. Used to clean up outputs.
-    DestroyReady,
-}
-
-impl fmt::Display for InputStrength {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            InputStrength::Weak => "weak",
-            InputStrength::Strong => "strong",
-            InputStrength::DestroyReady => "destroy-ready",
-        })
-    }
-}
-
-/// One input of a controller: a kind, optionally a single id, and a strength.
-///
-/// ```
-/// use cosi_controllers::{Input, InputStrength};
-/// use cosi_core::Kind;
-/// let input = Input::weak(Kind::new("config", "MachineConfigs.config.cosi.dev")).with_id("v1");
-/// assert_eq!(input.strength, InputStrength::Weak);
-/// assert_eq!(input.to_string(), "config/MachineConfigs.config.cosi.dev/v1 (weak)");
-/// ```
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct Input {
-    /// The watched kind.
-    pub kind: Kind,
-    /// Restrict the input to one resource.
-    pub id: Option<Arc<str>>,
-    /// How the controller depends on it.
-    pub strength: InputStrength,
-}
-
-impl Input {
-    /// An input of the given strength on every resource of `kind`.
-    pub fn new(kind: Kind, strength: InputStrength) -> Self {
-        Input {
-            kind,
-            id: None,
-            strength,
-        }
-    }
-
-    /// A weak input on `kind`.
-    pub fn weak(kind: Kind) -> Self {
-        Self::new(kind, InputStrength::Weak)
-    }
-
-    /// A strong input on `kind`.
-    pub fn strong(kind: Kind) -> Self {
-        Self::new(kind, InputStrength::Strong)
-    }
-
-    /// A destroy-ready input on `kind`.
-    pub fn destroy_ready(kind: Kind) -> Self {
-        Self::new(kind, InputStrength::DestroyReady)
-    }
-
-    /// A weak input on the default-namespace kind of `S`.
-    pub fn weak_of<S: ResourceSpec>() -> Self {
-        Self::weak(S::kind())
-    }
-
-    /// A strong input on the default-namespace kind of `S`.
-    pub fn strong_of<S: ResourceSpec>() -> Self {
-        Self::strong(S::kind())
-    }
-
-    /// A destroy-ready input on the default-namespace kind of `S`.
-    pub fn destroy_ready_of<S: ResourceSpec>() -> Self {
-        Self::destroy_ready(S::kind())
-    }
-
-    /// Restricts the input to the resource `id`.
-    pub fn with_id(mut self, id: impl Into<Arc<str>>) -> Self {
-        self.id = Some(id.into());
-        self
-    }
-
-    /// Whether the input covers the resource `id` of its kind.
-    pub fn covers_id(&self, id: &str) -> bool {
-        self.id.as_deref().is_none_or(|own| own == id)
-    }
-}
-
-impl fmt::Display for Input {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.id {
-            Some(id) => write!(f, "{}/{} ({})", self.kind, id, self.strength),
-            None => write!(f, "{} ({})", self.kind, self.strength),
-        }
-    }
-}
-
-/// Whether a controller is the only writer of an output type.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-pub enum OutputKind {
-    /// The controller is the only writer of the type.
-    Exclusive,
-    /// Several controllers write the type, each owning the resources it created.
-    Shared,
-}
-
-impl fmt::Display for OutputKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            OutputKind::Exclusive => "exclusive",
-            OutputKind::Shared => "shared",
-        })
-    }
-}
-
-/// One output of a controller: a resource type (in any namespace) and whether it is exclusive.
-///
-/// ```
-/// use cosi_controllers::{Output, OutputKind};
-/// let out = Output::shared("Sums.test.cosi.dev");
-/// assert_eq!(out.kind, OutputKind::Shared);
-/// ```
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct Output {
-    /// The resource type written.
-    pub resource_type: Arc<str>,
-    /// Exclusive or shared.
-    pub kind: OutputKind,
-}
-
-impl Output {
-    /// An exclusive output of `resource_type`.
-    pub fn exclusive(resource_type: impl Into<Arc<str>>) -> Self {
-        Output {
-            resource_type: resource_type.into(),
-            kind: OutputKind::Exclusive,
-        }
-    }
-
-    /// A shared output of `resource_type`.
-    pub fn shared(resource_type: impl Into<Arc<str>>) -> Self {
-        Output {
-            resource_type: resource_type.into(),
-            kind: OutputKind::Shared,
-        }
-    }
-
-    /// An exclusive output of the type of `S`.
-    pub fn exclusive_of<S: ResourceSpec>() -> Self {
-        Self::exclusive(S::TYPE)
-    }
-
-    /// A shared output of the type of `S`.
-    pub fn shared_of<S: ResourceSpec>() -> Self {
-        Self::shared(S::TYPE)
-    }
-}
-
-impl fmt::Display for Output {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.resource_type, self.kind)
-    }
-}
+use crate::{ControllerState, Input, Output};
 
 /// What a reconcile asks of the engine when it succeeds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -201,8 +30,9 @@ pub enum Reconciled {
 /// [`ControllerState`] it is given and converges its outputs towards it. It must not assume it
 /// is told *what* changed — only that something may have.
 ///
-/// An error or a panic restarts the controller (its next reconcile runs after an exponential
-/// backoff); other controllers are not affected.
+/// An error or a panic restarts the controller: its next reconcile runs after an exponential
+/// backoff for a retryable error, and at the next input change (or the backoff's maximum) for a
+/// non-retryable one or a panic; other controllers are not affected.
 ///
 /// ```
 /// use async_trait::async_trait;

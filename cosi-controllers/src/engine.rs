@@ -2,7 +2,9 @@
 //! shares one kind watch per watched kind between them, publishes their status, and shuts them
 //! down gracefully.
 //!
-//! The engine owns scheduling state only; what a controller may read and write is decided by
+//! The engine composes the pieces and owns none of their logic: the runners (`level`, `queue`)
+//! drive controllers through the contract in `runner`, the feeds share kind watches, the status
+//! publisher writes counters; what a controller may read and write is decided by
 //! [`crate::ControllerState`], how it reconciles by the controller itself.
 
 use std::future::Future;
@@ -18,10 +20,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::access::{Access, InputRegistry};
-use crate::feed::{FeedTarget, KindFeeds};
+use crate::feed::KindFeeds;
 use crate::level::LevelActivity;
-use crate::status::{self, StatusCell, StatusCells};
+use crate::runner::{FeedTarget, IdleProbe, Signals, TaskContext};
+use crate::status::{Publisher, StatusCell, StatusCells};
 use crate::wake::WakeSignal;
+use crate::work_queue::WorkQueue;
 use crate::{
     Backoff, Controller, ControllerState, ControllerStatus, DependencyGraph, Input,
     QueueController, RegistrationError,
@@ -60,12 +64,6 @@ pub struct ShutdownReport {
     pub aborted: usize,
 }
 
-/// Whether a controller has nothing to do right now.
-pub(crate) trait IdleProbe: Send + Sync {
-    /// True when no wake-up is pending, no reconcile is running and nothing is due at `now`.
-    fn is_idle(&self, now: Instant) -> bool;
-}
-
 pub(crate) type TaskFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 pub(crate) type Launcher = Box<dyn FnOnce(TaskContext) -> TaskFuture + Send>;
 
@@ -79,46 +77,31 @@ pub(crate) struct Slot {
     pub(crate) status: Arc<StatusCell>,
 }
 
-/// What a controller task is given.
-pub(crate) struct TaskContext {
-    pub(crate) slot: Arc<Slot>,
-    pub(crate) engine: Arc<Shared>,
-    pub(crate) state: ControllerState,
-    pub(crate) shutdown: watch::Receiver<bool>,
-}
-
 pub(crate) struct Shared {
     state: Arc<dyn State>,
-    pub(crate) options: EngineOptions,
+    options: EngineOptions,
     graph: Mutex<DependencyGraph>,
     slots: Mutex<Vec<Arc<Slot>>>,
     statuses: StatusCells,
-    pub(crate) feeds: KindFeeds,
+    feeds: Arc<KindFeeds>,
     shutdown_tx: watch::Sender<bool>,
     started: AtomicBool,
     next_id: AtomicUsize,
     activity: Arc<AtomicU64>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     waiting: Mutex<Vec<(Arc<Slot>, Launcher)>>,
-    status_signal: WakeSignal,
-    publishing: AtomicBool,
+    status_signal: Arc<WakeSignal>,
+    publishing: Arc<AtomicBool>,
 }
 
 impl Shared {
-    pub(crate) fn raw_state(&self) -> &Arc<dyn State> {
-        &self.state
-    }
-
-    /// Counts progress; the test harness uses it to detect quiescence.
-    pub(crate) fn bump(&self) {
-        self.activity.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// A controller's counters changed.
-    pub(crate) fn status_changed(&self) {
-        if self.options.status_namespace.is_some() {
-            self.status_signal.wake();
-        }
+    fn signals(&self) -> Signals {
+        let status = self
+            .options
+            .status_namespace
+            .is_some()
+            .then(|| self.status_signal.clone());
+        Signals::new(self.activity.clone(), status)
     }
 
     fn spawn(self: &Arc<Self>, slot: Arc<Slot>, launcher: Launcher) {
@@ -129,9 +112,14 @@ impl Shared {
             self.clone(),
         );
         let cx = TaskContext {
-            slot,
-            engine: self.clone(),
+            id: slot.id,
+            name: slot.name.clone(),
+            status: slot.status.clone(),
             state,
+            raw: self.state.clone(),
+            feeds: self.feeds.clone(),
+            signals: self.signals(),
+            restart_backoff: self.options.restart_backoff.clone(),
             shutdown: self.shutdown_tx.subscribe(),
         };
         let handle = tokio::spawn(launcher(cx));
@@ -148,39 +136,6 @@ impl Shared {
             .iter()
             .find(|s| &*s.name == name)
             .cloned()
-    }
-
-    async fn publish_statuses(self: Arc<Self>, namespace: String) {
-        let mut shutdown = self.shutdown_tx.subscribe();
-        loop {
-            self.publishing.store(true, Ordering::SeqCst);
-            if self.status_signal.take() {
-                let cells: Vec<_> = self
-                    .statuses
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clone();
-                for (name, cell) in cells {
-                    if !cell.take_dirty() {
-                        continue;
-                    }
-                    if let Err(error) =
-                        status::publish(&*self.state, &namespace, &name, &cell).await
-                    {
-                        tracing::warn!(controller = %name, %error, "publishing controller status failed");
-                    }
-                }
-                self.bump();
-            }
-            self.publishing.store(false, Ordering::SeqCst);
-            if *shutdown.borrow() {
-                return;
-            }
-            tokio::select! {
-                _ = shutdown.changed() => {}
-                _ = self.status_signal.rung() => {}
-            }
-        }
     }
 }
 
@@ -266,7 +221,7 @@ impl Engine {
         let activity = Arc::new(AtomicU64::new(0));
         Engine {
             shared: Arc::new(Shared {
-                feeds: KindFeeds::new(state.clone(), shutdown_rx, activity.clone()),
+                feeds: Arc::new(KindFeeds::new(state.clone(), shutdown_rx, activity.clone())),
                 state,
                 options,
                 graph: Mutex::new(DependencyGraph::default()),
@@ -278,8 +233,8 @@ impl Engine {
                 activity,
                 tasks: Mutex::new(Vec::new()),
                 waiting: Mutex::new(Vec::new()),
-                status_signal: WakeSignal::default(),
-                publishing: AtomicBool::new(false),
+                status_signal: Arc::new(WakeSignal::default()),
+                publishing: Arc::new(AtomicBool::new(false)),
             }),
         }
     }
@@ -322,7 +277,7 @@ impl Engine {
         let mut inputs = vec![controller.primary()];
         inputs.extend(controller.secondary());
         let outputs = controller.outputs();
-        let queue = Arc::new(crate::work_queue::WorkQueue::new(controller.primary()));
+        let queue = Arc::new(WorkQueue::new(controller.primary()));
         let launcher_queue = queue.clone();
         self.add(
             name,
@@ -379,7 +334,7 @@ impl Engine {
                 .unwrap_or_else(|e| e.into_inner())
                 .push((slot, launcher));
         }
-        shared.bump();
+        shared.activity.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 
@@ -390,7 +345,16 @@ impl Engine {
             return;
         }
         if let Some(namespace) = shared.options.status_namespace.clone() {
-            let handle = tokio::spawn(shared.clone().publish_statuses(namespace));
+            let publisher = Publisher {
+                state: shared.state.clone(),
+                namespace,
+                cells: shared.statuses.clone(),
+                signal: shared.status_signal.clone(),
+                publishing: shared.publishing.clone(),
+                activity: shared.activity.clone(),
+                shutdown: shared.shutdown_tx.subscribe(),
+            };
+            let handle = tokio::spawn(publisher.run());
             shared
                 .tasks
                 .lock()

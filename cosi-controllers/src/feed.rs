@@ -4,28 +4,24 @@
 //! A feed filters each event by the subscribing input (id, destroy-ready) and hands it to the
 //! subscriber's [`FeedTarget`]; it never waits for a subscriber, so one slow controller cannot
 //! hold up the others. A watch that ends or errors is re-established and every subscriber is
-//! told to resync (level-triggered consumers simply re-read the state).
+//! told to resync (level-triggered consumers simply re-read the state). When the last
+//! subscriber of a kind leaves (its controller changed inputs), the kind's watch and task end:
+//! the feeds hold only the kinds someone reads.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use cosi_core::{AnyResource, Event, Kind, Phase, SharedResource, State, Watch, WatchKindOptions};
-use tokio::sync::watch;
+use async_trait::async_trait;
+use cosi_core::{AnyResource, Event, Kind, Phase, State, Watch, WatchKindOptions};
+use tokio::sync::{watch, Notify};
 
+use crate::runner::{FeedTarget, Subscriptions};
 use crate::{Backoff, Input, InputStrength};
 
 /// Events taken from a watch per delivery round.
 const BATCH: usize = 1024;
-
-/// The receiving side of a subscription.
-pub(crate) trait FeedTarget: Send + Sync {
-    /// A resource covered by the input changed (or was destroyed: `resource` is its last state).
-    fn changed(&self, input: &Input, resource: &SharedResource);
-    /// Changes may have been missed: rebuild the view from the current state.
-    fn resync(&self);
-}
 
 struct Subscription {
     owner: usize,
@@ -38,6 +34,8 @@ struct Feed {
     // Copy-on-write: the feed task clones the `Arc` once per batch, so subscribing never
     // blocks delivery and delivery never holds the lock while calling targets.
     subscriptions: RwLock<Arc<Vec<Subscription>>>,
+    /// Rung when the feed lost its last subscriber: its task ends.
+    retired: Notify,
 }
 
 impl Feed {
@@ -46,6 +44,10 @@ impl Feed {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.snapshot().is_empty()
     }
 
     fn edit(&self, f: impl FnOnce(&mut Vec<Subscription>)) {
@@ -116,21 +118,33 @@ impl KindFeeds {
                 input: input.clone(),
                 target: target.clone(),
             };
-            let existing = self.lock().get(&input.kind).cloned();
-            match existing {
-                Some(feed) => feed.edit(|subs| subs.push(subscription)),
-                None => self.start_feed(&input.kind, subscription).await?,
+            // Joined under the map lock, so a feed found here cannot be retired meanwhile.
+            let joined = match self.lock().get(&input.kind) {
+                Some(feed) => {
+                    feed.edit(|subs| subs.push(subscription));
+                    None
+                }
+                None => Some(subscription),
+            };
+            if let Some(subscription) = joined {
+                self.start_feed(&input.kind, subscription).await?;
             }
         }
         Ok(())
     }
 
-    /// Removes every subscription of `owner`.
+    /// Removes every subscription of `owner`; a feed left without subscribers is retired (its
+    /// watch and task end).
     pub(crate) fn unsubscribe(&self, owner: usize) {
-        let feeds: Vec<_> = self.lock().values().cloned().collect();
-        for feed in feeds {
+        let mut feeds = self.lock();
+        feeds.retain(|_, feed| {
             feed.edit(|subs| subs.retain(|s| s.owner != owner));
-        }
+            if feed.is_empty() {
+                feed.retired.notify_one();
+                return false;
+            }
+            true
+        });
     }
 
     /// The watched kinds.
@@ -155,8 +169,6 @@ impl KindFeeds {
             let mut feeds = self.lock();
             if let Some(raced) = feeds.get(kind) {
                 // Another subscriber established the same kind meanwhile; use theirs.
-                let raced = raced.clone();
-                drop(feeds);
                 raced.edit(|subs| subs.push(first));
                 return Ok(());
             }
@@ -177,6 +189,18 @@ impl KindFeeds {
     }
 }
 
+#[async_trait]
+impl Subscriptions for KindFeeds {
+    async fn subscribe(
+        &self,
+        owner: usize,
+        inputs: &[Input],
+        target: Arc<dyn FeedTarget>,
+    ) -> cosi_core::Result<()> {
+        KindFeeds::subscribe(self, owner, inputs, target).await
+    }
+}
+
 struct FeedRunner {
     kind: Kind,
     state: Arc<dyn State>,
@@ -186,7 +210,21 @@ struct FeedRunner {
 }
 
 impl FeedRunner {
-    async fn run(mut self, mut watch: Watch) {
+    async fn run(self, watch: Watch) {
+        let feed = self.feed.clone();
+        let retired = feed.retired.notified();
+        tokio::pin!(retired);
+        // Registered before the first poll, so a retirement right after start is not missed.
+        retired.as_mut().enable();
+        tokio::select! {
+            biased;
+            _ = retired => {}
+            _ = self.deliver(watch) => {}
+        }
+    }
+
+    /// Delivers events until shutdown, re-establishing the watch whenever it breaks.
+    async fn deliver(mut self, mut watch: Watch) {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
         loop {
             self.deliver_until_broken(&mut watch).await;

@@ -1,5 +1,5 @@
-//! The task that runs one level-triggered [`Controller`]: waits for a wake-up, a requeue
-//! deadline or the end of a restart backoff, runs one reconcile (catching panics), records the
+//! The runner of one level-triggered [`Controller`]: waits for a wake-up, a requeue deadline or
+//! the end of a restart backoff, runs one reconcile (through [`run_reconcile`]), records the
 //! outcome, and repeats until shutdown.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,21 +8,27 @@ use std::time::Duration;
 
 use cosi_core::SharedResource;
 use tokio::time::Instant;
-use tracing::Instrument;
 
-use crate::catch_panic::CatchPanic;
-use crate::engine::{IdleProbe, TaskContext};
-use crate::feed::FeedTarget;
+use crate::runner::{run_reconcile, FeedTarget, IdleProbe, Outcome, Retry, TaskContext, Trigger};
+use crate::status::Failure;
 use crate::wake::WakeSignal;
-use crate::{Controller, Input, Reconciled};
+use crate::{Controller, Input};
 
 /// Far enough to mean "never" for a timer that is disabled anyway.
 const NEVER: Duration = Duration::from_secs(86400 * 365);
 
+/// A restart the controller waits for after a failure.
+#[derive(Clone, Copy, Debug)]
+struct Backoff {
+    until: Instant,
+    /// Whether an input change ends it early (after a non-retryable failure).
+    on_change: bool,
+}
+
 #[derive(Default, Debug)]
 struct Due {
     requeue_at: Option<Instant>,
-    backoff_until: Option<Instant>,
+    backoff: Option<Backoff>,
 }
 
 /// The scheduling state of one level-triggered controller.
@@ -69,29 +75,12 @@ impl IdleProbe for LevelActivity {
             return false;
         }
         let due = self.due();
-        match due.backoff_until {
+        match due.backoff {
+            // A wake-up cuts this backoff short: it is due now.
+            Some(backoff) if backoff.on_change && self.wake.is_pending() => false,
             // Wake-ups wait for the backoff to end; the controller is idle until then.
-            Some(until) => until > now,
+            Some(backoff) => backoff.until > now,
             None => !self.wake.is_pending() && due.requeue_at.is_none_or(|at| at > now),
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Trigger {
-    Start,
-    InputChanged,
-    Requeue,
-    Restart,
-}
-
-impl Trigger {
-    fn as_str(self) -> &'static str {
-        match self {
-            Trigger::Start => "start",
-            Trigger::InputChanged => "input-changed",
-            Trigger::Requeue => "requeue",
-            Trigger::Restart => "restart",
         }
     }
 }
@@ -102,119 +91,107 @@ pub(crate) async fn run(
     activity: Arc<LevelActivity>,
     mut cx: TaskContext,
 ) {
-    let name = cx.slot.name.clone();
-    let mut backoff = cx.engine.options.restart_backoff.clone();
+    let mut backoff = cx.restart_backoff.clone();
     // Subscribe before the first reconcile, so that it misses no change.
     loop {
         let inputs = cx.state.inputs();
-        match cx
-            .engine
-            .feeds
-            .subscribe(cx.slot.id, &inputs, activity.clone())
-            .await
-        {
+        match cx.feeds.subscribe(cx.id, &inputs, activity.clone()).await {
             Ok(()) => break,
             Err(error) => {
-                tracing::warn!(controller = %name, %error, "watching inputs failed; retrying");
-                cx.slot.status.record_restart(error.to_string());
-                cx.engine.status_changed();
-                let delay = backoff.next_delay();
-                let until = Instant::now() + delay;
-                activity.due().backoff_until = Some(until);
+                tracing::warn!(controller = %cx.name, %error, "watching inputs failed; retrying");
+                cx.record_failure(&Failure::Error(error), true);
+                let until = Instant::now() + backoff.next_delay();
+                activity.due().backoff = Some(Backoff {
+                    until,
+                    on_change: false,
+                });
                 tokio::select! {
                     _ = cx.shutdown.changed() => return,
                     _ = tokio::time::sleep_until(until) => {}
                 }
-                activity.due().backoff_until = None;
+                activity.due().backoff = None;
             }
         }
     }
     backoff.reset();
     let mut first = true;
     loop {
-        let Some(mut trigger) = next_trigger(&activity, &mut cx).await else {
+        let Some(mut reason) = next_trigger(&activity, &mut cx).await else {
             return;
         };
         if first {
-            trigger = Trigger::Start;
+            reason = "start";
             first = false;
         }
-        cx.engine.bump();
-        let span = tracing::info_span!(
-            "reconcile",
-            controller = %name,
-            trigger = trigger.as_str(),
-            duration_us = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
-        let started = Instant::now();
-        let result = CatchPanic::new(controller.reconcile(&cx.state))
-            .instrument(span.clone())
-            .await;
-        let elapsed = started.elapsed();
-        let (outcome, failure) = match result {
-            Ok(Ok(Reconciled::Done)) => ("done", None),
-            Ok(Ok(Reconciled::RequeueAfter(delay))) => {
-                activity.due().requeue_at = Some(Instant::now() + delay);
-                ("requeue", None)
-            }
-            Ok(Err(error)) => ("error", Some(error.to_string())),
-            Err(panic) => ("panic", Some(format!("reconcile panicked: {panic}"))),
+        cx.signals.bump();
+        let state = cx.state.for_reconcile();
+        let trigger = Trigger {
+            controller: &cx.name,
+            reason,
+            item: None,
         };
-        span.record("duration_us", elapsed.as_micros() as u64);
-        span.record("outcome", outcome);
-        let failed = failure.is_some();
-        if let Some(message) = &failure {
-            let delay = backoff.next_delay();
-            tracing::warn!(parent: &span, error = %message, backoff = ?delay, "reconcile failed; restarting the controller after backoff");
-            activity.due().backoff_until = Some(Instant::now() + delay);
-        } else {
-            backoff.reset();
+        let (outcome, elapsed) = run_reconcile(trigger, controller.reconcile(&state)).await;
+        match &outcome {
+            Outcome::Done => backoff.reset(),
+            Outcome::RequeueAfter(delay) => {
+                backoff.reset();
+                activity.due().requeue_at = Some(Instant::now() + *delay);
+            }
+            Outcome::Failed(failure) => {
+                let retry = Retry::of(failure, &backoff, backoff.failures() + 1);
+                backoff.next_delay();
+                tracing::warn!(controller = %cx.name, error = %failure, backoff = ?retry.after, on_change = retry.on_change, "reconcile failed; restarting the controller after backoff");
+                activity.due().backoff = Some(Backoff {
+                    until: Instant::now() + retry.after,
+                    on_change: retry.on_change,
+                });
+            }
         }
-        cx.slot.status.record(elapsed, failure, failed);
-        cx.engine.status_changed();
-        cx.engine.bump();
+        let failed = outcome.failure().is_some();
+        cx.record(elapsed, &outcome, failed);
         activity.running.store(false, Ordering::SeqCst);
     }
 }
 
 /// Waits for the next reason to reconcile; `None` on shutdown. Marks the controller running
 /// before consuming the wake-up, so that it never looks idle in between.
-async fn next_trigger(activity: &LevelActivity, cx: &mut TaskContext) -> Option<Trigger> {
+async fn next_trigger(activity: &LevelActivity, cx: &mut TaskContext) -> Option<&'static str> {
     loop {
         if *cx.shutdown.borrow() {
             return None;
         }
         let now = Instant::now();
-        let (backoff_until, requeue_at) = {
+        let (backoff, requeue_at) = {
             let due = activity.due();
-            (due.backoff_until, due.requeue_at)
+            (due.backoff, due.requeue_at)
         };
-        if let Some(until) = backoff_until {
-            if until > now {
+        if let Some(backoff) = backoff {
+            let cut_short = backoff.on_change && activity.wake.is_pending();
+            if backoff.until > now && !cut_short {
                 tokio::select! {
                     biased;
                     _ = cx.shutdown.changed() => return None,
-                    _ = tokio::time::sleep_until(until) => {}
+                    _ = tokio::time::sleep_until(backoff.until) => {}
+                    _ = activity.wake.rung(), if backoff.on_change => {}
                 }
                 continue;
             }
             activity.running.store(true, Ordering::SeqCst);
             activity.wake.take();
             let mut due = activity.due();
-            due.backoff_until = None;
+            due.backoff = None;
             due.requeue_at = None;
-            return Some(Trigger::Restart);
+            return Some("restart");
         }
         activity.running.store(true, Ordering::SeqCst);
         if activity.wake.take() {
             activity.due().requeue_at = None;
-            return Some(Trigger::InputChanged);
+            return Some("input-changed");
         }
         if let Some(at) = requeue_at {
             if at <= now {
                 activity.due().requeue_at = None;
-                return Some(Trigger::Requeue);
+                return Some("requeue");
             }
         }
         activity.running.store(false, Ordering::SeqCst);

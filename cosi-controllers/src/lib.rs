@@ -16,8 +16,13 @@
 //!   changes costs one reconcile. One kind watch per watched kind is shared by every
 //!   controller that needs it; a watch that lags behind the store's history window catches up
 //!   (or resyncs) and simply wakes its controllers — it never stops the runtime.
-//! - Failures: an error or a panic restarts that controller after an exponential [`Backoff`]
-//!   (reset after a successful reconcile); the others keep running.
+//! - Failures: an error or a panic restarts that controller (a queue controller: retries that
+//!   item) after a [`Backoff`] (reset after a successful reconcile); the others keep running.
+//!   A retryable error ([`cosi_core::Error::is_retryable`]: a version conflict, an unreachable
+//!   store) waits out the growing backoff; a non-retryable one (invalid input, an access
+//!   violation) or a panic waits for the next input change, or the backoff's maximum if nothing
+//!   changes. The error keeps its structure to the edge: the span records it and its kind, and
+//!   [`ControllerStatus`] publishes its message and `lastErrorKind`.
 //!   [`Engine::shutdown`] lets running reconciles finish, bounded by a timeout.
 //! - [`ControllerState`]: the state handle a controller works through. It implements
 //!   [`cosi_core::State`], so every [`cosi_core::StateExt`] helper works, and enforces the
@@ -36,8 +41,9 @@
 //! - Observability: a `tracing` span per reconcile (`controller`, `trigger`, `duration_us`,
 //!   `outcome`), and per-controller counters published as [`ControllerStatus`] resources in
 //!   the `runtime` namespace, readable with the same `get`/`watch` as everything else.
-//! - [`testing`]: the test harness — in-memory state, paused clock, `settle()`, explicit time,
-//!   resource assertions and fault injection.
+//! - `testing` (feature `testing`): the test harness — in-memory state, paused clock,
+//!   `settle()`, explicit time, resource assertions and fault injection. Enable it in
+//!   `[dev-dependencies]`: `cosi-controllers = { version = "…", features = ["testing"] }`.
 //!
 //! ## Example: write, register and test a controller
 //!
@@ -148,7 +154,10 @@
 //!   never *what* changed; it reads the current state and converges. The first reconcile runs
 //!   at start; inputs changed at run time ([`ControllerState::set_inputs`]) trigger one more.
 //! - A restart after a failure re-runs `reconcile` on the same controller value after the
-//!   backoff; input changes during the backoff do not cut it short.
+//!   backoff; input changes during the backoff of a retryable error do not cut it short (they
+//!   do end the wait after a non-retryable error or a panic).
+//! - Output tracking belongs to one reconcile: every reconcile, and every item of a queue
+//!   controller, gets a [`ControllerState`] whose tracking no other reconcile sees.
 //! - A destroy-ready input wakes the controller when a resource of the kind is tearing down
 //!   with no finalizers left, or is destroyed.
 //! - Writes go through the no-op rule of [`cosi_core::StateExt::modify`]: an output that is
@@ -161,8 +170,11 @@ mod controller;
 mod engine;
 mod feed;
 mod graph;
+mod input;
 mod level;
+mod output;
 mod queue;
+mod runner;
 mod status;
 mod transform;
 mod wake;
@@ -170,10 +182,13 @@ mod work_queue;
 
 pub use access::{Cleanup, ControllerState};
 pub use backoff::Backoff;
-pub use controller::{Controller, Input, InputStrength, Output, OutputKind, Reconciled};
+pub use controller::{Controller, Reconciled};
 pub use engine::{Engine, EngineOptions, ShutdownReport};
 pub use graph::{DependencyGraph, RegistrationError};
+pub use input::{Input, InputStrength};
+pub use output::{Output, OutputKind};
 pub use queue::QueueController;
 pub use status::{ControllerStatus, STATUS_OWNER};
 pub use transform::{QueueTransform, Transform};
+#[cfg(feature = "testing")]
 pub mod testing;

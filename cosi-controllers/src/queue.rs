@@ -11,15 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use cosi_core::{IdQuery, ListOptions, Pointer, Result, SharedResource, State};
-use tokio::sync::watch;
+use cosi_core::{IdQuery, ListOptions, Pointer, Result, SharedResource};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tracing::Instrument;
 
-use crate::catch_panic::CatchPanic;
-use crate::engine::{Shared, Slot, TaskContext};
-use crate::work_queue::WorkQueue;
+use crate::runner::{run_reconcile, run_step, Outcome, Retry, TaskContext, Trigger};
+use crate::status::Failure;
+use crate::work_queue::{Finish, WorkQueue};
 use crate::{ControllerState, Input, Output, Reconciled};
 
 const NEVER: Duration = Duration::from_secs(86400 * 365);
@@ -115,36 +113,28 @@ pub trait QueueController: Send + Sync + 'static {
     async fn reconcile(&self, state: &ControllerState, item: &Pointer) -> Result<Reconciled>;
 }
 
-type ItemResult = (
-    Pointer,
-    std::result::Result<Result<Reconciled>, String>,
-    Duration,
-);
-
 /// Runs `controller` until shutdown.
 pub(crate) async fn run<Q: QueueController>(
     controller: Arc<Q>,
     queue: Arc<WorkQueue>,
-    mut cx: TaskContext,
+    cx: TaskContext,
 ) {
-    let name = cx.slot.name.clone();
-    let backoff = cx.engine.options.restart_backoff.clone();
-    let mut restart = backoff.clone();
+    let cx = Arc::new(cx);
+    let mut restart = cx.restart_backoff.clone();
     let mut subscribed = false;
+    let mut shutdown = cx.shutdown.clone();
     // Start: subscribe, run the hook; a failure restarts after backoff.
     loop {
-        let started = start(&*controller, &queue, &cx, &mut subscribed).await;
-        match started {
+        match start(&*controller, &queue, &cx, &mut subscribed).await {
             Ok(()) => break,
-            Err(message) => {
+            Err(failure) => {
                 let delay = restart.next_delay();
-                tracing::warn!(controller = %name, error = %message, backoff = ?delay, "queue controller failed to start; restarting after backoff");
-                cx.slot.status.record_restart(message);
-                cx.engine.status_changed();
+                tracing::warn!(controller = %cx.name, error = %failure, backoff = ?delay, "queue controller failed to start; restarting after backoff");
+                cx.record_failure(&failure, true);
                 queue.block_until(Some(Instant::now() + delay));
                 tokio::select! {
                     biased;
-                    _ = cx.shutdown.changed() => return,
+                    _ = shutdown.changed() => return,
                     _ = tokio::time::sleep(delay) => {}
                 }
                 queue.block_until(None);
@@ -156,33 +146,23 @@ pub(crate) async fn run<Q: QueueController>(
     let concurrency = controller.concurrency().max(1);
     let mut workers = JoinSet::new();
     for _ in 0..concurrency {
-        workers.spawn(work(
-            controller.clone(),
-            queue.clone(),
-            cx.slot.clone(),
-            cx.engine.clone(),
-            cx.state.clone(),
-            cx.shutdown.clone(),
-        ));
+        workers.spawn(work(controller.clone(), queue.clone(), cx.clone()));
     }
     loop {
         queue.set_busy(true);
-        if *cx.shutdown.borrow() {
+        if *shutdown.borrow() {
             break;
         }
         if queue.take_relist() {
             if let Err(error) = relist(&*controller, &queue, &cx).await {
-                tracing::warn!(controller = %name, %error, "listing inputs failed; retrying");
-                cx.slot
-                    .status
-                    .record(Duration::ZERO, Some(error.to_string()), false);
-                cx.engine.status_changed();
+                tracing::warn!(controller = %cx.name, %error, "listing inputs failed; retrying");
+                cx.record_failure(&Failure::Error(error), false);
                 queue.request_relist();
-                let delay = backoff.delay_after(1);
+                let delay = cx.restart_backoff.delay_after(1);
                 queue.block_until(Some(Instant::now() + delay));
                 tokio::select! {
                     biased;
-                    _ = cx.shutdown.changed() => {}
+                    _ = shutdown.changed() => {}
                     _ = tokio::time::sleep(delay) => {}
                 }
                 queue.block_until(None);
@@ -193,12 +173,12 @@ pub(crate) async fn run<Q: QueueController>(
             map(&*controller, &queue, &cx, &resource).await;
         }
         let next_due = queue.promote_due(Instant::now());
-        cx.engine.bump();
+        cx.signals.bump();
         queue.set_busy(false);
         let deadline = next_due.unwrap_or_else(|| Instant::now() + NEVER);
         tokio::select! {
             biased;
-            _ = cx.shutdown.changed() => {}
+            _ = shutdown.changed() => {}
             _ = queue.bell.rung() => { queue.bell.take(); }
             _ = tokio::time::sleep_until(deadline), if next_due.is_some() => {}
         }
@@ -206,22 +186,20 @@ pub(crate) async fn run<Q: QueueController>(
 
     // Shutdown: running items finish (the engine bounds this with its timeout), then the hook.
     while workers.join_next().await.is_some() {}
-    if let Err(panic) = CatchPanic::new(controller.shutdown_hook(&cx.state)).await {
-        tracing::warn!(controller = %name, panic = %panic, "shutdown hook panicked");
+    if let Err(failure) = run_step(async {
+        controller.shutdown_hook(&cx.state).await;
+        Ok(())
+    })
+    .await
+    {
+        tracing::warn!(controller = %cx.name, error = %failure.during("shutdown hook"), "shutdown hook failed");
     }
     queue.set_busy(false);
 }
 
 /// One worker: takes ready items one at a time until shutdown.
-async fn work<Q: QueueController>(
-    controller: Arc<Q>,
-    queue: Arc<WorkQueue>,
-    slot: Arc<Slot>,
-    engine: Arc<Shared>,
-    state: ControllerState,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let backoff = engine.options.restart_backoff.clone();
+async fn work<Q: QueueController>(controller: Arc<Q>, queue: Arc<WorkQueue>, cx: Arc<TaskContext>) {
+    let mut shutdown = cx.shutdown.clone();
     loop {
         if *shutdown.borrow() {
             return;
@@ -238,30 +216,35 @@ async fn work<Q: QueueController>(
             }
             continue;
         };
-        let result = run_item(&*controller, &state, &slot.name, item).await;
-        finish_item(&queue, &slot, &engine, &backoff, result);
+        // Each item gets its own handle: output tracking is per reconcile.
+        let state = cx.state.for_reconcile();
+        let trigger = Trigger {
+            controller: &cx.name,
+            reason: "item",
+            item: Some(item.id()),
+        };
+        let (outcome, elapsed) = run_reconcile(trigger, controller.reconcile(&state, &item)).await;
+        finish_item(&queue, &cx, &item, outcome, elapsed);
     }
 }
+
 async fn start<Q: QueueController>(
     controller: &Q,
     queue: &Arc<WorkQueue>,
     cx: &TaskContext,
     subscribed: &mut bool,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), Failure> {
     if !*subscribed {
         let inputs = cx.state.inputs();
-        cx.engine
-            .feeds
-            .subscribe(cx.slot.id, &inputs, queue.clone())
+        cx.feeds
+            .subscribe(cx.id, &inputs, queue.clone())
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(Failure::Error)?;
         *subscribed = true;
     }
-    match CatchPanic::new(controller.run_hook(&cx.state)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(format!("run hook failed: {error}")),
-        Err(panic) => Err(format!("run hook panicked: {panic}")),
-    }
+    run_step(controller.run_hook(&cx.state))
+        .await
+        .map_err(|failure| failure.during("run hook"))
 }
 
 /// Queues every primary and maps every secondary: used at start and after a resync.
@@ -281,7 +264,7 @@ async fn relist<Q: QueueController>(
             ..ListOptions::default()
         };
         // Read through the raw state: listing a single-id input is allowed too.
-        let resources = cx.engine_state().list(&input.kind, &options).await?;
+        let resources = cx.raw.list(&input.kind, &options).await?;
         for resource in resources {
             if let Some(id) = &input.id {
                 if resource.metadata().id() != &**id {
@@ -317,94 +300,36 @@ async fn map<Q: QueueController>(
     cx: &TaskContext,
     resource: &SharedResource,
 ) {
-    match CatchPanic::new(controller.map_input(&cx.state, resource)).await {
-        Ok(Ok(items)) => {
+    match run_step(controller.map_input(&cx.state, resource)).await {
+        Ok(items) => {
             for item in items {
                 queue.add(item);
             }
         }
-        Ok(Err(error)) => {
-            tracing::warn!(controller = %cx.slot.name, %error, "mapping a secondary input failed");
-            cx.slot
-                .status
-                .record(Duration::ZERO, Some(error.to_string()), false);
-            cx.engine.status_changed();
-        }
-        Err(panic) => {
-            tracing::warn!(controller = %cx.slot.name, %panic, "mapping a secondary input panicked");
-            cx.slot.status.record(
-                Duration::ZERO,
-                Some(format!("map_input panicked: {panic}")),
-                false,
-            );
-            cx.engine.status_changed();
+        Err(failure) => {
+            let failure = failure.during("map_input");
+            tracing::warn!(controller = %cx.name, error = %failure, "mapping a secondary input failed");
+            cx.record_failure(&failure, false);
         }
     }
-}
-
-async fn run_item<Q: QueueController>(
-    controller: &Q,
-    state: &ControllerState,
-    name: &str,
-    item: Pointer,
-) -> ItemResult {
-    let span = tracing::info_span!(
-        "reconcile",
-        controller = %name,
-        trigger = "item",
-        item = %item.id(),
-        duration_us = tracing::field::Empty,
-        outcome = tracing::field::Empty,
-    );
-    let started = Instant::now();
-    let result = CatchPanic::new(controller.reconcile(state, &item))
-        .instrument(span.clone())
-        .await;
-    let elapsed = started.elapsed();
-    span.record("duration_us", elapsed.as_micros() as u64);
-    span.record(
-        "outcome",
-        match &result {
-            Ok(Ok(Reconciled::Done)) => "done",
-            Ok(Ok(Reconciled::RequeueAfter(_))) => "requeue",
-            Ok(Err(_)) => "error",
-            Err(_) => "panic",
-        },
-    );
-    (item, result, elapsed)
 }
 
 fn finish_item(
     queue: &WorkQueue,
-    slot: &Slot,
-    engine: &Shared,
-    backoff: &crate::Backoff,
-    (item, result, elapsed): ItemResult,
+    cx: &TaskContext,
+    item: &Pointer,
+    outcome: Outcome,
+    elapsed: Duration,
 ) {
-    let failure = match result {
-        Ok(Ok(Reconciled::Done)) => {
-            queue.done(&item, None, false);
-            None
+    let finish = match &outcome {
+        Outcome::Done => Finish::Done,
+        Outcome::RequeueAfter(delay) => Finish::RequeueAfter(*delay),
+        Outcome::Failed(failure) => {
+            let retry = Retry::of(failure, &cx.restart_backoff, queue.failures(item) + 1);
+            tracing::warn!(controller = %cx.name, item = %item, error = %failure, backoff = ?retry.after, on_change = retry.on_change, "item reconcile failed; retrying after backoff");
+            Finish::Retry(retry)
         }
-        Ok(Ok(Reconciled::RequeueAfter(delay))) => {
-            queue.done(&item, Some(delay), false);
-            None
-        }
-        Ok(Err(error)) => Some(error.to_string()),
-        Err(panic) => Some(format!("reconcile panicked: {panic}")),
     };
-    if let Some(message) = &failure {
-        let delay = backoff.delay_after(queue.failures(&item) + 1);
-        tracing::warn!(controller = %slot.name, item = %item, error = %message, backoff = ?delay, "item reconcile failed; retrying after backoff");
-        queue.done(&item, Some(delay), true);
-    }
-    slot.status.record(elapsed, failure, false);
-    engine.status_changed();
-    engine.bump();
-}
-
-impl TaskContext {
-    pub(crate) fn engine_state(&self) -> &Arc<dyn State> {
-        self.engine.raw_state()
-    }
+    queue.done(item, finish);
+    cx.record(elapsed, &outcome, false);
 }

@@ -1,16 +1,26 @@
 //! Per-controller counters and their publication as [`ControllerStatus`] resources, so that
 //! `get`/`watch` show the runtime's health like any other state.
 //!
-//! Counters are updated in memory after every reconcile; a single publisher task writes the
+//! Counters are updated in memory after every reconcile; a single [`Publisher`] task writes the
 //! changed ones with [`StateExt::modify`], so a burst of reconciles costs at most one write per
 //! controller per publishing round, and an unchanged status costs none.
+//!
+//! A failure keeps its structure up to here ([`Failure`]: the `cosi_core::Error` a reconcile
+//! returned, or a panic's message); it becomes text only in the published resource, which also
+//! records its kind (`versionConflict`, `invalidArgument`, `panic`, ...).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cosi_core::{Resource, ResourceDefinition, ResourceSpec, State, StateExt, UpdateOptions};
+use cosi_core::{
+    Error, Resource, ResourceDefinition, ResourceSpec, State, StateExt, UpdateOptions,
+};
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::wake::WakeSignal;
 
 /// The owner of published status resources.
 pub const STATUS_OWNER: &str = "cosi.engine";
@@ -34,6 +44,46 @@ pub struct ControllerStatus {
     pub last_duration_micros: u64,
     /// The message of the last failure, if any failed.
     pub last_error: Option<String>,
+    /// What the last failure was: the error's kind ([`cosi_core::Error::kind_name`], e.g.
+    /// `versionConflict`, `invalidArgument`) or `panic`.
+    #[serde(default)]
+    pub last_error_kind: Option<String>,
+}
+
+/// Why a reconcile (or a hook, a mapping) failed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// It returned an error.
+    Error(Error),
+    /// It panicked, with this message.
+    Panic(String),
+}
+
+impl Failure {
+    /// The failure's kind, as status resources record it.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Failure::Error(error) => error.kind_name(),
+            Failure::Panic(_) => "panic",
+        }
+    }
+
+    /// The same failure, said to come from `step` (a hook, a mapping).
+    pub(crate) fn during(self, step: &str) -> Failure {
+        match self {
+            Failure::Error(error) => Failure::Error(error),
+            Failure::Panic(message) => Failure::Panic(format!("{step} panicked: {message}")),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Error(error) => error.fmt(f),
+            Failure::Panic(message) => write!(f, "reconcile panicked: {message}"),
+        }
+    }
 }
 
 impl ResourceSpec for ControllerStatus {
@@ -65,14 +115,15 @@ impl StatusCell {
             .clone()
     }
 
-    pub(crate) fn record(&self, duration: Duration, failure: Option<String>, restart: bool) {
+    pub(crate) fn record(&self, duration: Duration, failure: Option<&Failure>, restart: bool) {
         {
             let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
             s.reconciles += 1;
             s.last_duration_micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
-            if let Some(message) = failure {
+            if let Some(failure) = failure {
                 s.errors += 1;
-                s.last_error = Some(message);
+                s.last_error = Some(failure.to_string());
+                s.last_error_kind = Some(failure.kind().to_string());
             }
             if restart {
                 s.restarts += 1;
@@ -81,12 +132,13 @@ impl StatusCell {
         self.dirty.store(true, Ordering::SeqCst);
     }
 
-    pub(crate) fn record_restart(&self, failure: String) {
+    pub(crate) fn record_restart(&self, failure: &Failure) {
         {
             let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
             s.restarts += 1;
             s.errors += 1;
-            s.last_error = Some(failure);
+            s.last_error = Some(failure.to_string());
+            s.last_error_kind = Some(failure.kind().to_string());
         }
         self.dirty.store(true, Ordering::SeqCst);
     }
@@ -97,7 +149,7 @@ impl StatusCell {
 }
 
 /// Writes one controller's status resource. A write that fails is retried by the next round.
-pub(crate) async fn publish(
+async fn publish(
     state: &dyn State,
     namespace: &str,
     controller: &str,
@@ -119,3 +171,43 @@ pub(crate) async fn publish(
 
 /// Status cells by controller, shared by the engine and the publisher.
 pub(crate) type StatusCells = Arc<Mutex<Vec<(Arc<str>, Arc<StatusCell>)>>>;
+
+/// The task that writes changed statuses: one round per ring of its signal, until shutdown.
+pub(crate) struct Publisher {
+    pub(crate) state: Arc<dyn State>,
+    pub(crate) namespace: String,
+    pub(crate) cells: StatusCells,
+    pub(crate) signal: Arc<WakeSignal>,
+    /// Set while a round runs (the engine is not idle then).
+    pub(crate) publishing: Arc<AtomicBool>,
+    pub(crate) activity: Arc<AtomicU64>,
+    pub(crate) shutdown: watch::Receiver<bool>,
+}
+
+impl Publisher {
+    pub(crate) async fn run(mut self) {
+        loop {
+            self.publishing.store(true, Ordering::SeqCst);
+            if self.signal.take() {
+                let cells: Vec<_> = self.cells.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                for (name, cell) in cells {
+                    if !cell.take_dirty() {
+                        continue;
+                    }
+                    if let Err(error) = publish(&*self.state, &self.namespace, &name, &cell).await {
+                        tracing::warn!(controller = %name, %error, "publishing controller status failed");
+                    }
+                }
+                self.activity.fetch_add(1, Ordering::SeqCst);
+            }
+            self.publishing.store(false, Ordering::SeqCst);
+            if *self.shutdown.borrow() {
+                return;
+            }
+            tokio::select! {
+                _ = self.shutdown.changed() => {}
+                _ = self.signal.rung() => {}
+            }
+        }
+    }
+}

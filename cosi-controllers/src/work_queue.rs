@@ -13,8 +13,7 @@ use cosi_core::{Pointer, SharedResource};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::engine::IdleProbe;
-use crate::feed::FeedTarget;
+use crate::runner::{FeedTarget, IdleProbe, Retry};
 use crate::wake::WakeSignal;
 use crate::Input;
 
@@ -37,10 +36,21 @@ struct Items {
     delayed_at: HashMap<Id, (Instant, u64)>,
     seq: u64,
     failures: HashMap<Id, u32>,
+    /// Failed items whose retry a change of the item cuts short (non-retryable failures).
+    retry_on_change: HashSet<Id>,
     inbox: HashMap<Pointer, SharedResource>,
     relist: bool,
     busy: bool,
     blocked_until: Option<Instant>,
+}
+
+/// How an item's run ended, for [`WorkQueue::done`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Finish {
+    Done,
+    RequeueAfter(Duration),
+    /// It failed: retry after the delay (counting one more failure).
+    Retry(Retry),
 }
 
 /// See the module docs.
@@ -91,8 +101,9 @@ impl WorkQueue {
                 return;
             }
             if let Some(&key) = items.delayed_at.get(&item) {
-                // A failed item keeps its backoff; a requeue-after is cut short by a change.
-                if items.failures.contains_key(&item) {
+                // A failed item keeps its backoff, unless it failed in a way only a change can
+                // mend; a requeue-after is cut short by a change.
+                if items.failures.contains_key(&item) && !items.retry_on_change.contains(&item) {
                     return;
                 }
                 items.delayed_at.remove(&item);
@@ -131,19 +142,30 @@ impl WorkQueue {
         Some(pointer)
     }
 
-    /// Ends the run of `item`. `retry_after` re-queues it after a delay; a change that arrived
-    /// while it ran re-queues it now unless `failed` (a failure keeps its backoff).
-    pub(crate) fn done(&self, item: &Pointer, retry_after: Option<Duration>, failed: bool) {
+    /// Ends the run of `item`. A change that arrived while it ran re-queues it now, unless it
+    /// failed with a retry that changes do not cut short.
+    pub(crate) fn done(&self, item: &Pointer, finish: Finish) {
         let item = item.shared_id();
         let mut items = self.lock();
         items.running.remove(item);
         let changed = items.dirty.remove(item);
-        if failed {
+        let (retry_after, now_if_changed) = match finish {
+            Finish::Done => (None, true),
+            Finish::RequeueAfter(delay) => (Some(delay), true),
+            Finish::Retry(retry) => (Some(retry.after), retry.on_change),
+        };
+        if let Finish::Retry(retry) = finish {
             *items.failures.entry(item.clone()).or_default() += 1;
+            if retry.on_change {
+                items.retry_on_change.insert(item.clone());
+            } else {
+                items.retry_on_change.remove(item);
+            }
         } else {
             items.failures.remove(item);
+            items.retry_on_change.remove(item);
         }
-        if changed && !failed {
+        if changed && now_if_changed {
             items.queued.insert(item.clone());
             items.ready.push_back(item.clone());
             drop(items);
@@ -252,6 +274,10 @@ mod tests {
         WorkQueue::new(Input::weak(Kind::new("ns", "T")))
     }
 
+    fn retry(after: Duration, on_change: bool) -> Finish {
+        Finish::Retry(Retry { after, on_change })
+    }
+
     #[test]
     fn an_item_of_another_kind_is_ignored() {
         let q = queue();
@@ -277,7 +303,7 @@ mod tests {
         assert_eq!(q.pop(), Some(p("a")));
         q.add(p("a"));
         assert_eq!(q.pop(), None, "never the same item twice at once");
-        q.done(&p("a"), None, false);
+        q.done(&p("a"), Finish::Done);
         assert_eq!(q.pop(), Some(p("a")));
     }
 
@@ -287,7 +313,7 @@ mod tests {
         q.add(p("a"));
         q.pop();
         q.add(p("a"));
-        q.done(&p("a"), Some(Duration::from_secs(1)), true);
+        q.done(&p("a"), retry(Duration::from_secs(1), false));
         assert_eq!(q.failures(&p("a")), 1);
         assert_eq!(
             q.promote_due(Instant::now()),
@@ -300,11 +326,23 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_item_failed_in_a_way_only_a_change_mends_retries_at_its_next_change() {
+        let q = queue();
+        q.add(p("a"));
+        q.pop();
+        q.done(&p("a"), retry(Duration::from_secs(30), true));
+        assert_eq!(q.pop(), None, "waits while nothing changes");
+        q.add(p("a"));
+        assert_eq!(q.pop(), Some(p("a")), "a change retries it at once");
+        assert_eq!(q.failures(&p("a")), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn adding_a_delayed_item_makes_it_ready_now() {
         let q = queue();
         q.add(p("a"));
         q.pop();
-        q.done(&p("a"), Some(Duration::from_secs(10)), false);
+        q.done(&p("a"), Finish::RequeueAfter(Duration::from_secs(10)));
         q.add(p("a"));
         assert_eq!(q.pop(), Some(p("a")));
         assert_eq!(q.promote_due(Instant::now()), None);
@@ -357,7 +395,7 @@ mod tests {
                                 let item = running.remove(0);
                                 // Failures retry immediately here: the model checks ordering,
                                 // not delays.
-                                q.done(&item, (!ok).then_some(Duration::ZERO), !ok);
+                                q.done(&item, if ok { Finish::Done } else { retry(Duration::ZERO, false) });
                                 if !ok {
                                     owed.insert(item);
                                 }
@@ -370,12 +408,12 @@ mod tests {
                 }
                 // Drain: finish everything running, promote delays, run what is ready.
                 for item in running.drain(..) {
-                    q.done(&item, None, false);
+                    q.done(&item, Finish::Done);
                 }
                 q.promote_due(Instant::now());
                 while let Some(item) = q.pop() {
                     owed.remove(&item);
-                    q.done(&item, None, false);
+                    q.done(&item, Finish::Done);
                     q.promote_due(Instant::now());
                 }
                 prop_assert!(owed.is_empty(), "never run after being added: {owed:?}");

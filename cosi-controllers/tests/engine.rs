@@ -327,10 +327,83 @@ async fn a_controller_declares_inputs_at_run_time_and_is_woken_by_them() {
     assert_eq!(h.expect::<C>("followed").await.spec.value, 21);
 }
 
+/// Reads A or B, as the `mode` config says (0: neither, 1: A, 2: B).
+struct Switcher;
+
+#[async_trait]
+impl Controller for Switcher {
+    fn name(&self) -> &str {
+        "Switcher"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak_of::<Config>().with_id("mode")]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        let mode = match state
+            .get_typed::<Config>(&Config::kind().pointer("mode"))
+            .await
+        {
+            Ok(mode) => mode.spec.value,
+            Err(e) if e.is_not_found() => 0,
+            Err(e) => return Err(e),
+        };
+        let mut wanted = vec![Input::weak_of::<Config>().with_id("mode")];
+        match mode {
+            1 => wanted.push(Input::weak_of::<A>()),
+            2 => wanted.push(Input::weak_of::<B>()),
+            _ => {}
+        }
+        if state.inputs() != wanted {
+            state.set_inputs(wanted).await?;
+        }
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kinds_shared_watch_ends_when_its_last_subscriber_leaves() {
+    let h = Harness::new();
+    h.register(Switcher).unwrap();
+    h.start().await;
+    let watched = || h.engine().watched_kinds();
+    // The status publisher writes but watches nothing; only the mode config is watched.
+    assert_eq!(watched(), [Config::kind()]);
+
+    create(&h.state(), "mode", Config { value: 1 }).await;
+    h.settle().await;
+    assert_eq!(watched(), [A::kind(), Config::kind()]);
+
+    set(&h.state(), "mode", Config { value: 2 }).await;
+    h.settle().await;
+    assert_eq!(
+        watched(),
+        [B::kind(), Config::kind()],
+        "A is read by no one"
+    );
+
+    set(&h.state(), "mode", Config { value: 0 }).await;
+    h.settle().await;
+    assert_eq!(watched(), [Config::kind()]);
+}
+
+/// How a [`Flaky`] controller fails.
+#[derive(Clone, Copy)]
+enum Failing {
+    /// A retryable error (an unreachable backend).
+    Retryable,
+    /// A non-retryable error (an invalid argument).
+    Invalid,
+    /// A panic.
+    Panic,
+}
+
 /// Fails (or panics) while `fail` is set, and counts its runs.
 struct Flaky {
     name: &'static str,
-    panic: bool,
+    failing: Failing,
     fail: Arc<Mutex<bool>>,
     runs: Arc<AtomicUsize>,
 }
@@ -349,26 +422,32 @@ impl Controller for Flaky {
     async fn reconcile(&mut self, _state: &ControllerState) -> Result<Reconciled> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         if *self.fail.lock().unwrap() {
-            if self.panic {
-                panic!("{} exploded", self.name);
-            }
-            return Err(Error::invalid(self.name, "spec", "refusing to work"));
+            return Err(match self.failing {
+                Failing::Retryable => Error::Backend {
+                    subject: self.name.into(),
+                    message: "store unreachable".into(),
+                    retryable: true,
+                    source: None,
+                },
+                Failing::Invalid => Error::invalid(self.name, "spec", "refusing to work"),
+                Failing::Panic => panic!("{} exploded", self.name),
+            });
         }
         Ok(Reconciled::Done)
     }
 }
 
-/// Registers a [`Flaky`] that fails (or panics) while `fail` is set; returns its run counter.
+/// Registers a [`Flaky`] that fails while `fail` is set; returns its run counter.
 fn register_flaky(
     h: &Harness,
     name: &'static str,
-    panic: bool,
+    failing: Failing,
     fail: &Arc<Mutex<bool>>,
 ) -> Arc<AtomicUsize> {
     let runs = Arc::new(AtomicUsize::new(0));
     h.register(Flaky {
         name,
-        panic,
+        failing,
         fail: fail.clone(),
         runs: runs.clone(),
     })
@@ -384,39 +463,32 @@ fn test_options() -> EngineOptions {
 }
 
 #[tokio::test(start_paused = true)]
-async fn failing_and_panicking_controllers_restart_with_growing_backoff_while_others_run() {
-    // Given a failing, a panicking and a healthy controller
+async fn retryable_failures_restart_with_growing_backoff_while_others_run() {
+    // Given a controller failing with a retryable error, and a healthy one
     let h = Harness::with_options(test_options());
     let fail = Arc::new(Mutex::new(true));
-    let failing_runs = register_flaky(&h, "Failing", false, &fail);
-    let panicking_runs = register_flaky(&h, "Panicking", true, &fail);
+    let failing_runs = register_flaky(&h, "Failing", Failing::Retryable, &fail);
     let (healthy, healthy_runs) = copier("Healthy");
     h.register(healthy).unwrap();
     h.start().await;
-    assert_eq!(failing_runs.load(Ordering::SeqCst), 1);
-    assert_eq!(panicking_runs.load(Ordering::SeqCst), 1);
+    let runs = || failing_runs.load(Ordering::SeqCst);
+    assert_eq!(runs(), 1);
 
     // When time passes, restarts come after 1 s, then 2 s more, then 4 s more
-    let runs = || {
-        (
-            failing_runs.load(Ordering::SeqCst),
-            panicking_runs.load(Ordering::SeqCst),
-        )
-    };
     h.advance(Duration::from_millis(999)).await;
-    assert_eq!(runs(), (1, 1));
+    assert_eq!(runs(), 1);
     // An input change during the backoff does not cut it short.
     create(&h.state(), "c", Config { value: 1 }).await;
     h.settle().await;
-    assert_eq!(runs(), (1, 1));
+    assert_eq!(runs(), 1);
     h.advance(Duration::from_millis(1)).await;
-    assert_eq!(runs(), (2, 2));
+    assert_eq!(runs(), 2);
     h.advance(Duration::from_millis(1999)).await;
-    assert_eq!(runs(), (2, 2));
+    assert_eq!(runs(), 2);
     h.advance(Duration::from_millis(1)).await;
-    assert_eq!(runs(), (3, 3));
+    assert_eq!(runs(), 3);
     h.advance(Duration::from_secs(4)).await;
-    assert_eq!(runs(), (4, 4));
+    assert_eq!(runs(), 4);
 
     // Meanwhile the healthy controller keeps working
     create(&h.state(), "x", A { value: 1 }).await;
@@ -427,22 +499,79 @@ async fn failing_and_panicking_controllers_restart_with_growing_backoff_while_ot
     // And after recovery a success resets the backoff
     *fail.lock().unwrap() = false;
     h.advance(Duration::from_secs(8)).await;
-    assert_eq!(runs(), (5, 5));
-    let status = h.status("Panicking").await;
+    assert_eq!(runs(), 5);
+    let status = h.status("Failing").await;
     assert_eq!(
         (status.reconciles, status.errors, status.restarts),
         (5, 4, 4)
     );
     assert_eq!(
         status.last_error.as_deref(),
-        Some("reconcile panicked: Panicking exploded")
+        Some("Failing: backend failure: store unreachable")
     );
+    assert_eq!(status.last_error_kind.as_deref(), Some("backend"));
     *fail.lock().unwrap() = true;
     set(&h.state(), "c", Config { value: 2 }).await;
     h.settle().await;
-    assert_eq!(runs(), (6, 6));
+    assert_eq!(runs(), 6);
     h.advance(Duration::from_secs(1)).await;
-    assert_eq!(runs(), (7, 7), "backoff restarted at 1 s after the success");
+    assert_eq!(runs(), 7, "backoff restarted at 1 s after the success");
+}
+
+#[tokio::test(start_paused = true)]
+async fn non_retryable_failures_and_panics_retry_at_the_next_input_change() {
+    // Given a controller failing with an invalid argument and one that panics
+    let h = Harness::with_options(test_options());
+    let fail = Arc::new(Mutex::new(true));
+    let invalid_runs = register_flaky(&h, "Invalid", Failing::Invalid, &fail);
+    let panicking_runs = register_flaky(&h, "Panicking", Failing::Panic, &fail);
+    h.start().await;
+    let runs = || {
+        (
+            invalid_runs.load(Ordering::SeqCst),
+            panicking_runs.load(Ordering::SeqCst),
+        )
+    };
+    assert_eq!(runs(), (1, 1));
+
+    // When nothing changes, nothing is retried for a while
+    h.advance(Duration::from_secs(5)).await;
+    assert_eq!(runs(), (1, 1));
+
+    // Then an input change retries both at once
+    create(&h.state(), "c", Config { value: 1 }).await;
+    h.settle().await;
+    assert_eq!(runs(), (2, 2));
+    let invalid = h.status("Invalid").await;
+    assert_eq!(invalid.last_error_kind.as_deref(), Some("invalidArgument"));
+    assert_eq!(
+        invalid.last_error.as_deref(),
+        Some("Invalid: invalid spec: refusing to work")
+    );
+    let panicking = h.status("Panicking").await;
+    assert_eq!(panicking.last_error_kind.as_deref(), Some("panic"));
+    assert_eq!(
+        panicking.last_error.as_deref(),
+        Some("reconcile panicked: Panicking exploded")
+    );
+    assert_eq!((panicking.errors, panicking.restarts), (2, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn non_retryable_failures_retry_after_the_longest_backoff_when_nothing_changes() {
+    let h = Harness::with_options(test_options());
+    let fail = Arc::new(Mutex::new(true));
+    let runs = register_flaky(&h, "Invalid", Failing::Invalid, &fail);
+    h.start().await;
+
+    h.advance(Duration::from_millis(7999)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    h.advance(Duration::from_millis(1)).await;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "retried after the 8 s maximum"
+    );
 }
 
 /// Requeues itself every 10 s, counting runs.

@@ -75,7 +75,7 @@ fn fields(pairs: &[(&str, &str)]) -> Fields {
 }
 
 #[tokio::test(start_paused = true)]
-async fn every_reconcile_has_a_span_with_controller_trigger_duration_and_outcome() {
+async fn every_reconcile_has_a_span_with_controller_trigger_duration_outcome_and_error() {
     let capture = Capture::default();
     let _guard =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
@@ -109,7 +109,17 @@ async fn every_reconcile_has_a_span_with_controller_trigger_duration_and_outcome
         vec![
             span("start", "done"),
             span("input-changed", "done"),
-            span("input-changed", "error"),
+            fields(&[
+                ("controller", "PlusOne"),
+                ("trigger", "input-changed"),
+                ("duration_us", "0"),
+                ("outcome", "error"),
+                (
+                    "error",
+                    "test/Bs.test.cosi.dev/x: backend failure: injected fault: write failed"
+                ),
+                ("error_kind", "backend"),
+            ]),
             span("restart", "done"),
         ]
     );

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use common::*;
 use cosi_controllers::testing::Harness;
 use cosi_controllers::{Cleanup, Controller, ControllerState, Input, Output, Reconciled};
-use cosi_core::{ListOptions, Phase, Resource, ResourceSpec, Result, StateExt};
+use cosi_core::{ListOptions, Phase, Resource, ResourceSpec, Result, State, StateExt};
 use std::sync::{Arc, Mutex};
 
 /// One C per A, through output tracking; wakes when its own outputs become destroyable.
@@ -150,4 +150,76 @@ async fn cleanup_without_tracking_is_an_error() {
             "Careless: invalid cleanup_outputs: output tracking was not started in this reconcile"
         )
     );
+}
+
+/// A queue controller whose two items reconcile at the same time: each tracks the one output it
+/// writes, waits until the other has written too, then cleans up.
+struct ConcurrentItems {
+    both_written: Arc<tokio::sync::Barrier>,
+}
+
+#[async_trait]
+impl cosi_controllers::QueueController for ConcurrentItems {
+    fn name(&self) -> &str {
+        "ConcurrentItems"
+    }
+    fn primary(&self) -> Input {
+        Input::weak_of::<A>()
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive_of::<C>()]
+    }
+    fn concurrency(&self) -> usize {
+        2
+    }
+    async fn reconcile(
+        &self,
+        state: &ControllerState,
+        item: &cosi_core::Pointer,
+    ) -> Result<Reconciled> {
+        state.start_tracking();
+        let value = state.get_typed::<A>(item).await?.spec.value;
+        state
+            .modify_output(Resource::new(item.id().to_string(), C::default()), |r| {
+                r.spec.value = value;
+                Ok(())
+            })
+            .await?;
+        self.both_written.wait().await;
+        // Outputs of this item only: the other item's output is not this reconcile's to clean.
+        let theirs: Vec<_> = state
+            .list(&C::kind(), &ListOptions::default())
+            .await?
+            .iter()
+            .filter(|c| c.metadata().id() != item.id())
+            .map(|c| c.metadata().pointer().clone())
+            .collect();
+        for pointer in &theirs {
+            state.touch(pointer);
+        }
+        state.cleanup_outputs(&[C::kind()]).await?;
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_items_track_their_outputs_separately() {
+    // Given two inputs whose items reconcile at the same time
+    let h = Harness::new();
+    h.register_queue(ConcurrentItems {
+        both_written: Arc::new(tokio::sync::Barrier::new(2)),
+    })
+    .unwrap();
+    create(&h.state(), "a", A { value: 1 }).await;
+    create(&h.state(), "b", A { value: 2 }).await;
+
+    // When both reconcile, each tracking and cleaning up in the middle of the other
+    h.start().await;
+    h.settle().await;
+
+    // Then both outputs stand and neither reconcile failed
+    assert_eq!(h.expect::<C>("a").await.spec.value, 1);
+    assert_eq!(h.expect::<C>("b").await.spec.value, 2);
+    let status = h.status("ConcurrentItems").await;
+    assert_eq!((status.reconciles, status.errors), (2, 0), "{status:?}");
 }

@@ -199,6 +199,16 @@ impl QueueController for Scripted {
         let result = async {
             if let Some(n) = id.strip_prefix("fail-") {
                 if run <= n.parse::<usize>().unwrap() {
+                    return Err(Error::Backend {
+                        subject: id.clone(),
+                        message: format!("failure {run}"),
+                        retryable: true,
+                        source: None,
+                    });
+                }
+            }
+            if let Some(n) = id.strip_prefix("invalid-") {
+                if run <= n.parse::<usize>().unwrap() {
                     return Err(Error::invalid(&id, "spec", format!("failure {run}")));
                 }
             }
@@ -251,29 +261,24 @@ fn scripted(concurrency: usize) -> (Harness, Arc<Log>, Arc<tokio::sync::Notify>)
 }
 
 #[tokio::test(start_paused = true)]
-async fn failing_and_panicking_items_retry_with_their_own_backoff() {
+async fn failing_items_retry_with_their_own_growing_backoff() {
     let (h, log, _) = scripted(4);
     h.start().await;
     let state = h.state();
     create(&state, "fail-2", A { value: 1 }).await;
-    create(&state, "panic-1", A { value: 2 }).await;
     create(&state, "ok", A { value: 3 }).await;
     h.settle().await;
-    assert_eq!(
-        (log.runs("fail-2"), log.runs("panic-1"), log.runs("ok")),
-        (1, 1, 1)
-    );
+    assert_eq!((log.runs("fail-2"), log.runs("ok")), (1, 1));
     assert_eq!(h.expect::<C>("ok").await.spec.value, 3);
     h.expect_absent::<C>("fail-2").await;
 
-    // First retries after 1 s: panic-1 now succeeds, fail-2 fails again
+    // The first retry comes after 1 s and fails again
     h.advance(Duration::from_millis(999)).await;
-    assert_eq!((log.runs("fail-2"), log.runs("panic-1")), (1, 1));
+    assert_eq!(log.runs("fail-2"), 1);
     h.advance(Duration::from_millis(1)).await;
-    assert_eq!((log.runs("fail-2"), log.runs("panic-1")), (2, 2));
-    assert_eq!(h.expect::<C>("panic-1").await.spec.value, 2);
+    assert_eq!(log.runs("fail-2"), 2);
 
-    // fail-2's second retry waits 2 s, then succeeds
+    // The second retry waits 2 s, then succeeds
     h.advance(Duration::from_millis(1999)).await;
     assert_eq!(log.runs("fail-2"), 2);
     h.advance(Duration::from_millis(1)).await;
@@ -283,18 +288,19 @@ async fn failing_and_panicking_items_retry_with_their_own_backoff() {
     let status = h.status("Scripted").await;
     assert_eq!(
         (status.reconciles, status.errors, status.restarts),
-        (6, 3, 0)
+        (4, 2, 0)
     );
     assert_eq!(
         status.last_error.as_deref(),
-        Some("fail-2: invalid spec: failure 2")
+        Some("fail-2: backend failure: failure 2")
     );
+    assert_eq!(status.last_error_kind.as_deref(), Some("backend"));
     // A failing item never held up the others.
     assert_eq!(log.runs("ok"), 1);
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_change_during_a_failure_backoff_does_not_cut_it_short() {
+async fn a_change_during_a_retryable_failure_backoff_does_not_cut_it_short() {
     let (h, log, _) = scripted(1);
     h.start().await;
     let state = h.state();
@@ -306,6 +312,44 @@ async fn a_change_during_a_failure_backoff_does_not_cut_it_short() {
     h.advance(Duration::from_secs(1)).await;
     assert_eq!(log.runs("fail-1"), 2);
     assert_eq!(h.expect::<C>("fail-1").await.spec.value, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn items_failing_non_retryably_or_panicking_retry_at_their_next_change() {
+    let (h, log, _) = scripted(2);
+    h.start().await;
+    let state = h.state();
+    create(&state, "invalid-1", A { value: 1 }).await;
+    create(&state, "panic-1", A { value: 2 }).await;
+    h.settle().await;
+    assert_eq!((log.runs("invalid-1"), log.runs("panic-1")), (1, 1));
+
+    // Nothing changes: no retry for a while (the longest backoff is 60 s)
+    h.advance(Duration::from_secs(30)).await;
+    assert_eq!((log.runs("invalid-1"), log.runs("panic-1")), (1, 1));
+
+    // A change of each item retries it at once, and they succeed
+    set(&state, "invalid-1", A { value: 10 }).await;
+    set(&state, "panic-1", A { value: 20 }).await;
+    h.settle().await;
+    assert_eq!((log.runs("invalid-1"), log.runs("panic-1")), (2, 2));
+    assert_eq!(h.expect::<C>("invalid-1").await.spec.value, 10);
+    assert_eq!(h.expect::<C>("panic-1").await.spec.value, 20);
+    let status = h.status("Scripted").await;
+    assert_eq!((status.reconciles, status.errors), (4, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_item_failing_non_retryably_retries_after_the_longest_backoff_without_changes() {
+    let (h, log, _) = scripted(1);
+    h.start().await;
+    create(&h.state(), "invalid-1", A { value: 1 }).await;
+    h.settle().await;
+    h.advance(Duration::from_millis(59_999)).await;
+    assert_eq!(log.runs("invalid-1"), 1);
+    h.advance(Duration::from_millis(1)).await;
+    assert_eq!(log.runs("invalid-1"), 2);
+    assert_eq!(h.expect::<C>("invalid-1").await.spec.value, 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,5 +1,9 @@
 //! Resource definitions: the static description of a resource type (name, default namespace,
 //! aliases, print columns, sensitivity) that tools use to find and display resources.
+//!
+//! A definition is itself a resource type, `ResourceDefinitions.meta.cosi.dev` (alias `rd`) in
+//! the `meta` namespace, so a client discovers a node's types and their aliases with the same
+//! `get` as everything else ([`crate::Registry::publish`] writes them).
 
 use std::borrow::Cow;
 
@@ -121,3 +125,6 @@ impl ResourceDefinition {
         Cow::Borrowed(plural.strip_suffix('s').unwrap_or(plural))
     }
 }
+
+/// The namespace definitions are published in.
+pub const META_NAMESPACE: &str = "meta";

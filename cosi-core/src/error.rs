@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::{Finalizers, Kind, Phase, Pointer, Version};
+use crate::{Bookmark, Finalizers, Kind, Phase, Pointer, Version};
 
 /// Result alias used across the runtime.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -107,8 +107,8 @@ pub enum Error {
     WatchOverrun {
         /// The kind being watched.
         kind: Kind,
-        /// The last bookmark the watcher received.
-        position: u64,
+        /// The last bookmark the watcher received (or where it started).
+        position: Bookmark,
     },
     /// The storage engine failed.
     #[error("{subject}: backend failure: {message}")]
@@ -142,6 +142,30 @@ impl Error {
         }
     }
 
+    /// The variant's name, in camelCase (`notFound`, `versionConflict`, `invalidArgument`, ...):
+    /// what status resources and logs record, so a reader can tell kinds of failure apart
+    /// without parsing messages.
+    ///
+    /// ```
+    /// use cosi_core::Error;
+    /// assert_eq!(Error::invalid("x", "spec", "bad").kind_name(), "invalidArgument");
+    /// ```
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Error::NotFound { .. } => "notFound",
+            Error::AlreadyExists { .. } => "alreadyExists",
+            Error::VersionConflict { .. } => "versionConflict",
+            Error::OwnerConflict { .. } => "ownerConflict",
+            Error::PhaseConflict { .. } => "phaseConflict",
+            Error::PendingFinalizers { .. } => "pendingFinalizers",
+            Error::InvalidArgument { .. } => "invalidArgument",
+            Error::AccessDenied { .. } => "accessDenied",
+            Error::Unsupported { .. } => "unsupported",
+            Error::WatchOverrun { .. } => "watchOverrun",
+            Error::Backend { .. } => "backend",
+        }
+    }
+
     /// Whether this is [`Error::NotFound`].
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::NotFound { .. })
@@ -168,6 +192,29 @@ impl Error {
             field: field.into(),
             message: message.into(),
         }
+    }
+
+    /// The error a store returns when asked to resume after a bookmark it did not issue: an
+    /// invalid argument on `since`.
+    ///
+    /// ```
+    /// use cosi_core::{Bookmark, Error};
+    /// let err = Error::bookmark_not_issued_here("ns/T", &Bookmark::from_bytes(&[1, 2]));
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "ns/T: invalid since: bookmark 0x0102 was not issued by this store (another store, \
+    ///      or one that restarted): watch again without it"
+    /// );
+    /// ```
+    pub fn bookmark_not_issued_here(subject: impl Into<String>, bookmark: &Bookmark) -> Self {
+        Error::invalid(
+            subject,
+            "since",
+            format!(
+                "bookmark {bookmark} was not issued by this store (another store, or one that \
+                 restarted): watch again without it"
+            ),
+        )
     }
 
     /// Shorthand for a [`Error::Backend`] failure with a source.

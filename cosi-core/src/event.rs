@@ -3,23 +3,8 @@
 use std::fmt;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 
-use crate::{Error, SharedResource};
-
-/// A position in a kind's total order of changes. Watches can resume after a bookmark.
-/// For the in-memory and disk backends it is the kind's change sequence; for etcd, the revision.
-#[derive(
-    Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default, Serialize, Deserialize,
-)]
-#[serde(transparent)]
-pub struct Bookmark(pub u64);
-
-impl fmt::Display for Bookmark {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
+use crate::{Bookmark, Error, SharedResource};
 
 /// One thing a watcher learns.
 ///
@@ -84,14 +69,14 @@ pub enum Event {
 
 impl Event {
     /// The event's bookmark (`None` for errors).
-    pub fn bookmark(&self) -> Option<Bookmark> {
+    pub fn bookmark(&self) -> Option<&Bookmark> {
         match self {
             Event::Created { bookmark, .. }
             | Event::Updated { bookmark, .. }
             | Event::Destroyed { bookmark, .. }
             | Event::Bootstrapped { bookmark }
             | Event::Resync { bookmark }
-            | Event::Noop { bookmark } => Some(*bookmark),
+            | Event::Noop { bookmark } => Some(bookmark),
             Event::Errored { .. } => None,
         }
     }

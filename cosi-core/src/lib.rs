@@ -18,8 +18,11 @@
 //!   [`validate_label_key`] and [`validate_label_value`] check Kubernetes label syntax.
 //! - [`Registry`] knows the resource types by name and alias; [`dynamic`] writes any resource as
 //!   `{metadata, spec}` YAML or JSON and decodes such documents back into typed resources;
-//!   [`table`] prints resources with their definition's columns.
+//!   [`Columns`] turns a resource into the cells of its definition's print columns, and (with
+//!   the `table` feature) `table` prints resources as a text table.
 
+mod bookmark;
+mod columns;
 mod definition;
 pub mod dynamic;
 mod error;
@@ -34,11 +37,14 @@ mod resource;
 pub mod selector;
 mod state;
 mod state_ext;
+#[cfg(feature = "table")]
 pub mod table;
 
-pub use definition::{PrintColumn, ResourceDefinition, Sensitivity};
+pub use bookmark::Bookmark;
+pub use columns::Columns;
+pub use definition::{PrintColumn, ResourceDefinition, Sensitivity, META_NAMESPACE};
 pub use error::{Error, Result, Source};
-pub use event::{Bookmark, Event, EventSource, Watch};
+pub use event::{Event, EventSource, Watch};
 pub use id_query::IdQuery;
 pub use label_query::{parse_quantity, LabelOp, LabelQueries, LabelQuery, LabelTerm};
 pub use label_syntax::{validate_label_key, validate_label_value, LabelSyntaxError};

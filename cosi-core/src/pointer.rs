@@ -1,40 +1,45 @@
 //! Resource identity: [`Kind`] (namespace and type) and [`Pointer`] (a kind plus an id).
 //!
 //! Namespaces and type names are few and repeated on every resource, so kinds are interned:
-//! every `Kind` naming the same namespace and type is one pointer to one shared pair of names,
-//! and cloning a `Kind` or a `Pointer` only bumps reference counts. Ids are per resource and
-//! are not interned.
+//! every live `Kind` naming the same namespace and type is one pointer to one shared pair of
+//! names, and cloning a `Kind` or a `Pointer` only bumps reference counts. Ids are per resource
+//! and are not interned.
 //!
-//! Because every `Kind` is interned, two kinds are equal exactly when they share their pair:
-//! equality and hashing use its address (a store looks a kind up on every call), while
+//! Because every live `Kind` is interned, two kinds are equal exactly when they share their
+//! pair: equality and hashing use its address (a store looks a kind up on every call), while
 //! ordering compares the names.
+//!
+//! The interner holds kinds weakly: a pair lives as long as some `Kind` refers to it, and the
+//! table sweeps out the dead ones as it grows. So naming kinds never grows memory by itself —
+//! a remote caller naming a million random types leaves nothing behind once those kinds are
+//! dropped — while the kinds a program keeps (in stores, controllers, caches) stay interned.
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
-use std::hash::{Hash, Hasher};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-/// The names of one kind: the single allocation every equal [`Kind`] points to.
+/// The names of one kind: the single allocation every equal live [`Kind`] points to.
 struct KindNames {
-    namespace: Arc<str>,
-    resource_type: Arc<str>,
+    namespace: Box<str>,
+    resource_type: Box<str>,
 }
 
-/// How many kinds each thread remembers in front of the shared tables.
+/// How many kinds each thread remembers in front of the shared table.
 const RECENT_KINDS: usize = 8;
 
 thread_local! {
     /// The kinds this thread built last: a program builds kinds from a handful of names over
-    /// and over, and a hit here skips the shared locks (and their cache-line traffic) and the
-    /// hashing.
+    /// and over, and a hit here skips the shared lock (and its cache-line traffic) and the
+    /// hashing. Holding them strongly keeps at most this many kinds alive per thread.
     static RECENT: RefCell<Vec<Arc<KindNames>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Returns the shared pair for these names, allocating it the first time it is seen.
 fn intern_kind(namespace: &str, resource_type: &str) -> Arc<KindNames> {
-    // `try_with` fails only while the thread is being torn down; the shared tables still work.
+    // `try_with` fails only while the thread is being torn down; the shared table still works.
     let recent = RECENT.try_with(|recent| {
         let mut recent = recent.try_borrow_mut().ok()?;
         let known = recent
@@ -43,7 +48,9 @@ fn intern_kind(namespace: &str, resource_type: &str) -> Arc<KindNames> {
         if let Some(known) = known {
             return Some(known.clone());
         }
-        let shared = intern_kind_shared(namespace, resource_type);
+        let shared = INTERNER
+            .get_or_init(Interner::default)
+            .intern(namespace, resource_type);
         if recent.len() == RECENT_KINDS {
             recent.remove(0);
         }
@@ -52,54 +59,107 @@ fn intern_kind(namespace: &str, resource_type: &str) -> Arc<KindNames> {
     });
     match recent {
         Ok(Some(shared)) => shared,
-        _ => intern_kind_shared(namespace, resource_type),
+        _ => INTERNER
+            .get_or_init(Interner::default)
+            .intern(namespace, resource_type),
     }
 }
 
-/// The process-wide table behind [`intern_kind`], keyed by the addresses of the interned names
-/// (names are never dropped from their table, so an address names one string for good).
-fn intern_kind_shared(namespace: &str, resource_type: &str) -> Arc<KindNames> {
-    type Pairs = HashMap<(usize, usize), Arc<KindNames>>;
-    static KINDS: OnceLock<RwLock<Pairs>> = OnceLock::new();
-    let namespace = intern_name(namespace);
-    let resource_type = intern_name(resource_type);
-    let key = (address(&namespace), address(&resource_type));
-    let kinds = KINDS.get_or_init(Default::default);
-    // A poisoned lock only means another thread panicked while inserting; the map is still valid.
-    if let Some(found) = kinds.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return found.clone();
+static INTERNER: OnceLock<Interner> = OnceLock::new();
+
+/// The process-wide table of live kinds: by a hash of the names, the kinds (weakly) with that
+/// hash. Dead entries are swept when the table has doubled since the last sweep, so it holds at
+/// most about twice the live kinds (amortized O(1) per new kind).
+#[derive(Default)]
+struct Interner {
+    table: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    kinds: HashMap<u64, Vec<Weak<KindNames>>>,
+    /// Entries (live or dead) in `kinds`.
+    entries: usize,
+    /// `entries` right after the last sweep.
+    swept_at: usize,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl Interner {
+    fn intern(&self, namespace: &str, resource_type: &str) -> Arc<KindNames> {
+        // A poisoned lock only means another thread panicked while interning; the table is
+        // still a valid cache of weak references.
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let hash = {
+            let mut hasher = table.hasher.build_hasher();
+            namespace.hash(&mut hasher);
+            resource_type.hash(&mut hasher);
+            hasher.finish()
+        };
+        // Strong references taken while looking are dropped after the lock is released: a drop
+        // never runs code that needs the table, but keeping them is also what returns the match.
+        let mut found = None;
+        if let Some(bucket) = table.kinds.get(&hash) {
+            for weak in bucket {
+                if let Some(names) = weak.upgrade() {
+                    if *names.namespace == *namespace && *names.resource_type == *resource_type {
+                        found = Some(names);
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(names) = found {
+            return names;
+        }
+        let names = Arc::new(KindNames {
+            namespace: namespace.into(),
+            resource_type: resource_type.into(),
+        });
+        table
+            .kinds
+            .entry(hash)
+            .or_default()
+            .push(Arc::downgrade(&names));
+        table.entries += 1;
+        if table.entries >= 2 * table.swept_at.max(64) {
+            table.sweep();
+        }
+        names
     }
-    kinds
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .entry(key)
-        .or_insert_with(|| {
-            Arc::new(KindNames {
-                namespace,
-                resource_type,
-            })
-        })
-        .clone()
+
+    /// Live interned kinds (for tests of the bound).
+    #[cfg(test)]
+    fn live(&self) -> usize {
+        let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        table
+            .kinds
+            .values()
+            .flatten()
+            .filter(|w| w.strong_count() > 0)
+            .count()
+    }
+
+    #[cfg(test)]
+    fn entries(&self) -> usize {
+        self.table.lock().unwrap_or_else(|e| e.into_inner()).entries
+    }
+}
+
+impl Table {
+    fn sweep(&mut self) {
+        self.kinds.retain(|_, bucket| {
+            bucket.retain(|weak| weak.strong_count() > 0);
+            !bucket.is_empty()
+        });
+        self.kinds.shrink_to_fit();
+        self.entries = self.kinds.values().map(Vec::len).sum();
+        self.swept_at = self.entries;
+    }
 }
 
 fn address<T: ?Sized>(shared: &Arc<T>) -> usize {
     Arc::as_ptr(shared).cast::<u8>() as usize
-}
-
-/// Returns the shared copy of `name`, allocating it the first time it is seen.
-fn intern_name(name: &str) -> Arc<str> {
-    static NAMES: OnceLock<RwLock<HashSet<Arc<str>>>> = OnceLock::new();
-    let names = NAMES.get_or_init(Default::default);
-    if let Some(found) = names.read().unwrap_or_else(|e| e.into_inner()).get(name) {
-        return found.clone();
-    }
-    let mut names = names.write().unwrap_or_else(|e| e.into_inner());
-    if let Some(found) = names.get(name) {
-        return found.clone();
-    }
-    let shared: Arc<str> = Arc::from(name);
-    names.insert(shared.clone());
-    shared
 }
 
 /// A namespace and a resource type: the unit of listing and watching.
@@ -112,8 +172,8 @@ fn intern_name(name: &str) -> Arc<str> {
 /// ```
 #[derive(Clone)]
 pub struct Kind {
-    // Invariant: it comes from `intern_kind` (the only constructor is `Kind::new`), so kinds
-    // with equal names share this allocation. `PartialEq` and `Hash` rely on it.
+    // Invariant: it comes from `intern_kind` (the only constructor is `Kind::new`), so live
+    // kinds with equal names share this allocation. `PartialEq` and `Hash` rely on it.
     names: Arc<KindNames>,
 }
 
@@ -127,8 +187,9 @@ impl Eq for Kind {}
 
 impl Hash for Kind {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        // Equal kinds share their allocation (see the field invariant), so the address is a
-        // hash consistent with `eq`, without reading the names.
+        // Equal live kinds share their allocation (see the field invariant), so the address is
+        // a hash consistent with `eq`, without reading the names. (A map keyed by kinds keeps
+        // them alive, so an address never changes under it.)
         state.write_usize(address(&self.names));
     }
 }
@@ -250,13 +311,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kinds_with_equal_names_share_one_allocation_and_names_are_shared() {
+    fn kinds_with_equal_names_share_one_allocation() {
         let a = Kind::new("ns", "T.x.dev");
         let b = Kind::new("ns", "T.x.dev");
         assert!(Arc::ptr_eq(&a.names, &b.names));
-        let c = Kind::new("ns", "U.x.dev");
-        assert!(Arc::ptr_eq(&a.names.namespace, &c.names.namespace));
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn a_kind_interned_again_after_it_died_equals_its_new_copies() {
+        let name = "Ephemerals.x.dev";
+        drop(Kind::new("ns", name));
+        // Flush this thread's cache so the next lookups go to the table.
+        for i in 0..RECENT_KINDS {
+            drop(Kind::new("ns", &format!("Filler{i}.x.dev")));
+        }
+        let again = Kind::new("ns", name);
+        assert_eq!(again, Kind::new("ns", name));
+    }
+
+    #[test]
+    fn naming_a_million_kinds_leaves_only_the_live_ones_interned() {
+        let keep = Kind::new("ns", "Kept.x.dev");
+        for i in 0..1_000_000 {
+            drop(Kind::new("ns", &format!("Random{i}.x.dev")));
+        }
+        let interner = INTERNER.get().expect("used above");
+        // The kept kind, this thread's recent cache, other tests' kinds: far from a million.
+        assert!(interner.live() < 1000, "{} live", interner.live());
+        assert!(
+            interner.entries() < 10_000,
+            "{} entries",
+            interner.entries()
+        );
+        assert_eq!(keep, Kind::new("ns", "Kept.x.dev"));
     }
 
     #[test]

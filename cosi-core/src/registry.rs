@@ -10,7 +10,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::{Error, Metadata, Resource, ResourceDefinition, ResourceSpec, Result, SharedResource};
+use crate::{
+    Error, ListOptions, Metadata, Resource, ResourceDefinition, ResourceSpec, Result,
+    SharedResource, State, StateExt, UpdateOptions,
+};
+
+/// The owner of the definitions [`Registry::publish`] writes.
+pub const PUBLISHER: &str = "cosi.registry";
 
 /// Builds a typed resource from metadata and a spec in dynamic form.
 type SpecDecoder = fn(Metadata, serde_json::Value) -> Result<SharedResource>;
@@ -72,6 +78,26 @@ impl Registry {
         Self::default()
     }
 
+    /// Registers `S` (builder form of [`Registry::register`]).
+    ///
+    /// ```
+    /// use cosi_core::{Registry, ResourceSpec};
+    /// # use serde::{Deserialize, Serialize};
+    /// # #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+    /// # struct Hostname(String);
+    /// # impl ResourceSpec for Hostname {
+    /// #     const TYPE: &'static str = "Hostnames.net.cosi.dev";
+    /// #     const DEFAULT_NAMESPACE: &'static str = "network";
+    /// # }
+    /// let registry = Registry::new().with::<Hostname>()?;
+    /// assert!(registry.contains("Hostnames.net.cosi.dev"));
+    /// # Ok::<(), cosi_core::Error>(())
+    /// ```
+    pub fn with<S: ResourceSpec>(mut self) -> Result<Self> {
+        self.register::<S>()?;
+        Ok(self)
+    }
+
     /// Registers `S`: its [`definition`](ResourceSpec::definition) and how to decode its spec.
     ///
     /// Fails, registering nothing, when the type is already registered (compared
@@ -127,7 +153,7 @@ impl Registry {
             check_name(alias).map_err(|m| invalid(&format!("aliases[{i}]"), m))?;
         }
         for (i, column) in definition.print_columns.iter().enumerate() {
-            crate::table::check_path(&column.path)
+            crate::columns::check_path(&column.path)
                 .map_err(|m| invalid(&format!("printColumns[{i}].path"), m))?;
         }
 
@@ -163,6 +189,36 @@ impl Registry {
         self.full_names.insert(full_lower, full.clone());
         self.entries.insert(full, Entry { definition, decode });
         Ok(())
+    }
+
+    /// Whether a type is registered under exactly this full type name.
+    ///
+    /// ```
+    /// assert!(!cosi_core::Registry::new().contains("Hostnames.net.cosi.dev"));
+    /// ```
+    pub fn contains(&self, resource_type: &str) -> bool {
+        self.entries.contains_key(resource_type)
+    }
+
+    /// The definition of a type named by outside input (a remote caller, a file), by its exact
+    /// full name: the check to make before anything is built or kept for that name.
+    ///
+    /// ```
+    /// let err = cosi_core::Registry::new().require("Nopes.test.cosi.dev").unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "Nopes.test.cosi.dev: invalid type: not a registered resource type (list the \
+    ///      registered ones with `get rd`)"
+    /// );
+    /// ```
+    pub fn require(&self, resource_type: &str) -> Result<&ResourceDefinition> {
+        self.get(resource_type).ok_or_else(|| {
+            Error::invalid(
+                resource_type,
+                "type",
+                "not a registered resource type (list the registered ones with `get rd`)",
+            )
+        })
     }
 
     /// The definition registered under exactly this full type name.
@@ -300,6 +356,74 @@ impl Registry {
                 format!("type {:?} is not registered", metadata.resource_type()),
             )),
         }
+    }
+}
+
+// Here rather than with the definition: resources depend on definitions, not the reverse.
+impl ResourceSpec for ResourceDefinition {
+    const TYPE: &'static str = "ResourceDefinitions.meta.cosi.dev";
+    const DEFAULT_NAMESPACE: &'static str = crate::META_NAMESPACE;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, Self::DEFAULT_NAMESPACE)
+            .with_aliases(["rd", "rds"])
+            .with_print_column("Aliases", ".aliases")
+            .with_print_column("Namespace", ".defaultNamespace")
+    }
+}
+
+impl Registry {
+    /// Publishes every registered definition, and the definition of definitions itself, as a
+    /// [`ResourceDefinition`] resource in the `meta` namespace (id = the type name, owner
+    /// [`PUBLISHER`]), so clients can discover the types and aliases with `get rd`. Definitions
+    /// it published earlier for types no longer registered are destroyed. Writes nothing for a
+    /// definition that is already current.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// use cosi_core::{ListOptions, Registry, ResourceDefinition, ResourceSpec, State};
+    /// # let state = cosi_state::MemoryState::default();
+    /// let registry = Registry::new();
+    /// registry.publish(&state).await.unwrap();
+    /// let published = state.list(&ResourceDefinition::kind(), &ListOptions::default()).await.unwrap();
+    /// assert_eq!(published[0].metadata().id(), "ResourceDefinitions.meta.cosi.dev");
+    /// # });
+    /// ```
+    pub async fn publish(&self, state: &dyn State) -> Result<()> {
+        let own = ResourceDefinition::definition();
+        let definitions = self
+            .definitions()
+            .filter(|d| d.resource_type != own.resource_type)
+            .chain(std::iter::once(&own));
+        let options = UpdateOptions::owned_by(Some(PUBLISHER));
+        for definition in definitions {
+            let template = Resource::new(definition.resource_type.as_str(), definition.clone());
+            state
+                .modify(template, options.clone(), |r| {
+                    r.spec = definition.clone();
+                    Ok(())
+                })
+                .await?;
+        }
+        for stale in state
+            .list(&ResourceDefinition::kind(), &ListOptions::default())
+            .await?
+        {
+            let metadata = stale.metadata();
+            let id = metadata.id();
+            if metadata.owner() == Some(PUBLISHER) && id != own.resource_type && !self.contains(id)
+            {
+                state
+                    .destroy(
+                        metadata.pointer(),
+                        crate::DestroyOptions {
+                            owner: Some(PUBLISHER.to_string()),
+                        },
+                    )
+                    .await?;
+            }
+        }
+        Ok(())
     }
 }
 

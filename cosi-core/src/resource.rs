@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::{Error, Kind, Metadata, Pointer, ResourceDefinition, Result};
+use crate::{Error, Kind, Metadata, ResourceDefinition, Result};
 
 /// A spec type with its static definition. Implement it for every resource type.
 ///
@@ -196,7 +196,21 @@ pub fn make_mut(resource: &mut SharedResource) -> &mut dyn AnyResource {
     Arc::get_mut(resource).expect("a freshly allocated Arc is unique")
 }
 
-fn mismatch<S: ResourceSpec>(pointer: &Pointer) -> Error {
+fn mismatch<S: ResourceSpec>(resource: &dyn AnyResource) -> Error {
+    let pointer = resource.metadata().pointer();
+    if resource.as_any().is::<DynamicResource>() && pointer.resource_type() == S::TYPE {
+        // A store that keeps data (disk, etcd, a remote one) could not decode it as `S`.
+        return Error::invalid(
+            pointer.to_string(),
+            "spec",
+            format!(
+                "loaded as a dynamic resource: register {} in the Registry the store was \
+                 opened with (or check that its stored spec still decodes as {})",
+                S::TYPE,
+                std::any::type_name::<S>()
+            ),
+        );
+    }
     Error::invalid(
         pointer.to_string(),
         "spec",
@@ -227,14 +241,17 @@ pub fn downcast_ref<S: ResourceSpec>(resource: &dyn AnyResource) -> Result<&Reso
     resource
         .as_any()
         .downcast_ref::<Resource<S>>()
-        .ok_or_else(|| mismatch::<S>(resource.metadata().pointer()))
+        .ok_or_else(|| mismatch::<S>(resource))
 }
 
 /// Checked downcast of a shared resource without copying it.
 pub fn downcast<S: ResourceSpec>(resource: SharedResource) -> Result<Arc<Resource<S>>> {
-    let pointer = resource.metadata().pointer().clone();
-    resource
+    if !resource.as_any().is::<Resource<S>>() {
+        return Err(mismatch::<S>(&*resource));
+    }
+    // Invariant: the value is a `Resource<S>` (checked above), so the downcast succeeds.
+    Ok(resource
         .into_any_arc()
         .downcast::<Resource<S>>()
-        .map_err(|_| mismatch::<S>(&pointer))
+        .unwrap_or_else(|_| unreachable!("checked to be a Resource<S>")))
 }

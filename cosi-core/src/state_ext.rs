@@ -93,7 +93,7 @@ pub trait StateExt: State {
             }
             match self.update(next.into_shared(), options.clone()).await {
                 Ok(updated) => return downcast::<S>(updated),
-                Err(e) if e.is_version_conflict() => tokio::task::yield_now().await,
+                Err(e) if e.is_version_conflict() => yield_now().await,
                 Err(e) => return Err(e),
             }
         }
@@ -117,7 +117,7 @@ pub trait StateExt: State {
             change(&mut next)?;
             match self.update(next.into_shared(), options.clone()).await {
                 Ok(updated) => return downcast::<S>(updated),
-                Err(e) if e.is_version_conflict() => tokio::task::yield_now().await,
+                Err(e) if e.is_version_conflict() => yield_now().await,
                 Err(e) => return Err(e),
             }
         }
@@ -139,7 +139,7 @@ pub trait StateExt: State {
             match self.update(next, UpdateOptions::owned_by(owner)).await {
                 Ok(updated) => return Ok(updated.metadata().finalizers().is_empty()),
                 Err(e) if e.is_version_conflict() || matches!(e, Error::PhaseConflict { .. }) => {
-                    tokio::task::yield_now().await
+                    yield_now().await
                 }
                 Err(e) => return Err(e),
             }
@@ -264,8 +264,23 @@ async fn change_finalizers<T: State + ?Sized>(
         };
         match state.update(next, options).await {
             Ok(updated) => return Ok(updated),
-            Err(e) if e.is_version_conflict() => tokio::task::yield_now().await,
+            Err(e) if e.is_version_conflict() => yield_now().await,
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Lets other tasks run before a retry, on any async runtime: the first poll wakes itself and
+/// returns pending, so the executor schedules its other ready tasks first (the writer that won
+/// the conflict gets to finish its turn).
+fn yield_now() -> impl std::future::Future<Output = ()> {
+    let mut yielded = false;
+    std::future::poll_fn(move |cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
 }

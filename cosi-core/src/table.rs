@@ -1,96 +1,13 @@
 //! Table output: resources of one definition as plain text columns, `NAMESPACE TYPE ID VERSION`
-//! followed by the definition's print columns.
+//! followed by the definition's print columns (cells as [`Columns`](crate::Columns) makes them).
 //!
-//! A print column is a path into the spec in dynamic form: `.` is the whole spec, `.a.b` the field
-//! `b` of the field `a`, `.list[0].c` the field `c` of the first item of `list`; a field name is
-//! everything up to the next `.` or `[`. A path that leads nowhere renders as an empty cell; strings
-//! render as they are, numbers and booleans in their JSON form, lists and maps as compact JSON.
-//! Control characters (a newline in a string) are escaped so every resource stays on one line.
 //! The output has no colours and no borders, columns are separated by three spaces, lines carry
-//! no trailing whitespace and end with `\n`: it is stable enough to compare in tests.
+//! no trailing whitespace and end with `\n`: it is stable enough to compare in tests. Behind the
+//! `table` feature, so the model crate needs no table renderer unless a tool asks for one.
 
 use comfy_table::{presets, CellAlignment, ContentArrangement, Table};
 
-use crate::{AnyResource, Error, ResourceDefinition, Result};
-
-/// One step of a print column path.
-#[derive(Debug, PartialEq)]
-enum Step<'p> {
-    Field(&'p str),
-    Index(usize),
-}
-
-/// Parses a print column path; the message says what is wrong.
-fn parse_path(path: &str) -> std::result::Result<Vec<Step<'_>>, String> {
-    let Some(mut rest) = path.strip_prefix('.') else {
-        return Err(format!("path {path:?} must start with '.'"));
-    };
-    let mut steps = Vec::new();
-    // `.` alone is the whole spec; otherwise the leading dot introduces the first field or index.
-    let mut expect_field = !rest.is_empty() && !rest.starts_with('[');
-    while !rest.is_empty() || expect_field {
-        if expect_field {
-            let end = rest.find(['.', '[']).unwrap_or(rest.len());
-            if end == 0 {
-                return Err(format!("path {path:?} has an empty field name"));
-            }
-            steps.push(Step::Field(&rest[..end]));
-            rest = &rest[end..];
-            expect_field = false;
-        } else if let Some(after) = rest.strip_prefix('.') {
-            rest = after;
-            expect_field = true;
-        } else if let Some(after) = rest.strip_prefix('[') {
-            let Some(close) = after.find(']') else {
-                return Err(format!("path {path:?} has a '[' without ']'"));
-            };
-            let index = after[..close].parse::<usize>().map_err(|_| {
-                format!(
-                    "path {path:?} has index {:?}, expected a non-negative integer",
-                    &after[..close]
-                )
-            })?;
-            steps.push(Step::Index(index));
-            rest = &after[close + 1..];
-        } else {
-            // Unreachable in practice: a field always ends at '.', '[' or the end.
-            return Err(format!("path {path:?} is malformed at {rest:?}"));
-        }
-    }
-    Ok(steps)
-}
-
-/// Checks that a print column path parses; the message says what is wrong.
-pub(crate) fn check_path(path: &str) -> std::result::Result<(), String> {
-    parse_path(path).map(drop)
-}
-
-fn lookup<'v>(value: &'v serde_json::Value, steps: &[Step<'_>]) -> Option<&'v serde_json::Value> {
-    steps.iter().try_fold(value, |value, step| match step {
-        Step::Field(name) => value.get(name),
-        Step::Index(index) => value.get(index),
-    })
-}
-
-fn cell(value: Option<&serde_json::Value>) -> String {
-    let text = match value {
-        None | Some(serde_json::Value::Null) => return String::new(),
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-    };
-    if !text.chars().any(char::is_control) {
-        return text;
-    }
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
+use crate::{AnyResource, Columns, ResourceDefinition, Result};
 
 /// Renders `resources`, which must all be of `definition`'s type, as a text table.
 ///
@@ -128,62 +45,18 @@ where
     I: IntoIterator,
     I::Item: AsRef<dyn AnyResource>,
 {
-    let columns = definition
-        .print_columns
-        .iter()
-        .enumerate()
-        .map(|(i, column)| {
-            parse_path(&column.path).map_err(|message| {
-                Error::invalid(
-                    definition.resource_type.as_str(),
-                    format!("printColumns[{i}].path"),
-                    message,
-                )
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let columns = Columns::new(definition)?;
 
     let mut table = Table::new();
     table
         .load_preset(presets::NOTHING)
         .set_content_arrangement(ContentArrangement::Disabled);
-    let mut header = vec![
-        "NAMESPACE".to_string(),
-        "TYPE".to_string(),
-        "ID".to_string(),
-        "VERSION".to_string(),
-    ];
-    header.extend(definition.print_columns.iter().map(|c| c.name.clone()));
+    let header = columns.header();
     let width = header.len();
     table.set_header(header);
 
     for resource in resources {
-        let resource = resource.as_ref();
-        let metadata = resource.metadata();
-        if metadata.resource_type() != definition.resource_type {
-            return Err(Error::invalid(
-                metadata.pointer().to_string(),
-                "metadata.type",
-                format!(
-                    "a table of {} cannot show a {}",
-                    definition.resource_type,
-                    metadata.resource_type()
-                ),
-            ));
-        }
-        let spec = if columns.is_empty() {
-            serde_json::Value::Null
-        } else {
-            resource.spec_value()?
-        };
-        let mut row = vec![
-            cell(Some(&metadata.namespace().into())),
-            definition.display_type().to_string(),
-            cell(Some(&metadata.id().into())),
-            metadata.version().to_string(),
-        ];
-        row.extend(columns.iter().map(|steps| cell(lookup(&spec, steps))));
-        table.add_row(row);
+        table.add_row(columns.row(resource.as_ref())?);
     }
     for i in 0..width {
         if let Some(column) = table.column_mut(i) {
@@ -198,59 +71,4 @@ where
         text.push('\n');
     }
     Ok(text)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn paths_parse_into_fields_and_indexes() {
-        assert_eq!(parse_path(".").unwrap(), vec![]);
-        assert_eq!(
-            parse_path(".list[0].c").unwrap(),
-            vec![Step::Field("list"), Step::Index(0), Step::Field("c")]
-        );
-        assert_eq!(
-            parse_path(".[2][3]").unwrap(),
-            vec![Step::Index(2), Step::Index(3)]
-        );
-    }
-
-    #[test]
-    fn malformed_paths_are_rejected_with_the_reason() {
-        assert_eq!(
-            parse_path("a").unwrap_err(),
-            "path \"a\" must start with '.'"
-        );
-        assert_eq!(
-            parse_path(".a..b").unwrap_err(),
-            "path \".a..b\" has an empty field name"
-        );
-        assert_eq!(
-            parse_path(".a.").unwrap_err(),
-            "path \".a.\" has an empty field name"
-        );
-        assert_eq!(
-            parse_path(".a[x]").unwrap_err(),
-            "path \".a[x]\" has index \"x\", expected a non-negative integer"
-        );
-        assert_eq!(
-            parse_path(".a[1").unwrap_err(),
-            "path \".a[1\" has a '[' without ']'"
-        );
-    }
-
-    #[test]
-    fn missing_values_render_empty_and_structures_as_json() {
-        let spec = json!({"a": {"b": [1, {"c": "x\ny"}]}, "n": null});
-        let at = |p: &str| cell(lookup(&spec, &parse_path(p).unwrap()));
-        assert_eq!(at(".a.b[1].c"), "x\\ny");
-        assert_eq!(at(".a.b[0]"), "1");
-        assert_eq!(at(".a.b[5]"), "");
-        assert_eq!(at(".n"), "");
-        assert_eq!(at(".a.missing.deeper"), "");
-        assert_eq!(at(".a.b"), r#"[1,{"c":"x\ny"}]"#);
-    }
 }

@@ -20,8 +20,9 @@ use std::time::Duration;
 use cosi_core::{
     downcast, Event, Resource, ResourceSpec, State, StateExt, UpdateOptions, WatchKindOptions,
 };
-use cosi_state::etcd::{EtcdOptions, EtcdServer, EtcdState};
+use cosi_state::etcd::{EtcdOptions, EtcdState};
 use cosi_state::MemoryState;
+use cosi_test_support::etcd::EtcdServer;
 use serde::{Deserialize, Serialize};
 
 /// What a node says about itself to the cluster (shared, in etcd).
@@ -66,8 +67,9 @@ async fn run_node(
     endpoint: &str,
     expected: &BTreeSet<String>,
 ) -> cosi_core::Result<()> {
-    let shared = EtcdState::connect(EtcdOptions::new([endpoint]).with_prefix(PREFIX)).await?;
-    shared.register::<Affiliate>();
+    let registry = std::sync::Arc::new(cosi_core::Registry::new().with::<Affiliate>()?);
+    let shared =
+        EtcdState::connect(EtcdOptions::new([endpoint]).with_prefix(PREFIX), registry).await?;
     let local = MemoryState::default();
 
     // Publish (or refresh) this node's affiliate.

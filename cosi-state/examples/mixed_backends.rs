@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cosi_core::{CreateOptions, Kind, ListOptions, Resource, ResourceSpec, State, StateExt};
-use cosi_state::{DiskOptions, DiskState, KnownTypes, MemoryState, NamespaceRouter};
+use cosi_state::{DiskOptions, DiskState, MemoryState, NamespaceRouter};
 use serde::{Deserialize, Serialize};
 
 /// Durable configuration: survives restarts.
@@ -33,7 +33,7 @@ impl ResourceSpec for ServiceStatus {
 
 /// Builds the node's state: `config` on disk at `path`, `runtime` in memory.
 async fn node_state(path: &Path) -> cosi_core::Result<(Arc<DiskState>, NamespaceRouter)> {
-    let types = KnownTypes::new().with::<Hostname>();
+    let types = std::sync::Arc::new(cosi_core::Registry::new().with::<Hostname>().unwrap());
     let disk = Arc::new(DiskState::open(path, DiskOptions::default(), types).await?);
     let memory: Arc<dyn State> = Arc::new(MemoryState::default());
     let config: Arc<dyn State> = disk.clone();

@@ -5,9 +5,10 @@
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod decode;
 mod disk;
-mod known_types;
 mod memory;
+mod origin;
 mod record;
 mod router;
 
@@ -17,6 +18,5 @@ pub mod etcd;
 pub use disk::{DiskDurability, DiskOptions, DiskState};
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdOptions, EtcdState};
-pub use known_types::KnownTypes;
 pub use memory::{MemoryOptions, MemoryState};
 pub use router::NamespaceRouter;

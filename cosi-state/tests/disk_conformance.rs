@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cosi_state::conformance::{Subject, HISTORY_WINDOW, MIN_DESTROY_MARKERS};
-use cosi_state::{DiskOptions, DiskState, KnownTypes, MemoryOptions};
+use cosi_state::{DiskOptions, DiskState, MemoryOptions};
 
 async fn disk() -> Subject {
     disk_with(DiskOptions::default()).await
@@ -28,9 +28,13 @@ async fn disk_with(options: DiskOptions) -> Subject {
         },
         ..options
     };
-    let state = DiskState::open(dir.path().join("store.redb"), options, KnownTypes::new())
-        .await
-        .expect("open a fresh store");
+    let state = DiskState::open(
+        dir.path().join("store.redb"),
+        options,
+        std::sync::Arc::new(cosi_core::Registry::new()),
+    )
+    .await
+    .expect("open a fresh store");
     Subject::new(Arc::new(state)).with_guard(dir)
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use cosi_core::{
     CreateOptions, Error, ListOptions, Resource, ResourceSpec, State, StateExt, UpdateOptions,
 };
-use cosi_state::{DiskOptions, DiskState, KnownTypes};
+use cosi_state::{DiskOptions, DiskState};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
@@ -23,8 +23,8 @@ impl ResourceSpec for Blob {
     const DEFAULT_NAMESPACE: &'static str = "test";
 }
 
-fn types() -> KnownTypes {
-    KnownTypes::new().with::<Blob>()
+fn types() -> std::sync::Arc<cosi_core::Registry> {
+    std::sync::Arc::new(cosi_core::Registry::new().with::<Blob>().unwrap())
 }
 
 async fn open(path: &Path) -> Result<DiskState, Error> {

@@ -1,21 +1,33 @@
 //! A disk store in a test with a paused tokio clock: while a write waits for its durable
 //! commit, the runtime must not auto-advance the clock, or every timeout guard around the write
-//! would fire at once although nothing took long. The same holds for closing the store.
+//! would fire at once although nothing took long. The same holds for closing the store. Both
+//! hold with `DiskOptions::paused_clock`, which such tests set.
 
 mod disk_common;
 
 use std::time::Duration;
 
 use cosi_core::{CreateOptions, Resource, State};
-use cosi_state::{DiskOptions, DiskState, KnownTypes};
+use cosi_state::{DiskOptions, DiskState};
 use disk_common::{temp_store, Widget};
+
+fn paused_clock() -> DiskOptions {
+    DiskOptions {
+        paused_clock: true,
+        ..DiskOptions::default()
+    }
+}
 
 #[tokio::test(start_paused = true)]
 async fn the_paused_clock_does_not_advance_while_a_write_is_committed() {
     let (_dir, path) = temp_store();
-    let state = DiskState::open(&path, DiskOptions::default(), KnownTypes::new())
-        .await
-        .unwrap();
+    let state = DiskState::open(
+        &path,
+        paused_clock(),
+        std::sync::Arc::new(cosi_core::Registry::new()),
+    )
+    .await
+    .unwrap();
     let start = tokio::time::Instant::now();
 
     for i in 0..20 {
@@ -35,9 +47,13 @@ async fn the_paused_clock_does_not_advance_while_a_write_is_committed() {
 #[tokio::test(start_paused = true)]
 async fn the_paused_clock_does_not_advance_while_the_store_closes() {
     let (_dir, path) = temp_store();
-    let state = DiskState::open(&path, DiskOptions::default(), KnownTypes::new())
-        .await
-        .unwrap();
+    let state = DiskState::open(
+        &path,
+        paused_clock(),
+        std::sync::Arc::new(cosi_core::Registry::new()),
+    )
+    .await
+    .unwrap();
     let widget = Resource::new("w", Widget { size: 1 }).into_shared();
     state
         .create(widget, CreateOptions::default())

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cosi_core::{
-    downcast_ref, AnyResource, Bookmark, CreateOptions, DynamicResource, Event, Kind, ListOptions,
-    Resource, ResourceSpec, State, StateExt, UpdateOptions, Version, Watch, WatchKindOptions,
+    downcast_ref, AnyResource, CreateOptions, DynamicResource, Event, Kind, ListOptions, Resource,
+    ResourceSpec, State, StateExt, UpdateOptions, Version, Watch, WatchKindOptions,
 };
-use cosi_state::{DiskOptions, DiskState, KnownTypes};
+use cosi_state::{DiskOptions, DiskState};
 use disk_common::{temp_store, Widget};
 use serde::{Deserialize, Serialize};
 
@@ -40,7 +40,11 @@ impl ResourceSpec for WidgetV2 {
     const DEFAULT_NAMESPACE: &'static str = "test";
 }
 
-async fn open(path: &Path, options: DiskOptions, types: KnownTypes) -> DiskState {
+async fn open(
+    path: &Path,
+    options: DiskOptions,
+    types: std::sync::Arc<cosi_core::Registry>,
+) -> DiskState {
     DiskState::open(path, options, types)
         .await
         .expect("open the store")
@@ -61,7 +65,7 @@ async fn open_knowing_widgets(path: &Path) -> DiskState {
     open(
         path,
         DiskOptions::default(),
-        KnownTypes::new().with::<Widget>(),
+        std::sync::Arc::new(cosi_core::Registry::new().with::<Widget>().unwrap()),
     )
     .await
 }
@@ -101,7 +105,10 @@ async fn next(watch: &mut Watch) -> Event {
 }
 
 fn summary(event: &Event) -> (String, Option<String>, Option<u64>, u64) {
-    let bookmark = event.bookmark().map_or(0, |b| b.0);
+    // A disk bookmark displays as its sequence number.
+    let bookmark = event
+        .bookmark()
+        .map_or(0, |b| b.to_string().parse().expect("a sequence number"));
     let resource = event.resource();
     (
         event.type_name().to_string(),
@@ -123,7 +130,7 @@ fn ev(
 #[tokio::test]
 async fn resources_survive_a_restart_typed_when_their_type_is_registered() {
     let (_dir, path) = temp_store();
-    let types = KnownTypes::new().with::<Widget>();
+    let types = std::sync::Arc::new(cosi_core::Registry::new().with::<Widget>().unwrap());
     let state = open(&path, DiskOptions::default(), types.clone()).await;
     let stored = create(&state, "w", Widget { size: 3 }).await;
     let mut next_value = (*downcast_ref::<Widget>(&*stored).unwrap()).clone();
@@ -150,19 +157,29 @@ async fn resources_survive_a_restart_typed_when_their_type_is_registered() {
 #[tokio::test]
 async fn a_watch_resumes_after_a_bookmark_taken_before_a_restart() {
     let (_dir, path) = temp_store();
-    let state = open(&path, DiskOptions::default(), KnownTypes::new()).await;
+    let state = open(
+        &path,
+        DiskOptions::default(),
+        std::sync::Arc::new(cosi_core::Registry::new()),
+    )
+    .await;
     let a = create(&state, "a", Widget { size: 1 }).await;
     let mut watch = watch_widgets(&state, WatchKindOptions::default()).await;
     create(&state, "b", Widget { size: 2 }).await;
     let seen = next(&mut watch).await;
     assert_eq!(summary(&seen), ev("created", "b", 1, 2));
-    let bookmark = seen.bookmark().unwrap();
+    let bookmark = seen.bookmark().unwrap().clone();
     state.update(a, UpdateOptions::default()).await.unwrap();
     destroy_widget(&state, "b").await;
     drop(watch);
     state.close().await;
 
-    let state = open(&path, DiskOptions::default(), KnownTypes::new()).await;
+    let state = open(
+        &path,
+        DiskOptions::default(),
+        std::sync::Arc::new(cosi_core::Registry::new()),
+    )
+    .await;
     let options = WatchKindOptions {
         since: Some(bookmark),
         ..WatchKindOptions::default()
@@ -192,34 +209,46 @@ async fn a_bookmark_older_than_the_retained_log_gets_a_resync_after_a_restart() 
         retained_changes: 2,
         ..DiskOptions::default()
     };
-    let state = open(&path, options.clone(), KnownTypes::new()).await;
+    let state = open(
+        &path,
+        options.clone(),
+        std::sync::Arc::new(cosi_core::Registry::new()),
+    )
+    .await;
+    let mut recorder = watch_widgets(&state, WatchKindOptions::default()).await;
     for id in ["a", "b", "c", "d"] {
         create(&state, id, Widget { size: 0 }).await;
     }
     destroy_widget(&state, "a").await;
+    // The bookmarks of the five changes, in order.
+    let mut bookmarks = Vec::new();
+    for _ in 0..5 {
+        bookmarks.push(next(&mut recorder).await.bookmark().unwrap().clone());
+    }
+    drop(recorder);
     state.close().await;
 
-    let state = open(&path, options, KnownTypes::new()).await;
+    let state = open(
+        &path,
+        options,
+        std::sync::Arc::new(cosi_core::Registry::new()),
+    )
+    .await;
     let since = WatchKindOptions {
-        since: Some(Bookmark(1)),
+        since: Some(bookmarks[0].clone()),
         ..WatchKindOptions::default()
     };
     let mut watch = watch_widgets(&state, since).await;
     let first = next(&mut watch).await;
     assert!(
-        matches!(
-            first,
-            Event::Resync {
-                bookmark: Bookmark(5)
-            }
-        ),
+        matches!(&first, Event::Resync { bookmark } if *bookmark == bookmarks[4]),
         "{first:?}"
     );
     let mut contents = Vec::new();
     loop {
         match next(&mut watch).await {
             Event::Bootstrapped { bookmark } => {
-                assert_eq!(bookmark, Bookmark(5));
+                assert_eq!(bookmark, bookmarks[4]);
                 break;
             }
             Event::Created { resource, .. } => contents.push(resource.metadata().id().to_string()),
@@ -230,7 +259,7 @@ async fn a_bookmark_older_than_the_retained_log_gets_a_resync_after_a_restart() 
 
     // Within the retained log the same store resumes exactly.
     let within = WatchKindOptions {
-        since: Some(Bookmark(4)),
+        since: Some(bookmarks[3].clone()),
         ..WatchKindOptions::default()
     };
     let mut watch = watch_widgets(&state, within).await;
@@ -240,7 +269,13 @@ async fn a_bookmark_older_than_the_retained_log_gets_a_resync_after_a_restart() 
 #[tokio::test]
 async fn a_resource_of_an_unregistered_type_is_kept_as_is() {
     let (_dir, path) = temp_store();
-    let both = KnownTypes::new().with::<Widget>().with::<Gadget>();
+    let both = std::sync::Arc::new(
+        cosi_core::Registry::new()
+            .with::<Widget>()
+            .unwrap()
+            .with::<Gadget>()
+            .unwrap(),
+    );
     let state = open(&path, DiskOptions::default(), both.clone()).await;
     let gadget = create(
         &state,
@@ -266,6 +301,16 @@ async fn a_resource_of_an_unregistered_type_is_kept_as_is() {
         .unwrap();
     assert_eq!(dynamic.metadata, *gadget.metadata());
     assert_eq!(dynamic.spec, serde_json::json!({"name": "knob"}));
+    // A typed read says why it is not typed, and what to do.
+    let err = state
+        .get_typed::<Gadget>(&Gadget::kind().pointer("g"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("loaded as a dynamic resource: register Gadgets.test.cosi.dev"),
+        "{err}"
+    );
     create(&state, "w2", Widget { size: 2 }).await;
     state.close().await;
 
@@ -290,7 +335,7 @@ async fn a_spec_field_added_later_decodes_from_old_records_with_its_default() {
     let state = open(
         &path,
         DiskOptions::default(),
-        KnownTypes::new().with::<WidgetV2>(),
+        std::sync::Arc::new(cosi_core::Registry::new().with::<WidgetV2>().unwrap()),
     )
     .await;
     let upgraded = state
@@ -334,7 +379,7 @@ async fn a_dynamic_write_of_a_registered_type_is_stored_typed() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, cosi_core::Error::InvalidArgument { field, .. } if field == "spec"),
+        matches!(&err, cosi_core::Error::InvalidArgument { field, .. } if field == "spec.size"),
         "{err}"
     );
     assert!(state
@@ -351,7 +396,12 @@ async fn the_durable_change_log_keeps_only_the_retained_changes_per_kind() {
         retained_changes: 3,
         ..DiskOptions::default()
     };
-    let state = open(&path, options, KnownTypes::new()).await;
+    let state = open(
+        &path,
+        options,
+        std::sync::Arc::new(cosi_core::Registry::new()),
+    )
+    .await;
     create_widgets(&state, 10).await;
     create(
         &state,
@@ -398,11 +448,21 @@ async fn writes_with_eventual_durability_are_in_the_file_after_a_clean_close() {
         durability: cosi_state::DiskDurability::Eventual,
         ..DiskOptions::default()
     };
-    let state = open(&path, relaxed, KnownTypes::new()).await;
+    let state = open(
+        &path,
+        relaxed,
+        std::sync::Arc::new(cosi_core::Registry::new()),
+    )
+    .await;
     create_widgets(&state, 5).await;
     state.close().await;
 
-    let state = open(&path, DiskOptions::default(), KnownTypes::new()).await;
+    let state = open(
+        &path,
+        DiskOptions::default(),
+        std::sync::Arc::new(cosi_core::Registry::new()),
+    )
+    .await;
     let kind = Widget::kind();
     assert_eq!(count(&state, &kind).await, 5);
 }
@@ -414,7 +474,7 @@ async fn watches_end_when_the_store_is_dropped() {
     let state = open(
         &dir.path().join("s.redb"),
         DiskOptions::default(),
-        KnownTypes::new(),
+        std::sync::Arc::new(cosi_core::Registry::new()),
     )
     .await;
     let mut watch = watch_widgets(&state, WatchKindOptions::default()).await;

@@ -13,9 +13,11 @@ async fn etcd() -> Subject {
     let options = etcd_common::options("conformance")
         .with_history_window(HISTORY_WINDOW)
         .with_watch_buffer(1);
-    let state = etcd_common::connect(options).await;
-    state.register::<Widget>();
-    state.register::<Gadget>();
+    let registry = cosi_core::Registry::new()
+        .with::<Widget>()
+        .and_then(|r| r.with::<Gadget>())
+        .expect("the fixture types register");
+    let state = etcd_common::connect_with(options, registry).await;
     Subject::new(Arc::new(state))
 }
 

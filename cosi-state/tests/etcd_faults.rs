@@ -165,7 +165,7 @@ async fn watch_sees_a_resource_overwritten_with_garbage_as_destroyed() {
 
 #[tokio::test]
 async fn malformed_endpoint_is_an_invalid_argument() {
-    let result = EtcdState::connect(EtcdOptions::new(["not a url"])).await;
+    let result = EtcdState::connect(EtcdOptions::new(["not a url"]), Default::default()).await;
     match result {
         Err(Error::InvalidArgument { field, .. }) => assert_eq!(field, "endpoints"),
         Err(other) => panic!("expected an invalid argument, got {other}"),

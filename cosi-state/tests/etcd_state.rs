@@ -8,7 +8,9 @@ use cosi_core::{
     make_mut, CreateOptions, DestroyOptions, DynamicResource, Error, IdQuery, LabelOp, LabelQuery,
     LabelTerm, ListOptions, Phase, Resource, ResourceSpec, State, UpdateOptions, Version,
 };
-use etcd_common::{counter, create_counter, create_owned, state, value_of, Counter};
+use etcd_common::{
+    connect, connect_with, counter, create_counter, create_owned, options, state, value_of, Counter,
+};
 
 #[tokio::test]
 async fn create_stores_version_one_and_get_returns_it() {
@@ -224,7 +226,8 @@ async fn unregistered_types_load_as_dynamic_resources() {
         const TYPE: &'static str = "Others.test.cosi.dev";
         const DEFAULT_NAMESPACE: &'static str = "test";
     }
-    let state = state("dynamic").await;
+    let options = options("dynamic");
+    let state = connect(options.clone()).await;
     let r = Resource::new("x", Other { name: "n".into() }).into_shared();
     state.create(r, CreateOptions::default()).await.unwrap();
     let stored = state.get(&Other::kind().pointer("x")).await.unwrap();
@@ -233,8 +236,10 @@ async fn unregistered_types_load_as_dynamic_resources() {
         .downcast_ref::<DynamicResource>()
         .expect("dynamic");
     assert_eq!(dynamic.spec, serde_json::json!({"name": "n"}));
-    state.register::<Other>();
-    let typed = state.get(&Other::kind().pointer("x")).await.unwrap();
+    // A process that registers the type reads the same record typed.
+    let registry = cosi_core::Registry::new().with::<Other>().unwrap();
+    let knowing = connect_with(options, registry).await;
+    let typed = knowing.get(&Other::kind().pointer("x")).await.unwrap();
     assert_eq!(
         cosi_core::downcast_ref::<Other>(&*typed).unwrap().spec.name,
         "n"

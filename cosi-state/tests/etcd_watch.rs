@@ -76,13 +76,13 @@ async fn live_watch_sees_only_later_changes_with_increasing_revision_bookmarks()
     for i in 0..5 {
         create_counter(&state, &format!("r{i}"), i).await;
     }
-    let mut last = Bookmark(0);
+    let mut last: Option<Bookmark> = None;
     for i in 0..5 {
         let event = next_event(&mut watch).await;
         assert_eq!(summary(&event), ev("created", &format!("r{i}"), i));
-        let bookmark = event.bookmark().unwrap();
-        assert!(bookmark > last, "{bookmark} after {last}");
-        last = bookmark;
+        let bookmark = event.bookmark().unwrap().clone();
+        assert!(Some(&bookmark) > last.as_ref(), "{bookmark} after {last:?}");
+        last = Some(bookmark);
     }
 }
 
@@ -125,7 +125,7 @@ async fn bookmark_resumes_in_a_new_state_instance() {
     let first = connect(options.clone()).await;
     let mut watch = watch_every(&first).await;
     create_counter(&first, "a", 1).await;
-    let bookmark = next_event(&mut watch).await.bookmark().unwrap();
+    let bookmark = next_event(&mut watch).await.bookmark().unwrap().clone();
     create_counter(&first, "b", 2).await;
     bump(&first, "a", 3).await;
     drop(watch);
@@ -158,8 +158,15 @@ async fn bookmark_resumes_in_a_new_state_instance() {
 #[tokio::test]
 async fn bookmark_in_the_future_is_invalid() {
     let state = state("future").await;
+    // A real bookmark of this state, its position moved far ahead (the last 8 bytes are the
+    // big-endian revision).
+    let mut watch = watch_every(&state).await;
+    create_counter(&state, "a", 1).await;
+    let mut bytes = next_event(&mut watch).await.bookmark().unwrap().to_bytes();
+    let at = bytes.len() - 8;
+    bytes[at..].copy_from_slice(&(u64::MAX / 2).to_be_bytes());
     let since = WatchKindOptions {
-        since: Some(Bookmark(u64::MAX / 2)),
+        since: Some(Bookmark::from_bytes(&bytes)),
         ..Default::default()
     };
     let err = state.watch_kind(&kind(), since).await.unwrap_err();
@@ -176,7 +183,7 @@ async fn compacted_bookmark_gets_resync_and_a_full_bootstrap() {
     let state = connect(EtcdOptions::new([server.endpoint()]).with_prefix("/compacted/")).await;
     let mut watch = watch_every(&state).await;
     create_counter(&state, "a", 1).await;
-    let bookmark = next_event(&mut watch).await.bookmark().unwrap();
+    let bookmark = next_event(&mut watch).await.bookmark().unwrap().clone();
     create_counter(&state, "b", 2).await;
     destroy(&state, "a").await;
     // Compact etcd's history up to now: the bookmark's successors are gone.
@@ -239,7 +246,7 @@ async fn slow_watcher_gets_a_compacted_catch_up_relative_to_what_it_saw() {
         let event = next_event(&mut slow).await;
         let (kind, id, value) = summary(&event);
         if event.is_compacted() {
-            compacted.push((event.bookmark(), id.clone()));
+            compacted.push((event.bookmark().cloned(), id.clone()));
         }
         match kind.as_str() {
             "created" | "updated" => view.insert(id.clone(), value.unwrap()),
@@ -298,13 +305,14 @@ async fn strict_watcher_that_falls_behind_ends_with_an_overrun_at_its_last_bookm
     let error = loop {
         match next_event(&mut slow).await {
             Event::Errored { error } => break error,
-            event => last = event.bookmark().or(last),
+            event => last = event.bookmark().cloned().or(last),
         }
     };
     match error {
-        cosi_core::Error::WatchOverrun { position, .. } => {
-            assert_eq!(position, last.map_or(0, |b| b.0))
-        }
+        cosi_core::Error::WatchOverrun { position, .. } => match last {
+            Some(last) => assert_eq!(position, last),
+            None => assert_eq!(position.to_string(), "0"),
+        },
         other => panic!("expected an overrun, got {other}"),
     }
     assert_watch_ends(&mut slow).await;

@@ -102,7 +102,7 @@ async fn measure(items: usize, gap: usize) -> Result<(Duration, Duration), Workl
     let start = Instant::now();
     for _ in 0..WATCHES_PER_RUN {
         let options = WatchKindOptions {
-            since: Some(since),
+            since: Some(since.clone()),
             ..Default::default()
         };
         let mut watch = state.watch_kind(&BenchItem::kind(), options).await?;
@@ -136,7 +136,7 @@ async fn head_bookmark(state: &dyn State) -> Result<cosi_core::Bookmark, Workloa
             break;
         };
         if let Some(Event::Bootstrapped { bookmark }) = batch.last() {
-            return Ok(*bookmark);
+            return Ok(bookmark.clone());
         }
     }
     Err(WorkloadError::new("the bootstrap never ended"))

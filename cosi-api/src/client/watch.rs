@@ -146,7 +146,7 @@ fn request(target: &WatchTarget, start: &Start) -> pb::WatchRequest {
                 Start::Original => {
                     options.bootstrap_contents = o.bootstrap;
                     options.tail_events = o.tail.map_or(0, |t| t.min(i32::MAX as usize) as i32);
-                    options.start_from_bookmark = o.since.map(encode_bookmark);
+                    options.start_from_bookmark = o.since.as_ref().map(encode_bookmark);
                     options.bootstrap_bookmark =
                         !o.bootstrap && o.tail.is_none() && o.since.is_none();
                 }
@@ -421,7 +421,10 @@ impl Pump {
                 && !matches!(event, Event::Errored { .. } | Event::Resync { .. })
             {
                 self.announce_resync = false;
-                let bookmark = event.bookmark().unwrap_or_default();
+                let bookmark = event
+                    .bookmark()
+                    .cloned()
+                    .unwrap_or_else(|| cosi_core::Bookmark::from_bytes(&[]));
                 if self.tx.send(Event::Resync { bookmark }).await.is_err() {
                     return Err(Broken::Done);
                 }

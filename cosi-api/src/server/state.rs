@@ -443,12 +443,7 @@ impl StateService {
                 ))
             }
         };
-        let since = options
-            .start_from_bookmark
-            .as_deref()
-            .map(|b| decode_bookmark(&subject, "options.start_from_bookmark", b))
-            .transpose()
-            .map_err(err(call))?;
+        let since = options.start_from_bookmark.as_deref().map(decode_bookmark);
         let strict = options.strict;
         if let Some(id) = id {
             if options.bootstrap_contents {
@@ -490,7 +485,9 @@ impl StateService {
             && tail.is_none()
         {
             let head = self.head(kind).await.map_err(err(call))?;
-            first = Some(Event::Noop { bookmark: head });
+            first = Some(Event::Noop {
+                bookmark: head.clone(),
+            });
             since = Some(head);
         }
         let watch_options = WatchKindOptions {
@@ -517,7 +514,7 @@ impl StateService {
             .watch(&kind.pointer(""), WatchOptions::default())
             .await?;
         match probe.recv().await {
-            Some(event) => event.bookmark().ok_or_else(|| Error::Backend {
+            Some(event) => event.bookmark().cloned().ok_or_else(|| Error::Backend {
                 subject: kind.to_string(),
                 message: "the backend's initial watch event has no bookmark".into(),
                 retryable: false,

@@ -115,6 +115,21 @@ use cosi_state::{MemoryOptions, MemoryState};
 
 pub use faults::FaultyState;
 
+/// Options for a [`cosi_state::DiskState`] used under the harness's paused clock: writes wait
+/// for their commit in a blocking task ([`cosi_state::DiskOptions::paused_clock`]), so that the
+/// clock does not jump while a commit is in flight.
+///
+/// ```
+/// let options = cosi_controllers::testing::disk_options();
+/// assert!(options.paused_clock);
+/// ```
+pub fn disk_options() -> cosi_state::DiskOptions {
+    cosi_state::DiskOptions {
+        paused_clock: true,
+        ..cosi_state::DiskOptions::default()
+    }
+}
+
 use crate::{
     Controller, ControllerStatus, Engine, EngineOptions, QueueController, RegistrationError,
     ShutdownReport,

@@ -144,6 +144,7 @@ macro_rules! conformance_tests {
             kind_watch_tails_recent_events,
             kind_watch_resumes_after_every_bookmark,
             kind_watch_resumes_after_bootstrap_bookmark,
+            kind_watch_refuses_a_bookmark_it_did_not_issue,
             label_filtered_kind_watch_turns_transitions_into_created_and_destroyed,
             aggregated_watch_delivers_same_events_in_batches,
             label_operators_select_on_list,

@@ -178,6 +178,27 @@ pub async fn kind_watch_bootstraps_contents_in_id_order(subject: &Subject) {
     );
 }
 
+/// A bookmark the store did not issue (bytes from elsewhere) is refused at watch setup with an
+/// invalid argument on `since`, never misread as a position.
+pub async fn kind_watch_refuses_a_bookmark_it_did_not_issue(subject: &Subject) {
+    const RULE: &str = "kind_watch_refuses_a_bookmark_it_did_not_issue";
+    let state = subject.state();
+    create_ok(state, RULE, widget("a", 0), None).await;
+    let options = WatchKindOptions {
+        since: Some(Bookmark::from_bytes(
+            b"not issued by any store of this project",
+        )),
+        ..WatchKindOptions::default()
+    };
+    match state.watch_kind(&widgets(), options).await {
+        Err(Error::InvalidArgument { field, .. }) => {
+            assert_eq!(field, "since", "{RULE}: the refused field")
+        }
+        Err(other) => panic!("{RULE}: expected an invalid argument, got {other}"),
+        Ok(_) => panic!("{RULE}: a foreign bookmark was accepted"),
+    }
+}
+
 /// The `Bootstrapped` marker's bookmark is a resume position: a watch resumed after it yields
 /// exactly the changes made after the bootstrap.
 pub async fn kind_watch_resumes_after_bootstrap_bookmark(subject: &Subject) {
@@ -213,7 +234,12 @@ pub async fn kind_watch_resumes_after_bootstrap_bookmark(subject: &Subject) {
     };
     let mut resumed = watch_kind(RULE, state, resumed_options).await;
     let from_resume = expect_events(RULE, &mut resumed, &live, "resumed after bootstrap").await;
-    let bookmarks = |events: &[Event]| events.iter().map(Event::bookmark).collect::<Vec<_>>();
+    let bookmarks = |events: &[Event]| {
+        events
+            .iter()
+            .map(|e| e.bookmark().cloned())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(
         bookmarks(&from_resume),
         bookmarks(&from_bootstrap),
@@ -265,6 +291,7 @@ pub async fn kind_watch_tails_recent_events(subject: &Subject) {
 fn bookmark_of(rule: &str, event: &Event) -> Bookmark {
     event
         .bookmark()
+        .cloned()
         .unwrap_or_else(|| panic!("{rule}: event without a bookmark: {event:?}"))
 }
 
@@ -295,7 +322,7 @@ pub async fn kind_watch_resumes_after_every_bookmark(subject: &Subject) {
     let mut resumed = Vec::new();
     for bookmark in &bookmarks {
         let options = WatchKindOptions {
-            since: Some(*bookmark),
+            since: Some(bookmark.clone()),
             ..WatchKindOptions::default()
         };
         resumed.push(watch_kind(RULE, state, options).await);
@@ -419,7 +446,12 @@ pub async fn aggregated_watch_delivers_same_events_in_batches(subject: &Subject)
         );
     }
     assert_eq!(seen_all(&from_batches), expected, "{RULE}: batched events");
-    let bookmarks = |events: &[Event]| events.iter().map(Event::bookmark).collect::<Vec<_>>();
+    let bookmarks = |events: &[Event]| {
+        events
+            .iter()
+            .map(|e| e.bookmark().cloned())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(
         bookmarks(&from_batches),
         bookmarks(&from_plain),
@@ -613,7 +645,7 @@ pub async fn strict_watcher_behind_window_gets_overrun_error(subject: &Subject) 
             event if event.is_compacted() || matches!(event, Event::Resync { .. }) => {
                 panic!("{RULE}: a strict watcher must not be caught up, got {event:?}")
             }
-            event => last_bookmark = event.bookmark().or(last_bookmark),
+            event => last_bookmark = event.bookmark().cloned().or(last_bookmark),
         }
     };
     match &error {
@@ -621,7 +653,7 @@ pub async fn strict_watcher_behind_window_gets_overrun_error(subject: &Subject) 
             assert_eq!(kind, &widgets(), "{RULE}: overrun kind");
             if let Some(last) = last_bookmark {
                 assert_eq!(
-                    *position, last.0,
+                    *position, last,
                     "{RULE}: overrun position must be the last bookmark received"
                 );
             }

@@ -29,7 +29,7 @@ use super::record::{self, ChangeOp};
 use super::DiskOptions;
 use crate::memory::Collections;
 use crate::memory::{write_rules, Collection};
-use crate::KnownTypes;
+use cosi_core::Registry;
 
 /// A write waiting for the committer.
 pub(crate) enum WriteOp {
@@ -56,7 +56,7 @@ pub(crate) struct Committer {
     pub(crate) path: PathBuf,
     pub(crate) collections: Arc<Collections>,
     pub(crate) options: DiskOptions,
-    pub(crate) types: KnownTypes,
+    pub(crate) registry: Arc<Registry>,
 }
 
 impl Committer {
@@ -129,7 +129,7 @@ impl Committer {
     ) -> Result<(Change, Arc<Collection>)> {
         let (op, resource, old) = match op {
             WriteOp::Create(resource, options) => {
-                let mut resource = self.types.normalize(resource)?;
+                let mut resource = crate::decode::normalize(&self.registry, resource)?;
                 write_rules::prepare_create(&mut resource, options.owner, now)?;
                 let pointer = resource.metadata().pointer();
                 if pending.current(&self.collections, pointer).is_some() {
@@ -140,7 +140,7 @@ impl Committer {
                 (ChangeOp::Created, resource, None)
             }
             WriteOp::Update(resource, options) => {
-                let mut resource = self.types.normalize(resource)?;
+                let mut resource = crate::decode::normalize(&self.registry, resource)?;
                 let pointer = resource.metadata().pointer().clone();
                 let stored = pending
                     .current(&self.collections, &pointer)

@@ -15,7 +15,7 @@ use redb::{Database, ReadableTable, TableDefinition};
 
 use super::record::{self, ChangeEntry, ChangeOp};
 use super::{DiskDurability, DiskOptions};
-use crate::KnownTypes;
+use cosi_core::Registry;
 
 /// The store format this build writes and the newest it reads. Bump it when the meaning of a
 /// table or of a record changes in a way an older build must not misread.
@@ -41,6 +41,9 @@ const CHANGES: TableDefinition<(&str, &str, u64), &[u8]> = TableDefinition::new(
 const KINDS: TableDefinition<(&str, &str), u64> = TableDefinition::new("cosi.kinds");
 
 const FORMAT_KEY: &str = "format";
+/// `"origin"` → the store's origin, the number its bookmarks carry (absent in files created
+/// before origins existed: their origin is 0).
+const ORIGIN_KEY: &str = "origin";
 
 /// One change, ready to be written: the event it becomes and its encoded forms.
 #[derive(Debug, Clone)]
@@ -89,6 +92,8 @@ pub(crate) struct StoreFile {
     db: Option<Arc<Database>>,
     /// The format the file is marked with; below [`STORE_FORMAT`] until the first commit.
     format: u64,
+    /// The origin its bookmarks carry.
+    origin: u64,
     /// The changes in the log that the resources table does not reflect yet.
     unfolded: Unfolded,
 }
@@ -154,7 +159,7 @@ impl StoreFile {
     pub(crate) fn open(
         path: &Path,
         options: &DiskOptions,
-        types: &KnownTypes,
+        registry: &Registry,
     ) -> Result<(StoreFile, BTreeMap<Kind, LoadedKind>)> {
         let db = if path.exists() {
             open_existing(path, options)?
@@ -165,10 +170,16 @@ impl StoreFile {
             path: path.to_path_buf(),
             db: Some(Arc::new(db)),
             format: STORE_FORMAT,
+            origin: 0,
             unfolded: Unfolded::default(),
         };
-        let loaded = file.load(options, types)?;
+        let loaded = file.load(options, registry)?;
         Ok((file, loaded))
+    }
+
+    /// The origin the store's bookmarks carry.
+    pub(crate) fn origin(&self) -> u64 {
+        self.origin
     }
 
     /// The database, reopening it if a failed write closed it.
@@ -195,7 +206,7 @@ impl StoreFile {
     fn load(
         &mut self,
         options: &DiskOptions,
-        types: &KnownTypes,
+        registry: &Registry,
     ) -> Result<BTreeMap<Kind, LoadedKind>> {
         let path = self.path.clone();
         let db = self.database(options)?;
@@ -217,6 +228,10 @@ impl StoreFile {
             .get(FORMAT_KEY)
             .map_err(|e| storage_error(&path, "reading the store format", e))?
             .map(|v| v.value());
+        self.origin = meta
+            .get(ORIGIN_KEY)
+            .map_err(|e| storage_error(&path, "reading the store origin", e))?
+            .map_or(0, |v| v.value());
         match format {
             Some(known @ OLDEST_FORMAT..=STORE_FORMAT) => self.format = known,
             Some(newer) if newer > STORE_FORMAT => {
@@ -247,7 +262,7 @@ impl StoreFile {
                 let (key, value) = row.map_err(read_err)?;
                 let (namespace, resource_type, id) = key.value();
                 let pointer = Pointer::new(namespace, resource_type, id);
-                let resource = record::decode_resource(value.value(), pointer.clone(), types)?;
+                let resource = record::decode_resource(value.value(), pointer.clone(), registry)?;
                 kinds.entry(pointer.kind().clone()).or_default();
                 current
                     .entry(pointer.kind().clone())
@@ -298,7 +313,7 @@ impl StoreFile {
                     }
                     _ => None,
                 };
-                let resource = entry.resource.into_resource(pointer.clone(), types);
+                let resource = entry.resource.into_resource(pointer.clone(), registry);
                 if replayed {
                     loaded.last_seq = seq;
                     let resources = current.entry(kind.clone()).or_default();
@@ -314,7 +329,7 @@ impl StoreFile {
                     seq,
                     op: entry.op,
                     resource,
-                    old: entry.old.map(|old| old.into_resource(pointer, types)),
+                    old: entry.old.map(|old| old.into_resource(pointer, registry)),
                 });
             }
         }
@@ -434,7 +449,10 @@ fn create_new(path: &Path, options: &DiskOptions) -> Result<Database> {
         let mut txn = db.begin_write()?;
         txn.set_durability(redb::Durability::Immediate);
         {
-            txn.open_table(META)?.insert(FORMAT_KEY, STORE_FORMAT)?;
+            let mut meta = txn.open_table(META)?;
+            meta.insert(FORMAT_KEY, STORE_FORMAT)?;
+            meta.insert(ORIGIN_KEY, crate::origin::fresh_origin())?;
+            drop(meta);
             txn.open_table(RESOURCES)?;
             txn.open_table(CHANGES)?;
             txn.open_table(KINDS)?;

@@ -73,6 +73,14 @@ pub struct DiskOptions {
     /// Sizing of the in-memory collections that serve reads and watches (history window,
     /// destroy markers). Default: [`MemoryOptions::default`].
     pub memory: MemoryOptions,
+    /// Wait for each commit in a blocking task, for tests on a paused tokio clock.
+    ///
+    /// A paused clock jumps to the next timer whenever its (current-thread) runtime idles, which
+    /// it does while the committer thread works: every timeout guard around a write would fire at
+    /// once. tokio does not advance a paused clock while a blocking task runs, so with this set
+    /// writes and `close` wait in one. Costs a thread hand-off per write; leave it off outside
+    /// tests (`cosi_controllers::testing::disk_options` sets it). Default: false.
+    pub paused_clock: bool,
 }
 
 impl Default for DiskOptions {
@@ -85,6 +93,7 @@ impl Default for DiskOptions {
             queue_capacity: 4096,
             cache_size: 16 << 20,
             memory: MemoryOptions::default(),
+            paused_clock: false,
         }
     }
 }

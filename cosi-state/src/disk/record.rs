@@ -11,7 +11,7 @@ use cosi_core::{AnyResource, Pointer, Result, SharedResource};
 use serde::{Deserialize, Serialize};
 
 use crate::record::{self, StoredMetadata};
-use crate::KnownTypes;
+use cosi_core::Registry;
 
 /// The body of a record: everything but the identity.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -30,9 +30,9 @@ impl RecordBody {
         })
     }
 
-    /// Rebuilds the resource at `pointer`, typed when its type is known.
-    pub(crate) fn into_resource(self, pointer: Pointer, types: &KnownTypes) -> SharedResource {
-        types.decode(self.metadata.into_metadata(pointer), self.spec)
+    /// Rebuilds the resource at `pointer`, typed when its type is registered.
+    pub(crate) fn into_resource(self, pointer: Pointer, registry: &Registry) -> SharedResource {
+        crate::decode::lenient(registry, self.metadata.into_metadata(pointer), self.spec)
     }
 }
 
@@ -50,10 +50,10 @@ pub(crate) fn encode_body(body: &RecordBody, subject: &Pointer) -> Result<Vec<u8
 pub(crate) fn decode_resource(
     bytes: &[u8],
     pointer: Pointer,
-    types: &KnownTypes,
+    registry: &Registry,
 ) -> Result<SharedResource> {
     let body: RecordBody = record::decode(bytes, &pointer.to_string())?;
-    Ok(body.into_resource(pointer, types))
+    Ok(body.into_resource(pointer, registry))
 }
 
 /// What a change-log entry records.
@@ -111,7 +111,8 @@ mod tests {
     fn a_record_round_trips_every_metadata_field_and_the_spec() {
         let original = stored_widget();
         let bytes = encode_resource(&original).unwrap();
-        let types = KnownTypes::new().with::<Widget>();
+        let mut types = Registry::new();
+        types.register::<Widget>().unwrap();
         let decoded = decode_resource(&bytes, original.metadata.pointer().clone(), &types).unwrap();
         let typed = cosi_core::downcast_ref::<Widget>(&*decoded).unwrap();
         assert_eq!(*typed, original);
@@ -124,7 +125,7 @@ mod tests {
         let decoded = decode_resource(
             &bytes,
             original.metadata.pointer().clone(),
-            &KnownTypes::new(),
+            &Registry::new(),
         )
         .unwrap();
         let dynamic = decoded.as_any().downcast_ref::<DynamicResource>().unwrap();
@@ -136,7 +137,7 @@ mod tests {
     fn a_record_without_a_phase_decodes_as_running() {
         let bytes = b"\x01{\"version\":1,\"created\":0,\"updated\":0,\"spec\":{\"size\":1}}";
         let pointer = stored_widget().metadata.pointer().clone();
-        let decoded = decode_resource(bytes, pointer, &KnownTypes::new()).unwrap();
+        let decoded = decode_resource(bytes, pointer, &Registry::new()).unwrap();
         assert_eq!(decoded.metadata().phase(), cosi_core::Phase::Running);
     }
 }

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use cosi_core::{Bookmark, Kind, SharedResource};
+use cosi_core::{Kind, SharedResource};
 
 use super::file::{LoadedChange, LoadedKind};
 use super::record::ChangeOp;
@@ -20,12 +20,17 @@ use crate::memory::Collection;
 use crate::MemoryOptions;
 
 /// Builds the collection of `kind` from its loaded contents.
-pub(crate) fn restore(kind: Kind, loaded: LoadedKind, options: &MemoryOptions) -> Arc<Collection> {
-    if let Some(collection) = replay(&kind, &loaded, options) {
+pub(crate) fn restore(
+    kind: Kind,
+    loaded: LoadedKind,
+    options: &MemoryOptions,
+    origin: u64,
+) -> Arc<Collection> {
+    if let Some(collection) = replay(&kind, &loaded, options, origin) {
         return Arc::new(collection);
     }
     tracing::warn!(%kind, "the change log does not match the stored resources; watches resuming before the restart will resync");
-    let collection = Collection::resumed_at(kind, options, Bookmark(loaded.last_seq));
+    let collection = Collection::resumed_at(kind, options, origin, loaded.last_seq);
     {
         let mut contents = collection.write();
         for resource in loaded.resources {
@@ -36,7 +41,12 @@ pub(crate) fn restore(kind: Kind, loaded: LoadedKind, options: &MemoryOptions) -
 }
 
 /// Rebuilds the window from the log; `None` if the log and the resources disagree.
-fn replay(kind: &Kind, loaded: &LoadedKind, options: &MemoryOptions) -> Option<Collection> {
+fn replay(
+    kind: &Kind,
+    loaded: &LoadedKind,
+    options: &MemoryOptions,
+    origin: u64,
+) -> Option<Collection> {
     let changes = &loaded.changes;
     let base = loaded.last_seq.checked_sub(changes.len() as u64)?;
     // The retained log must be the contiguous tail of the kind's sequence.
@@ -55,7 +65,7 @@ fn replay(kind: &Kind, loaded: &LoadedKind, options: &MemoryOptions) -> Option<C
     for change in changes.iter().rev() {
         undo(&mut state, change)?;
     }
-    let collection = Collection::resumed_at(kind.clone(), options, Bookmark(base));
+    let collection = Collection::resumed_at(kind.clone(), options, origin, base);
     {
         let mut contents = collection.write();
         for resource in state.into_values() {

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use cosi_core::{
-    CreateOptions, DestroyOptions, Error, Kind, ListOptions, Pointer, Result, SharedResource,
-    State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
+    CreateOptions, DestroyOptions, Error, Kind, ListOptions, Pointer, Registry, Result,
+    SharedResource, State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -16,17 +16,17 @@ use super::file::StoreFile;
 use super::recovery;
 use super::DiskOptions;
 use crate::memory::Collections;
-use crate::KnownTypes;
 
 /// A [`State`] kept in a redb file and served from memory.
 ///
 /// Every write returns only once it is durable (see [`super::DiskDurability`]); concurrent writes
-/// share commits. Resources of types not registered in the [`KnownTypes`] given at open load as
+/// share commits. Resources of types not registered in the [`Registry`] given at open load as
 /// [`cosi_core::DynamicResource`] and are kept as they are.
 ///
 /// ```
-/// use cosi_core::{CreateOptions, Resource, ResourceSpec, State, StateExt};
-/// use cosi_state::{DiskOptions, DiskState, KnownTypes};
+/// use std::sync::Arc;
+/// use cosi_core::{CreateOptions, Registry, Resource, ResourceSpec, State, StateExt};
+/// use cosi_state::{DiskOptions, DiskState};
 /// # use serde::{Deserialize, Serialize};
 /// # #[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
 /// # struct Hostname { name: String }
@@ -37,15 +37,15 @@ use crate::KnownTypes;
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
 /// let dir = tempfile::tempdir().unwrap();
 /// let path = dir.path().join("state.redb");
-/// let types = KnownTypes::new().with::<Hostname>();
+/// let registry = Arc::new(Registry::new().with::<Hostname>().unwrap());
 ///
-/// let state = DiskState::open(&path, DiskOptions::default(), types.clone()).await.unwrap();
+/// let state = DiskState::open(&path, DiskOptions::default(), registry.clone()).await.unwrap();
 /// let hostname = Resource::new("hostname", Hostname { name: "node-1".into() });
 /// state.create(hostname.into_shared(), CreateOptions::default()).await.unwrap();
 /// state.close().await;
 ///
 /// // The file is the source of truth: a reopened store has the resource, typed.
-/// let state = DiskState::open(&path, DiskOptions::default(), types).await.unwrap();
+/// let state = DiskState::open(&path, DiskOptions::default(), registry).await.unwrap();
 /// let pointer = Hostname::kind().pointer("hostname");
 /// assert_eq!(state.get_typed::<Hostname>(&pointer).await.unwrap().spec.name, "node-1");
 /// # });
@@ -58,6 +58,8 @@ pub struct DiskState {
     /// Resolves (with an error: its sender is dropped, never used) once the committer thread
     /// has finished the accepted writes and released the file.
     committer_done: Mutex<Option<oneshot::Receiver<()>>>,
+    /// [`DiskOptions::paused_clock`].
+    paused_clock: bool,
 }
 
 impl DiskState {
@@ -68,19 +70,18 @@ impl DiskState {
     /// store (a retryable [`Error::Backend`]), or cannot be created or read. Must be called
     /// within a tokio runtime (the file is loaded on a blocking task of it).
     ///
-    /// Writes are committed on a thread of the store's own (`cosi-disk-committer`). On a
-    /// current-thread runtime a writer waits for its commit in a blocking task, so that a
-    /// paused tokio clock does not auto-advance while a write is in flight (a timeout guard
-    /// around a write fires only if the write really takes that long in paused time: never).
+    /// Writes are committed on a thread of the store's own (`cosi-disk-committer`); a writer
+    /// awaits its commit (in a blocking task with [`DiskOptions::paused_clock`], for tests on a
+    /// paused tokio clock).
     pub async fn open(
         path: impl AsRef<Path>,
         options: DiskOptions,
-        types: KnownTypes,
+        registry: Arc<Registry>,
     ) -> Result<DiskState> {
         let path = path.as_ref().to_path_buf();
         let (file, loaded) = {
-            let (at, options, types) = (path.clone(), options.clone(), types.clone());
-            tokio::task::spawn_blocking(move || StoreFile::open(&at, &options, &types))
+            let (at, options, registry) = (path.clone(), options.clone(), registry.clone());
+            tokio::task::spawn_blocking(move || StoreFile::open(&at, &options, &registry))
                 .await
                 .map_err(|e| Error::Backend {
                     subject: path.display().to_string(),
@@ -90,18 +91,20 @@ impl DiskState {
                 })??
         };
         // Shared by readers, watchers and the committer (their only writer).
-        let collections = Arc::new(Collections::new(options.memory.clone()));
+        let collections = Arc::new(Collections::new(options.memory.clone(), file.origin()));
         for (kind, contents) in loaded {
-            let collection = recovery::restore(kind.clone(), contents, &options.memory);
+            let collection =
+                recovery::restore(kind.clone(), contents, &options.memory, file.origin());
             collections.insert(kind, collection);
         }
         let (queue, requests) = mpsc::channel(options.queue_capacity.max(1));
+        let paused_clock = options.paused_clock;
         let committer = Committer {
             file,
             path: path.clone(),
             collections: collections.clone(),
             options,
-            types,
+            registry,
         };
         let (done, committer_done) = oneshot::channel::<()>();
         std::thread::Builder::new()
@@ -123,6 +126,7 @@ impl DiskState {
             collections,
             queue,
             committer_done: Mutex::new(Some(committer_done)),
+            paused_clock,
         })
     }
 
@@ -137,6 +141,7 @@ impl DiskState {
         let DiskState {
             queue,
             committer_done,
+            paused_clock,
             ..
         } = self;
         drop(queue);
@@ -145,7 +150,7 @@ impl DiskState {
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(done) = done {
             // Resolves when the thread ends, also by a panic (which unwinds and drops the file).
-            let _ = wait_for_committer(done).await;
+            let _ = wait_for_committer(done, paused_clock).await;
         }
     }
 
@@ -161,21 +166,20 @@ impl DiskState {
             .send(WriteRequest { op, reply })
             .await
             .map_err(|_| closed())?;
-        wait_for_committer(outcome).await.map_err(|_| closed())?
+        wait_for_committer(outcome, self.paused_clock)
+            .await
+            .map_err(|_| closed())?
     }
 }
 
-/// Awaits what the committer thread sends on `reply`; `Err` if it dropped the sender.
-///
-/// A paused clock (tokio's test-util) exists only on a current-thread runtime, and jumps to the
-/// next timer whenever the runtime idles, which it would while the committer's thread works:
-/// every timeout guard around a write would fire at once. tokio does not advance a paused clock
-/// while a blocking task runs, so there the wait happens in one. That costs a hand-off per wait
-/// on this runtime flavor only; multi-thread runtimes (no paused clock) await directly.
-async fn wait_for_committer<T: Send + 'static>(reply: oneshot::Receiver<T>) -> Result<T, ()> {
-    let current_thread = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread);
-    if current_thread {
+/// Awaits what the committer thread sends on `reply`; `Err` if it dropped the sender. With
+/// [`DiskOptions::paused_clock`] the wait happens in a blocking task, so that a paused tokio
+/// clock does not advance meanwhile.
+async fn wait_for_committer<T: Send + 'static>(
+    reply: oneshot::Receiver<T>,
+    paused_clock: bool,
+) -> Result<T, ()> {
+    if paused_clock {
         match tokio::task::spawn_blocking(move || reply.blocking_recv()).await {
             Ok(Ok(value)) => Ok(value),
             _ => Err(()),
@@ -224,14 +228,10 @@ impl State for DiskState {
     }
 
     async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
-        let collection = self.collections.get_or_create(pointer.kind());
-        Ok(Watch::new(
-            collection.watch_pointer(pointer, options.strict),
-        ))
+        Ok(self.collections.watch(pointer, options))
     }
 
     async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
-        let collection = self.collections.get_or_create(kind);
-        Ok(Watch::new(collection.watch_kind(options)?))
+        self.collections.watch_kind(kind, options)
     }
 }

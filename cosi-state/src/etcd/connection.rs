@@ -4,25 +4,24 @@
 
 use std::fmt::Display;
 use std::future::Future;
-use std::sync::RwLock;
+use std::sync::Arc;
 use std::time::Duration;
 
-use cosi_core::{Error, Kind, Pointer, ResourceSpec, Result, SharedResource};
+use cosi_core::{Error, Kind, Pointer, Registry, Result, SharedResource};
 use etcd_client::{Client, GetOptions, KeyValue, Txn, TxnResponse};
 
 use super::keys;
 use super::record;
-use crate::KnownTypes;
 
 /// Keys fetched per range request: keeps each response far below gRPC's message size limit.
 const PAGE: i64 = 1000;
 
-/// A client bound to one key prefix, with the spec types this process decodes.
+/// A client bound to one key prefix, with the registry this process decodes with.
 pub(super) struct Connection {
     client: Client,
     prefix: Vec<u8>,
     request_timeout: Duration,
-    types: RwLock<KnownTypes>,
+    registry: Arc<Registry>,
 }
 
 impl Connection {
@@ -30,13 +29,13 @@ impl Connection {
         client: Client,
         prefix: Vec<u8>,
         request_timeout: Duration,
-        types: KnownTypes,
+        registry: Arc<Registry>,
     ) -> Self {
         Connection {
             client,
             prefix,
             request_timeout,
-            types: RwLock::new(types),
+            registry,
         }
     }
 
@@ -44,19 +43,9 @@ impl Connection {
         &self.client
     }
 
-    /// Makes records of `S` decode as `Resource<S>` (idempotent).
-    pub fn register<S: ResourceSpec>(&self) {
-        // A poisoned lock only means a panic elsewhere while inserting; the map is still valid.
-        self.types
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .register::<S>();
-    }
-
     /// Decodes the value stored under `pointer`'s key.
     pub fn decode_value(&self, pointer: &Pointer, bytes: &[u8]) -> Result<SharedResource> {
-        let types = self.types.read().unwrap_or_else(|e| e.into_inner());
-        record::decode(&types, pointer, bytes)
+        record::decode(&self.registry, pointer, bytes)
     }
 
     pub fn kind_prefix(&self, kind: &Kind) -> Vec<u8> {

@@ -11,8 +11,9 @@
 //!   other re-reads and gets a version conflict. Each resource is written in its own
 //!   transaction, so every change has its own revision. Cost: `create` is one round trip,
 //!   `update` and `destroy` two (read, then compare-and-swap).
-//! - **Typed values**: etcd holds bytes, so a process registers the spec types it wants back as
-//!   Rust values with [`EtcdState::register`]; other types load as [`cosi_core::DynamicResource`].
+//! - **Typed values**: etcd holds bytes, so a process gives [`EtcdState::connect`] the
+//!   [`cosi_core::Registry`] of the types it wants back as Rust values; other types load as
+//!   [`cosi_core::DynamicResource`].
 //! - **Watches** follow etcd revisions: bookmarks are revisions, valid in every process and after
 //!   restarts for as long as etcd keeps the history. One etcd watch per kind feeds all local
 //!   watchers of that kind. A bookmark etcd has compacted away gets `Resync` and a full
@@ -39,7 +40,6 @@ mod connection;
 mod hub;
 mod keys;
 mod record;
-mod server;
 mod watcher;
 
 use std::sync::Arc;
@@ -48,20 +48,33 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use cosi_core::{
     make_mut, Bookmark, CreateOptions, DestroyOptions, Error, Event, Kind, ListOptions, Pointer,
-    ResourceSpec, Result, SharedResource, State, UpdateOptions, Watch, WatchKindOptions,
-    WatchOptions,
+    Registry, Result, SharedResource, State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
 };
 use dashmap::DashMap;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, Txn, TxnOp};
 use tokio::sync::OnceCell;
 
 use crate::memory::write_rules;
-use crate::KnownTypes;
 use connection::Connection;
 use hub::KindHub;
 pub use record::FORMAT_V1;
-pub use server::{EtcdServer, DEFAULT_ETCD_BINARY};
 use watcher::{Filter, Start};
+
+/// The origin of every etcd bookmark. Revisions count the changes of the whole etcd cluster, so
+/// a bookmark means the same to every `EtcdState` on that cluster, whatever its prefix.
+const ORIGIN: u64 = u64::from_be_bytes(*b"etcd.rev");
+
+/// The bookmark of an etcd revision.
+pub(crate) fn bookmark(revision: i64) -> Bookmark {
+    Bookmark::at(ORIGIN, revision.max(0) as u64)
+}
+
+/// The revision a bookmark names, if an etcd state issued it.
+pub(crate) fn revision_in(bookmark: &Bookmark) -> Option<i64> {
+    bookmark
+        .position_in(ORIGIN)
+        .map(|p| i64::try_from(p).unwrap_or(i64::MAX))
+}
 
 /// How to reach etcd and how to behave there.
 ///
@@ -159,7 +172,8 @@ struct HubEntry {
 /// # #[tokio::main]
 /// # async fn main() -> cosi_core::Result<()> {
 /// use cosi_core::{Resource, ResourceSpec, StateExt, UpdateOptions};
-/// use cosi_state::etcd::{EtcdOptions, EtcdServer, EtcdState};
+/// use cosi_state::etcd::{EtcdOptions, EtcdState};
+/// use cosi_test_support::etcd::EtcdServer;
 /// # #[derive(Clone, PartialEq, Debug, serde::Serialize, serde::Deserialize)]
 /// # struct Hostname { name: String }
 /// # impl ResourceSpec for Hostname {
@@ -168,8 +182,8 @@ struct HubEntry {
 /// # }
 /// // A private etcd for this example; a node would name its cluster's endpoints instead.
 /// let server = EtcdServer::start()?;
-/// let state = EtcdState::connect(EtcdOptions::new([server.endpoint()])).await?;
-/// state.register::<Hostname>();
+/// let registry = std::sync::Arc::new(cosi_core::Registry::new().with::<Hostname>()?);
+/// let state = EtcdState::connect(EtcdOptions::new([server.endpoint()]), registry).await?;
 /// let name = Hostname { name: "node-1".into() };
 /// let stored = state
 ///     .modify(Resource::new("hostname", name), UpdateOptions::default(), |_| Ok(()))
@@ -185,9 +199,10 @@ pub struct EtcdState {
 }
 
 impl EtcdState {
-    /// Connects to etcd. The connection is made lazily: this fails only on bad options; an
-    /// unreachable etcd shows up as retryable errors of the calls.
-    pub async fn connect(options: EtcdOptions) -> Result<Self> {
+    /// Connects to etcd. Resources of the types in `registry` load typed, others as
+    /// [`cosi_core::DynamicResource`]. The connection is made lazily: this fails only on bad
+    /// options; an unreachable etcd shows up as retryable errors of the calls.
+    pub async fn connect(options: EtcdOptions, registry: Arc<Registry>) -> Result<Self> {
         let connect = ConnectOptions::new()
             .with_connect_timeout(options.connect_timeout)
             .with_keep_alive(Duration::from_secs(10), options.request_timeout);
@@ -204,19 +219,13 @@ impl EtcdState {
             client,
             options.prefix.as_bytes().to_vec(),
             options.request_timeout,
-            KnownTypes::new(),
+            registry,
         );
         Ok(EtcdState {
             connection: Arc::new(connection),
             options,
             hubs: DashMap::new(),
         })
-    }
-
-    /// Makes resources of type `S` load as `Resource<S>` (idempotent). Unregistered types load
-    /// as [`cosi_core::DynamicResource`].
-    pub fn register<S: ResourceSpec>(&self) {
-        self.connection.register::<S>();
     }
 
     /// The options this state was connected with.
@@ -424,7 +433,7 @@ impl State for EtcdState {
             Some(kv) => Some(self.connection.decode_value(pointer, kv.value())?),
             None => None,
         };
-        let bookmark = Bookmark(position as u64);
+        let bookmark = bookmark(position);
         let event = match first {
             Some(resource) => Event::Created {
                 resource,
@@ -460,10 +469,11 @@ impl State for EtcdState {
         crate::memory::check_watch_options(kind, &options)?;
         let hub = self.hub(kind).await?;
         let filter = filter_of(options.ids.clone(), options.labels.clone());
-        let (subscription, start) = if let Some(since) = options.since {
+        let (subscription, start) = if let Some(since) = &options.since {
             let subscription = hub.subscribe().ok_or_else(|| self.closed(kind))?;
             let head = self.connection.revision(kind).await?;
-            let position = i64::try_from(since.0).unwrap_or(i64::MAX);
+            let position = revision_in(since)
+                .ok_or_else(|| Error::bookmark_not_issued_here(kind.to_string(), since))?;
             if position > head {
                 return Err(Error::invalid(
                     kind.to_string(),
@@ -476,12 +486,12 @@ impl State for EtcdState {
             let subscription = hub.subscribe().ok_or_else(|| self.closed(kind))?;
             let (revision, resources) =
                 watcher::read_matching(&self.connection, kind, &filter).await?;
-            let bookmark = Bookmark(revision as u64);
+            let bookmark = bookmark(revision);
             let mut events: Vec<Event> = resources
                 .into_iter()
                 .map(|resource| Event::Created {
                     resource,
-                    bookmark,
+                    bookmark: bookmark.clone(),
                     compacted: false,
                 })
                 .collect();

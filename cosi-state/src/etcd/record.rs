@@ -12,7 +12,7 @@ use cosi_core::{AnyResource, Pointer, Result, SharedResource};
 use serde::{Deserialize, Serialize};
 
 use crate::record::{self, StoredMetadata};
-use crate::KnownTypes;
+use cosi_core::Registry;
 
 pub use crate::record::FORMAT_V1;
 
@@ -47,10 +47,10 @@ pub fn encode(resource: &dyn AnyResource) -> Result<Vec<u8>> {
     record::encode(&record, md.pointer())
 }
 
-/// Decodes the record stored for `pointer`, typed when `types` knows its type. A record that is
+/// Decodes the record stored for `pointer`, typed when `registry` has its type. A record that is
 /// not valid, that names another resource than its key, or whose spec does not decode as its
 /// registered type is a non-retryable error naming `pointer`; nothing is guessed.
-pub fn decode(types: &KnownTypes, pointer: &Pointer, bytes: &[u8]) -> Result<SharedResource> {
+pub fn decode(registry: &Registry, pointer: &Pointer, bytes: &[u8]) -> Result<SharedResource> {
     let subject = pointer.to_string();
     let record: RecordV1 = record::decode(bytes, &subject)?;
     let md = record.metadata;
@@ -64,9 +64,12 @@ pub fn decode(types: &KnownTypes, pointer: &Pointer, bytes: &[u8]) -> Result<Sha
         );
         return Err(record::invalid_record(&subject, message, None));
     }
-    types
-        .decode_exact(md.stored.into_metadata(pointer.clone()), record.spec)
-        .map_err(|e| record::invalid_record(&subject, e.to_string(), None))
+    crate::decode::exact(
+        registry,
+        md.stored.into_metadata(pointer.clone()),
+        record.spec,
+    )
+    .map_err(|e| record::invalid_record(&subject, e.to_string(), None))
 }
 
 #[cfg(test)]
@@ -90,7 +93,7 @@ mod tests {
 
     #[test]
     fn registered_type_round_trips_to_an_equal_typed_resource() {
-        let types = KnownTypes::new().with::<Widget>();
+        let types = Registry::new().with::<Widget>().unwrap();
         let r = stored_widget();
         let bytes = encode(&r).unwrap();
         let back = decode(&types, r.metadata.pointer(), &bytes).unwrap();
@@ -100,12 +103,7 @@ mod tests {
     #[test]
     fn unregistered_type_loads_as_dynamic_resource() {
         let r = stored_widget();
-        let back = decode(
-            &KnownTypes::new(),
-            r.metadata.pointer(),
-            &encode(&r).unwrap(),
-        )
-        .unwrap();
+        let back = decode(&Registry::new(), r.metadata.pointer(), &encode(&r).unwrap()).unwrap();
         let dynamic = back.as_any().downcast_ref::<DynamicResource>().unwrap();
         assert_eq!(dynamic.metadata, r.metadata);
         assert_eq!(dynamic.spec, serde_json::json!({"size": 3}));
@@ -115,7 +113,7 @@ mod tests {
     fn garbage_bytes_are_a_non_retryable_error_naming_the_resource() {
         let pointer = stored_widget().metadata.pointer().clone();
         for bytes in [&b""[..], b"\x01not json", b"\x09{}"] {
-            let err = decode(&KnownTypes::new(), &pointer, bytes).unwrap_err();
+            let err = decode(&Registry::new(), &pointer, bytes).unwrap_err();
             assert!(!err.is_retryable());
             assert!(
                 err.to_string().starts_with(
@@ -130,7 +128,7 @@ mod tests {
     fn record_under_another_key_is_rejected() {
         let r = stored_widget();
         let other = Pointer::new("test", "Widgets.test.cosi.dev", "b");
-        let err = decode(&KnownTypes::new(), &other, &encode(&r).unwrap()).unwrap_err();
+        let err = decode(&Registry::new(), &other, &encode(&r).unwrap()).unwrap_err();
         assert!(err
             .to_string()
             .contains("record names test/Widgets.test.cosi.dev/w"));
@@ -138,17 +136,13 @@ mod tests {
 
     #[test]
     fn spec_that_does_not_fit_the_registered_type_is_an_error() {
-        let types = KnownTypes::new().with::<Widget>();
+        let types = Registry::new().with::<Widget>().unwrap();
         let r = DynamicResource {
             metadata: stored_widget().metadata,
             spec: serde_json::json!({"size": "three"}),
         };
         let err = decode(&types, r.metadata.pointer(), &encode(&r).unwrap()).unwrap_err();
         assert!(!err.is_retryable());
-        assert!(
-            err.to_string()
-                .contains("does not decode as Widgets.test.cosi.dev"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("invalid spec.size"), "{err}");
     }
 }

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cosi_core::{
-    AnyResource, Bookmark, Error, Event, EventSource, IdQuery, Kind, LabelQueries, Result,
-    SharedResource, Watch,
+    AnyResource, Error, Event, EventSource, IdQuery, Kind, LabelQueries, Result, SharedResource,
+    Watch,
 };
 use etcd_client::WatchOptions;
 use tokio::sync::{broadcast, mpsc};
@@ -44,7 +44,7 @@ impl Filter {
 
     /// The event a change is for this filter, if any.
     pub fn event(&self, change: &Change) -> Option<Event> {
-        let bookmark = Bookmark(change.revision as u64);
+        let bookmark = super::bookmark(change.revision);
         let before = change.previous.as_ref().filter(|r| self.matches(&***r));
         let after = change.current.as_ref().filter(|r| self.matches(&***r));
         match (before, after) {
@@ -124,10 +124,10 @@ pub(super) fn spawn(
 
 impl Watcher {
     async fn send(&mut self, event: Event) -> Result<(), Gone> {
-        let bookmark = event.bookmark();
+        let bookmark = event.bookmark().cloned();
         self.sender.send(event).await.map_err(|_| Gone)?;
-        if let Some(bookmark) = bookmark {
-            self.delivered = bookmark.0;
+        if let Some(revision) = bookmark.as_ref().and_then(super::revision_in) {
+            self.delivered = revision as u64;
         }
         Ok(())
     }
@@ -137,7 +137,7 @@ impl Watcher {
         Event::Errored {
             error: Error::WatchOverrun {
                 kind: self.hub.kind().clone(),
-                position: self.delivered,
+                position: super::bookmark(self.delivered as i64),
             },
         }
     }
@@ -244,7 +244,7 @@ impl Watcher {
                 }
             }
         };
-        let bookmark = Bookmark(upto as u64);
+        let bookmark = super::bookmark(upto);
         for (_, fold) in folded {
             let before = fold.first_previous.filter(|r| self.filter.matches(&**r));
             let after = fold
@@ -255,18 +255,18 @@ impl Watcher {
                 (None, None) => continue,
                 (None, Some(resource)) => Event::Created {
                     resource,
-                    bookmark,
+                    bookmark: bookmark.clone(),
                     compacted: true,
                 },
                 (Some(_), Some(resource)) => Event::Updated {
                     old: None,
                     resource,
-                    bookmark,
+                    bookmark: bookmark.clone(),
                     compacted: true,
                 },
                 (Some(before), None) => Event::Destroyed {
                     resource: fold.last_current.or(fold.last_previous).unwrap_or(before),
-                    bookmark,
+                    bookmark: bookmark.clone(),
                     compacted: true,
                 },
             };
@@ -362,12 +362,15 @@ impl Watcher {
                 }
             }
         };
-        let bookmark = Bookmark(revision as u64);
-        self.send(Event::Resync { bookmark }).await?;
+        let bookmark = super::bookmark(revision);
+        self.send(Event::Resync {
+            bookmark: bookmark.clone(),
+        })
+        .await?;
         for resource in resources {
             self.send(Event::Created {
                 resource,
-                bookmark,
+                bookmark: bookmark.clone(),
                 compacted: false,
             })
             .await?;

@@ -8,20 +8,17 @@
 //! `.await`). Writers append to the window and wake the watchers that are waiting; they never
 //! wait for a watcher.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::SystemTime;
 
 use cosi_core::{
-    make_mut, Bookmark, CreateOptions, DestroyOptions, DynamicResource, Error, Event, Kind,
-    Metadata, Pointer, Result, SharedResource, UpdateOptions, WatchKindOptions,
+    make_mut, CreateOptions, DestroyOptions, DynamicResource, Error, Kind, Metadata, Pointer,
+    Result, SharedResource, UpdateOptions, WatchKindOptions,
 };
 use tokio::sync::Notify;
 
 use super::contents::KindContents;
-use super::kind_watch::KindWatcher;
-use super::watch_filter::{IdFilter, WatchFilter};
 use super::write_rules;
 use super::MemoryOptions;
 
@@ -88,22 +85,21 @@ pub(crate) struct Collection {
 }
 
 impl Collection {
-    /// An empty collection whose first change gets bookmark 1.
-    pub(crate) fn new(kind: Kind, options: &MemoryOptions) -> Self {
-        Self::resumed_at(kind, options, Bookmark(0))
+    /// An empty collection whose first change gets sequence 1, in the store named `origin`.
+    pub(crate) fn new(kind: Kind, options: &MemoryOptions, origin: u64) -> Self {
+        Self::resumed_at(kind, options, origin, 0)
     }
 
     /// An empty collection whose first change gets `head + 1`: a durable backend resumes the
     /// sequence it persisted, so bookmarks stay meaningful across restarts. Watchers resuming
     /// before `head` get a resync (nothing older is known).
-    pub(crate) fn resumed_at(kind: Kind, options: &MemoryOptions, head: Bookmark) -> Self {
+    pub(crate) fn resumed_at(kind: Kind, options: &MemoryOptions, origin: u64, head: u64) -> Self {
         Collection {
             kind,
-            contents: RwLock::new(KindContents::new(
-                options.history,
-                options.max_destroy_markers,
-                head.0,
-            )),
+            contents: RwLock::new(
+                KindContents::new(options.history, options.max_destroy_markers, head)
+                    .with_origin(origin),
+            ),
             wake: WatchWake::default(),
         }
     }
@@ -187,66 +183,6 @@ impl Collection {
         self.write().check_and_destroy(pointer, options)?;
         self.wake();
         Ok(())
-    }
-
-    /// Starts a kind watch.
-    pub(crate) fn watch_kind(self: &Arc<Self>, options: WatchKindOptions) -> Result<KindWatcher> {
-        let subject = || self.kind.to_string();
-        check_watch_options(&self.kind, &options)?;
-        let filter = WatchFilter::new(options.ids.as_ref(), &options.labels);
-        let mut pending = VecDeque::new();
-        let contents = self.read();
-        let head = contents.head();
-        let position = if let Some(since) = options.since {
-            if since.0 > head {
-                return Err(Error::invalid(
-                    subject(),
-                    "since",
-                    format!("bookmark {since} is in the future (the latest is {head})"),
-                ));
-            }
-            since.0
-        } else if let Some(tail) = options.tail {
-            head - (tail.min(contents.window_len()) as u64)
-        } else {
-            if options.bootstrap {
-                contents.bootstrap(&filter, &mut pending);
-            }
-            head
-        };
-        drop(contents);
-        Ok(KindWatcher::new(
-            self.clone(),
-            filter,
-            position,
-            pending,
-            options.strict,
-        ))
-    }
-
-    /// Starts a pointer watch: the current state (or a tombstone), then every change.
-    pub(crate) fn watch_pointer(self: &Arc<Self>, pointer: &Pointer, strict: bool) -> KindWatcher {
-        let filter = WatchFilter {
-            ids: IdFilter::Exact(pointer.shared_id().clone()),
-            labels: Default::default(),
-        };
-        let contents = self.read();
-        let head = contents.head();
-        let bookmark = Bookmark(head);
-        let first = match contents.get_pointer(pointer) {
-            Some(resource) => Event::Created {
-                resource: resource.clone(),
-                bookmark,
-                compacted: false,
-            },
-            None => Event::Destroyed {
-                resource: tombstone(pointer),
-                bookmark,
-                compacted: false,
-            },
-        };
-        drop(contents);
-        KindWatcher::new(self.clone(), filter, head, VecDeque::from([first]), strict)
     }
 
     fn check_kind(&self, resource: &SharedResource) -> Result<()> {

@@ -1,19 +1,33 @@
 //! [`Collections`]: the per-kind collections of a store, created on first use, and the reads
 //! every store in this crate serves from them (the in-memory backend, and the disk backend whose
 //! committer is their only writer).
+//!
+//! A watch of a kind nobody ever wrote needs a collection to wait on. Such collections are
+//! swept once nothing holds them any more (the watch ended) and they are still empty with no
+//! change in their history, whenever the map has doubled since the last sweep: watching a
+//! million made-up kinds leaves nothing behind. A swept collection had issued only bookmark 0,
+//! which a new one issues again, so no bookmark changes meaning.
 
 use std::ops::Deref;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use cosi_core::{Error, Kind, ListOptions, Pointer, Result, SharedResource};
+use cosi_core::{
+    Error, Kind, ListOptions, Pointer, Result, SharedResource, Watch, WatchKindOptions,
+    WatchOptions,
+};
 
-use super::{Collection, KindMap, MemoryOptions, WatchFilter};
+use super::{Collection, KindMap, KindWatcher, MemoryOptions, WatchFilter};
 
 /// The collections of a store, by kind.
 #[derive(Debug)]
 pub(crate) struct Collections {
     kinds: KindMap<Arc<Collection>>,
     options: MemoryOptions,
+    /// Names this store instance in its bookmarks.
+    origin: u64,
+    /// The number of collections right after the last sweep.
+    swept_at: AtomicUsize,
 }
 
 impl Drop for Collections {
@@ -28,12 +42,21 @@ impl Drop for Collections {
 }
 
 impl Collections {
-    /// No collections yet; each one made later is sized by `options`.
-    pub(crate) fn new(options: MemoryOptions) -> Self {
+    /// No collections yet; each one made later is sized by `options` and issues bookmarks
+    /// of the store named `origin`.
+    pub(crate) fn new(options: MemoryOptions, origin: u64) -> Self {
         Collections {
             kinds: KindMap::default(),
             options,
+            origin,
+            swept_at: AtomicUsize::new(0),
         }
+    }
+
+    /// The store instance its bookmarks name.
+    #[cfg(test)]
+    pub(crate) fn origin(&self) -> u64 {
+        self.origin
     }
 
     /// Adds a collection rebuilt elsewhere (the disk backend's recovery), replacing any other.
@@ -55,9 +78,26 @@ impl Collections {
         let collection = self
             .kinds
             .entry(kind.clone())
-            .or_insert_with(|| Arc::new(Collection::new(kind.clone(), &self.options)))
+            .or_insert_with(|| Arc::new(Collection::new(kind.clone(), &self.options, self.origin)))
             .clone();
-        f(&collection)
+        let result = f(&collection);
+        drop(collection);
+        self.sweep_if_grown();
+        result
+    }
+
+    /// Drops the collections nobody holds that never held anything, once the map has doubled
+    /// since the last sweep (amortized O(1) per new collection).
+    fn sweep_if_grown(&self) {
+        let swept_at = self.swept_at.load(Ordering::Relaxed);
+        if self.kinds.len() < 2 * swept_at.max(64) {
+            return;
+        }
+        // The map holds one reference; anything else (a watcher, a writer) keeps it.
+        self.kinds.retain(|_, collection| {
+            Arc::strong_count(collection) > 1 || !collection.read().is_pristine()
+        });
+        self.swept_at.store(self.kinds.len(), Ordering::Relaxed);
     }
 
     /// The kind's collection, created if needed.
@@ -84,6 +124,18 @@ impl Collections {
             }
             None => Vec::new(),
         }
+    }
+
+    /// [`cosi_core::State::watch`]: the current state (or a tombstone), then every change.
+    pub(crate) fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Watch {
+        self.with(pointer.kind(), |c| {
+            Watch::new(KindWatcher::of_pointer(c, pointer, options.strict))
+        })
+    }
+
+    /// [`cosi_core::State::watch_kind`].
+    pub(crate) fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
+        self.with(kind, |c| KindWatcher::of_kind(c, options).map(Watch::new))
     }
 
     /// Every collection.

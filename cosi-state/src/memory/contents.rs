@@ -50,12 +50,30 @@ pub(crate) struct KindContents {
     /// Every live resource changed after the log's `complete_after` has an entry at its
     /// `changed_seq` (plus stale entries).
     changes: ChangeLog,
+    /// The store instance its bookmarks name.
+    origin: u64,
 }
 
 impl KindContents {
     /// Empty contents whose first change gets sequence `head + 1`.
     pub(crate) fn new(history: usize, max_destroy_markers: usize, head: u64) -> Self {
         Self::with_scan_ratio(history, max_destroy_markers, head, SCAN_RATIO)
+    }
+
+    /// The same contents issuing bookmarks of the store instance `origin`.
+    pub(crate) fn with_origin(mut self, origin: u64) -> Self {
+        self.origin = origin;
+        self
+    }
+
+    /// The bookmark of sequence number `seq` of this kind.
+    pub(crate) fn bookmark(&self, seq: u64) -> Bookmark {
+        Bookmark::at(self.origin, seq)
+    }
+
+    /// The sequence number `bookmark` names, if this store issued it.
+    pub(crate) fn sequence_of(&self, bookmark: &Bookmark) -> Option<u64> {
+        bookmark.position_in(self.origin)
     }
 
     /// Empty contents whose change log keeps one entry per `scan_ratio` live resources (tests
@@ -71,12 +89,19 @@ impl KindContents {
             window: HistoryWindow::new(history, head),
             markers: DestroyMarkers::new(max_destroy_markers, head),
             changes: ChangeLog::new(head, history.max(1), scan_ratio),
+            origin: 0,
         }
     }
 
     /// The position of the latest change.
     pub(crate) fn head(&self) -> u64 {
         self.window.head()
+    }
+
+    /// Whether nothing was ever stored: no resource and no change since the start (a durable
+    /// backend resumes at a later head, so a recovered kind is never pristine).
+    pub(crate) fn is_pristine(&self) -> bool {
+        self.window.head() == 0 && self.resources.len() == 0
     }
 
     /// How many changes the history window holds.
@@ -280,7 +305,7 @@ impl KindContents {
                 break;
             }
             position = change.seq;
-            if let Some(event) = filter.translate(change) {
+            if let Some(event) = filter.translate(change, self.origin) {
                 out.push_back(event);
                 taken += 1;
             }
@@ -291,10 +316,10 @@ impl KindContents {
     /// Appends the contents passing `filter` as `Created` events in id order, then
     /// `Bootstrapped`, all at the current head.
     pub(crate) fn bootstrap(&self, filter: &WatchFilter, out: &mut VecDeque<Event>) {
-        let bookmark = Bookmark(self.head());
+        let bookmark = self.bookmark(self.head());
         let created = |resource: SharedResource| Event::Created {
             resource,
-            bookmark,
+            bookmark: bookmark.clone(),
             compacted: false,
         };
         match &filter.ids {
@@ -340,7 +365,7 @@ impl KindContents {
         search: ChangedSearch,
     ) -> u64 {
         let head = self.head();
-        let bookmark = Bookmark(head);
+        let bookmark = self.bookmark(head);
         if !self.markers.complete_since(position) {
             out.push_back(Event::Resync { bookmark });
             self.bootstrap(filter, out);
@@ -369,20 +394,20 @@ impl KindContents {
                     Event::Updated {
                         old: None,
                         resource,
-                        bookmark,
+                        bookmark: bookmark.clone(),
                         compacted: true,
                     }
                 } else {
                     Event::Created {
                         resource,
-                        bookmark,
+                        bookmark: bookmark.clone(),
                         compacted: true,
                     }
                 });
             } else if existed {
                 events.push(Event::Destroyed {
                     resource,
-                    bookmark,
+                    bookmark: bookmark.clone(),
                     compacted: true,
                 });
             }
@@ -398,7 +423,7 @@ impl KindContents {
             destroyed.sort_unstable_by(|a, b| a.0.cmp(b.0));
             events.extend(destroyed.into_iter().map(|(_, last)| Event::Destroyed {
                 resource: last.clone(),
-                bookmark,
+                bookmark: bookmark.clone(),
                 compacted: true,
             }));
             // Ids are unique across live and destroyed entries, so an unstable sort is exact.

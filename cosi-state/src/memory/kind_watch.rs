@@ -11,10 +11,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cosi_core::{Error, Event, EventSource};
+use cosi_core::{Error, Event, EventSource, Pointer, Result, WatchKindOptions};
 
-use super::collection::{Collection, WaitingGuard};
-use super::watch_filter::WatchFilter;
+use super::collection::{check_watch_options, tombstone, Collection, WaitingGuard};
+use super::watch_filter::{IdFilter, WatchFilter};
 
 /// How many events a single-event `next` prefetches, so that per-event calls do not take the
 /// kind lock once per event.
@@ -51,6 +51,79 @@ impl KindWatcher {
         }
     }
 
+    /// Starts a kind watch.
+    pub(crate) fn of_kind(collection: &Arc<Collection>, options: WatchKindOptions) -> Result<Self> {
+        let subject = || collection.kind().to_string();
+        check_watch_options(collection.kind(), &options)?;
+        let filter = WatchFilter::new(options.ids.as_ref(), &options.labels);
+        let mut pending = VecDeque::new();
+        let contents = collection.read();
+        let head = contents.head();
+        let position = if let Some(since) = &options.since {
+            let Some(position) = contents.sequence_of(since) else {
+                return Err(Error::bookmark_not_issued_here(subject(), since));
+            };
+            if position > head {
+                return Err(Error::invalid(
+                    subject(),
+                    "since",
+                    format!("bookmark {since} is in the future (the latest is {head})"),
+                ));
+            }
+            position
+        } else if let Some(tail) = options.tail {
+            head - (tail.min(contents.window_len()) as u64)
+        } else {
+            if options.bootstrap {
+                contents.bootstrap(&filter, &mut pending);
+            }
+            head
+        };
+        drop(contents);
+        Ok(KindWatcher::new(
+            collection.clone(),
+            filter,
+            position,
+            pending,
+            options.strict,
+        ))
+    }
+
+    /// Starts a pointer watch: the current state (or a tombstone), then every change.
+    pub(crate) fn of_pointer(
+        collection: &Arc<Collection>,
+        pointer: &Pointer,
+        strict: bool,
+    ) -> Self {
+        let filter = WatchFilter {
+            ids: IdFilter::Exact(pointer.shared_id().clone()),
+            labels: Default::default(),
+        };
+        let contents = collection.read();
+        let head = contents.head();
+        let bookmark = contents.bookmark(head);
+        let first = match contents.get_pointer(pointer) {
+            Some(resource) => Event::Created {
+                resource: resource.clone(),
+                bookmark,
+                compacted: false,
+            },
+            None => Event::Destroyed {
+                resource: tombstone(pointer),
+                bookmark,
+                compacted: false,
+            },
+        };
+        drop(contents);
+        KindWatcher::new(
+            collection.clone(),
+            filter,
+            head,
+            VecDeque::from([first]),
+            strict,
+        )
+    }
+
     /// Moves up to `max` new events into `ready` (never blocks). Returns whether any arrived.
     fn fill(&mut self, max: usize) -> bool {
         if self.failed {
@@ -64,7 +137,7 @@ impl KindWatcher {
                 self.ready.push_back(Event::Errored {
                     error: Error::WatchOverrun {
                         kind: self.collection.kind().clone(),
-                        position: self.position,
+                        position: contents.bookmark(self.position),
                     },
                 });
                 self.failed = true;

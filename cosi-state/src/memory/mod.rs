@@ -157,7 +157,7 @@ impl MemoryState {
     /// An empty store.
     pub fn new(options: MemoryOptions) -> MemoryState {
         MemoryState {
-            collections: Collections::new(options.clone()),
+            collections: Collections::new(options.clone(), crate::origin::fresh_origin()),
             options,
         }
     }
@@ -217,14 +217,10 @@ impl State for MemoryState {
     }
 
     async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
-        let watcher = self
-            .collections
-            .with(pointer.kind(), |c| c.watch_pointer(pointer, options.strict));
-        Ok(Watch::new(watcher))
+        Ok(self.collections.watch(pointer, options))
     }
 
     async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
-        let watcher = self.collections.with(kind, |c| c.watch_kind(options))?;
-        Ok(Watch::new(watcher))
+        self.collections.watch_kind(kind, options)
     }
 }

@@ -48,6 +48,11 @@ fn value_of(r: &dyn AnyResource) -> i64 {
     cosi_core::downcast_ref::<Counter>(r).unwrap().spec.value
 }
 
+/// The bookmark of sequence `seq` in `state`.
+fn at(state: &MemoryState, seq: u64) -> Bookmark {
+    Bookmark::at(state.collections.origin(), seq)
+}
+
 fn small(history: usize, max_destroy_markers: usize) -> MemoryState {
     MemoryState::new(MemoryOptions {
         history,
@@ -181,7 +186,7 @@ fn describe(event: &Event) -> String {
         other => format!(
             "{} @{}",
             other.type_name(),
-            other.bookmark().unwrap_or_default()
+            other.bookmark().map_or("-".to_string(), |b| b.to_string())
         ),
     }
 }
@@ -497,7 +502,7 @@ async fn since_resumes_after_the_bookmark() {
     let mut watch = watch_kind_with(
         &state,
         WatchKindOptions {
-            since: Some(Bookmark(3)),
+            since: Some(at(&state, 3)),
             ..Default::default()
         },
     )
@@ -517,7 +522,7 @@ async fn since_a_future_bookmark_is_an_invalid_argument() {
         .watch_kind(
             &kind(),
             WatchKindOptions {
-                since: Some(Bookmark(2)),
+                since: Some(at(&state, 2)),
                 ..Default::default()
             },
         )
@@ -553,7 +558,7 @@ async fn pointer_watch_of_an_absent_resource_starts_with_a_tombstone() {
         } => {
             assert_eq!(resource.metadata().pointer(), &pointer("a"));
             assert_eq!(resource.spec_value().unwrap(), serde_json::Value::Null);
-            assert_eq!(bookmark, Bookmark(0));
+            assert_eq!(bookmark, at(&state, 0));
         }
         other => panic!("expected a tombstone, got {other:?}"),
     }
@@ -656,7 +661,7 @@ async fn since_an_old_bookmark_gets_a_catch_up() {
     let mut watch = watch_kind_with(
         &state,
         WatchKindOptions {
-            since: Some(Bookmark(1)),
+            since: Some(at(&state, 1)),
             ..Default::default()
         },
     )
@@ -703,7 +708,7 @@ async fn a_strict_watcher_that_falls_behind_ends_with_an_overrun() {
             error: Error::WatchOverrun { kind: k, position },
         } => {
             assert_eq!(k, kind());
-            assert_eq!(position, 0);
+            assert_eq!(position.to_string(), "0");
         }
         other => panic!("expected an overrun, got {other:?}"),
     }
@@ -996,7 +1001,8 @@ async fn a_collection_resumed_at_a_head_continues_its_sequence() {
     let collection = Arc::new(super::Collection::resumed_at(
         kind(),
         &MemoryOptions::default(),
-        Bookmark(41),
+        7,
+        41,
     ));
     collection
         .create(counter("a", 1), CreateOptions::default())
@@ -1004,12 +1010,14 @@ async fn a_collection_resumed_at_a_head_continues_its_sequence() {
     // When a watcher resumes at 42 and one before 41
     let watcher_at = |since| {
         Watch::new(
-            collection
-                .watch_kind(WatchKindOptions {
-                    since: Some(Bookmark(since)),
+            super::KindWatcher::of_kind(
+                &collection,
+                WatchKindOptions {
+                    since: Some(Bookmark::at(7, since)),
                     ..Default::default()
-                })
-                .unwrap(),
+                },
+            )
+            .unwrap(),
         )
     };
     let mut current = watcher_at(42);
@@ -1066,7 +1074,10 @@ async fn tail_beyond_the_window_delivers_the_whole_window() {
 #[tokio::test]
 async fn bootstrap_with_tail_or_since_is_an_invalid_argument() {
     let state = MemoryState::default();
-    for (tail, since, field) in [(Some(1), None, "tail"), (None, Some(Bookmark(0)), "since")] {
+    for (tail, since, field) in [
+        (Some(1), None, "tail"),
+        (None, Some(at(&state, 0)), "since"),
+    ] {
         let err = state
             .watch_kind(
                 &kind(),
@@ -1136,10 +1147,10 @@ async fn a_strict_pointer_watch_that_falls_behind_ends_with_an_overrun() {
     let event = recv(&mut watch).await;
     assert!(
         matches!(
-            event,
+            &event,
             Event::Errored {
-                error: Error::WatchOverrun { position: 0, .. }
-            }
+                error: Error::WatchOverrun { position, .. }
+            } if position.to_string() == "0"
         ),
         "{event:?}"
     );
@@ -1149,8 +1160,9 @@ async fn a_strict_pointer_watch_that_falls_behind_ends_with_an_overrun() {
 #[tokio::test]
 async fn published_writes_reach_watchers_like_direct_ones() {
     // Given a collection fed the way a durable backend feeds it: check, (persist), apply, wake
-    let collection = Arc::new(super::Collection::new(kind(), &MemoryOptions::default()));
-    let mut watch = Watch::new(collection.watch_kind(WatchKindOptions::default()).unwrap());
+    let collection = Arc::new(super::Collection::new(kind(), &MemoryOptions::default(), 1));
+    let mut watch =
+        Watch::new(super::KindWatcher::of_kind(&collection, WatchKindOptions::default()).unwrap());
     let now = std::time::SystemTime::now();
     let mut v1 = counter("a", 1);
     super::write_rules::prepare_create(&mut v1, None, now).unwrap();

@@ -62,11 +62,11 @@ impl WatchFilter {
     }
 
     /// The event a watcher with this filter sees for `change`, if any.
-    pub(crate) fn translate(&self, change: &Change) -> Option<Event> {
+    pub(crate) fn translate(&self, change: &Change, origin: u64) -> Option<Event> {
         if !self.ids.matches(change.resource.metadata().id()) {
             return None;
         }
-        let bookmark = Bookmark(change.seq);
+        let bookmark = Bookmark::at(origin, change.seq);
         let resource = change.resource.clone();
         let all_labels = !self.has_labels();
         match change.op {

@@ -3,15 +3,13 @@
 //! sharing the server never see each other's keys.
 #![allow(dead_code)] // Each test binary uses a different part of it.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use cosi_core::{
     CreateOptions, DestroyOptions, Event, Kind, Resource, ResourceSpec, SharedResource, State,
     UpdateOptions, Watch, WatchKindOptions,
 };
-use cosi_state::etcd::{EtcdOptions, EtcdServer, EtcdState};
+use cosi_state::etcd::{EtcdOptions, EtcdState};
 use serde::{Deserialize, Serialize};
 
 /// The spec every etcd test stores.
@@ -28,25 +26,8 @@ impl ResourceSpec for Counter {
 /// How long a test waits for an event before failing (a guard, never a sleep).
 pub const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Starts a server; a failure tells how to install etcd.
-pub fn start_server() -> EtcdServer {
-    EtcdServer::start().unwrap_or_else(|e| {
-        panic!("cannot start etcd for the tests ({e}); run scripts/install-deps.sh as root")
-    })
-}
-
-/// The server shared by the tests of this binary.
-pub fn shared_server() -> &'static EtcdServer {
-    static SERVER: OnceLock<EtcdServer> = OnceLock::new();
-    SERVER.get_or_init(start_server)
-}
-
-/// A key prefix no other test (in this or another process) uses.
-pub fn unique_prefix(test: &str) -> String {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!("/cosi-test/{}-{n}/{test}/", std::process::id())
-}
+#[allow(unused_imports)] // Each test binary uses a different part.
+pub use cosi_test_support::etcd::{shared_server, start_server, unique_prefix};
 
 /// Options for the shared server under a fresh prefix.
 pub fn options(test: &str) -> EtcdOptions {
@@ -60,11 +41,17 @@ pub async fn state(test: &str) -> EtcdState {
 
 /// A state with these options and [`Counter`] registered.
 pub async fn connect(options: EtcdOptions) -> EtcdState {
-    let state = EtcdState::connect(options)
+    let registry = cosi_core::Registry::new()
+        .with::<Counter>()
+        .expect("Counter registers");
+    connect_with(options, registry).await
+}
+
+/// A state with these options and this registry.
+pub async fn connect_with(options: EtcdOptions, registry: cosi_core::Registry) -> EtcdState {
+    EtcdState::connect(options, std::sync::Arc::new(registry))
         .await
-        .expect("etcd options are valid");
-    state.register::<Counter>();
-    state
+        .expect("etcd options are valid")
 }
 
 /// A counter resource ready to be created.

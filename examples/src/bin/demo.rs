@@ -12,7 +12,7 @@ use cosi_core::{
     dynamic, table, CreateOptions, DestroyOptions, Event, ListOptions, Registry, Resource,
     ResourceDefinition, ResourceSpec, State, StateExt, UpdateOptions, WatchKindOptions,
 };
-use cosi_state::{DiskOptions, DiskState, KnownTypes};
+use cosi_state::{DiskOptions, DiskState};
 use serde::{Deserialize, Serialize};
 
 /// The status of one system service, as a node daemon would publish it.
@@ -73,7 +73,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let state = DiskState::open(
         &path,
         DiskOptions::default(),
-        KnownTypes::new().with::<Service>(),
+        std::sync::Arc::new(cosi_core::Registry::new().with::<Service>().unwrap()),
     )
     .await?;
     let mut registry = Registry::new();
@@ -205,7 +205,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let reopened = DiskState::open(
         &path,
         DiskOptions::default(),
-        KnownTypes::new().with::<Service>(),
+        std::sync::Arc::new(cosi_core::Registry::new().with::<Service>().unwrap()),
     )
     .await?;
     let services = reopened.list(&kind, &ListOptions::default()).await?;

@@ -57,7 +57,7 @@ fn describe(event: &Event) -> String {
     let bookmark = match event {
         Event::Created { bookmark, .. }
         | Event::Updated { bookmark, .. }
-        | Event::Destroyed { bookmark, .. } => *bookmark,
+        | Event::Destroyed { bookmark, .. } => bookmark.clone(),
         _ => unreachable!("matched above"),
     };
     format!(

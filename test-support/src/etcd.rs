@@ -46,7 +46,7 @@ rm -rf "$data"
 ///
 /// ```
 /// # fn main() -> cosi_core::Result<()> {
-/// use cosi_state::etcd::EtcdServer;
+/// use cosi_test_support::etcd::EtcdServer;
 /// let mut server = EtcdServer::start()?;
 /// assert!(server.endpoint().starts_with("http://127.0.0.1:"));
 /// server.stop();
@@ -252,6 +252,29 @@ fn failure(message: String) -> Error {
         retryable: false,
         source: None,
     }
+}
+
+/// Starts a server; a failure panics with how to install etcd. For tests.
+pub fn start_server() -> EtcdServer {
+    EtcdServer::start().unwrap_or_else(|e| {
+        panic!("cannot start etcd for the tests ({e}); run scripts/install-deps.sh as root")
+    })
+}
+
+/// One server shared by every test of the calling test binary, started on first use and
+/// killed (its data removed) when the binary exits.
+pub fn shared_server() -> &'static EtcdServer {
+    static SERVER: std::sync::OnceLock<EtcdServer> = std::sync::OnceLock::new();
+    SERVER.get_or_init(start_server)
+}
+
+/// A key prefix no other test (in this or another process) uses, so tests sharing a server
+/// never see each other's keys.
+pub fn unique_prefix(test: &str) -> String {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("/cosi-test/{}-{n}/{test}/", std::process::id())
 }
 
 #[cfg(test)]

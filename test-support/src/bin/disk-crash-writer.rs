@@ -20,7 +20,7 @@ use cosi_core::{
     CreateOptions, DestroyOptions, DynamicResource, Metadata, Pointer, SharedResource, State,
     UpdateOptions, Version,
 };
-use cosi_state::{DiskOptions, DiskState, KnownTypes};
+use cosi_state::{DiskOptions, DiskState};
 
 const NAMESPACE: &str = "crash";
 const TYPE: &str = "Entries.test.cosi.dev";
@@ -117,9 +117,13 @@ async fn main() {
         checkpoint_interval,
         ..DiskOptions::default()
     };
-    let state = DiskState::open(path, options, KnownTypes::new())
-        .await
-        .unwrap_or_else(|e| fail(format!("open: {e}")));
+    let state = DiskState::open(
+        path,
+        options,
+        std::sync::Arc::new(cosi_core::Registry::new()),
+    )
+    .await
+    .unwrap_or_else(|e| fail(format!("open: {e}")));
     let state = Arc::new(state);
     let tasks: Vec<_> = (0..writers)
         .map(|w| tokio::spawn(writer(state.clone(), round, w)))

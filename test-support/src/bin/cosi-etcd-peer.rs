@@ -51,14 +51,20 @@ async fn main() {
         std::process::exit(2);
     };
     let options = EtcdOptions::new([endpoint.clone()]).with_prefix(prefix.clone());
-    let state = match EtcdState::connect(options).await {
+    let registry = match cosi_core::Registry::new().with::<Counter>() {
+        Ok(registry) => Arc::new(registry),
+        Err(e) => {
+            eprintln!("cannot register Counter: {e}");
+            std::process::exit(1);
+        }
+    };
+    let state = match EtcdState::connect(options, registry).await {
         Ok(state) => Arc::new(state),
         Err(e) => {
             eprintln!("cannot connect: {e}");
             std::process::exit(1);
         }
     };
-    state.register::<Counter>();
 
     let (lines_tx, mut lines) = tokio::sync::mpsc::channel::<String>(16);
     std::thread::spawn(move || {

@@ -1,15 +1,16 @@
 //! Two processes share one etcd: each sees the other's writes through its watch, in revision
 //! order, and concurrent conflicting updates have exactly one winner. The processes are real
 //! (the `cosi-etcd-peer` binary), not tasks.
-#![cfg(feature = "etcd")]
-
-mod etcd_common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 
-use etcd_common::{shared_server, unique_prefix, EVENT_TIMEOUT};
+use std::time::Duration;
+
+use cosi_test_support::etcd::{shared_server, unique_prefix};
+
+/// How long a test waits for a peer's line before failing (a guard, never a sleep).
+const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A running peer process, driven line by line.
 struct Peer {
