@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use cosi_core::{
-    AnyResource, DynamicResource, Error, Kind, Metadata, Phase, Pointer, Registry, Result,
-    SharedResource, Version,
+    AnyResource, DynamicResource, Error, Kind, Metadata, Phase, Pointer, Registry,
+    ResourceDefinition, ResourceSpec, Result, SharedResource, Version,
 };
 
 use crate::proto::resource as pb;
@@ -99,8 +99,20 @@ impl fmt::Debug for Codec {
 }
 
 impl Codec {
-    /// A codec for the registry's types, every spec as JSON.
+    /// A codec for the registry's types, every spec as JSON. The type of the definitions
+    /// themselves (`ResourceDefinitions.meta.cosi.dev`, which `Registry::publish` writes so
+    /// clients can discover the types with `get rd`) is always known.
     pub fn new(registry: Arc<Registry>) -> Self {
+        let registry = if registry.contains(ResourceDefinition::TYPE) {
+            registry
+        } else {
+            let mut extended = (*registry).clone();
+            // Invariant: the type is not registered yet, and its definition is valid.
+            extended
+                .register::<ResourceDefinition>()
+                .expect("the definition type registers in a registry without it");
+            Arc::new(extended)
+        };
         Codec {
             registry,
             specs: HashMap::new(),

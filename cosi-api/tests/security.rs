@@ -368,6 +368,31 @@ async fn reader_reading_a_sensitive_type_is_refused() {
 }
 
 #[tokio::test]
+async fn definitions_of_sensitive_types_stay_listable_for_readers() {
+    let node = Node::start().await;
+    // The node publishes its registry's definitions (`get rd`).
+    codec().registry().publish(&*node.store).await.unwrap();
+    let (reader, _) = node.client(Role::Reader);
+    let definitions = reader
+        .list_typed::<ResourceDefinition>(&ResourceDefinition::kind(), &ListOptions::default())
+        .await
+        .unwrap();
+    let secret = definitions
+        .iter()
+        .find(|d| d.metadata.id() == Secret::TYPE)
+        .expect("the sensitive type's definition is listed");
+    assert_eq!(secret.spec.sensitivity, Sensitivity::Sensitive);
+    assert!(definitions
+        .iter()
+        .any(|d| d.metadata.id() == MACHINE_CONFIG_TYPE));
+    // The definition is visible; the resources are not.
+    assert_not_authorized(
+        "list secrets",
+        reader.list(&Secret::kind(), &ListOptions::default()).await,
+    );
+}
+
+#[tokio::test]
 async fn operator_reading_a_sensitive_type_is_refused_and_admin_reads_it() {
     let node = Node::start().await;
     let (operator, _) = node.client(Role::Operator);
