@@ -261,12 +261,18 @@ struct ReferenceServer {
 
 impl ReferenceServer {
     async fn start() -> Result<Self, String> {
+        Self::start_with(&[]).await
+    }
+
+    /// The reference server with extra arguments (`-cert`, `-key`, `-ca` for mutual TLS).
+    async fn start_with(extra: &[&str]) -> Result<Self, String> {
         // A free port: bind, read it, release it for the peer.
         let address = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| e.to_string())?;
         let mut child = Command::new(interop_binary())
             .args(["-serve", &address.to_string()])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
@@ -321,6 +327,51 @@ async fn remote_state_passes_conformance_against_the_reference_server(
     })
 }
 
+/// This crate's TLS client (rustls, ALPN h2, a client certificate from its own CA) against the
+/// reference server's mutual TLS (Go's crypto/tls and grpc-go).
+async fn remote_state_speaks_mutual_tls_with_the_reference_server() -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let ca = CertificateAuthority::generate("cosi").map_err(|e| e.to_string())?;
+    let server_identity = ca
+        .issue_server(&["127.0.0.1".parse().unwrap()], &[], CERT_VALIDITY)
+        .map_err(|e| e.to_string())?;
+    let (ca_path, _) = ca
+        .certified()
+        .write_pem(dir.path(), "ca")
+        .map_err(|e| e.to_string())?;
+    let (cert, key) = server_identity
+        .write_pem(dir.path(), "server")
+        .map_err(|e| e.to_string())?;
+    let mut server = ReferenceServer::start_with(&[
+        "-cert",
+        cert.to_str().unwrap(),
+        "-key",
+        key.to_str().unwrap(),
+        "-ca",
+        ca_path.to_str().unwrap(),
+    ])
+    .await?;
+    let identity = ca
+        .issue_client("rust", Role::Admin, CERT_VALIDITY)
+        .map_err(|e| e.to_string())?;
+    let security = ClientSecurity::MutualTls {
+        ca_pem: ca.cert_pem().to_string(),
+        identity,
+    };
+    let client: Arc<dyn State> = Arc::new(RemoteState::new(
+        channel(server.address, None, security).map_err(|e| e.to_string())?,
+        fixture_codec(),
+    ));
+    let subject = Subject::new(client);
+    let outcome = tokio::spawn(async move {
+        conformance::create_get_list_destroy(&subject).await;
+        conformance::kind_watch_resumes_after_every_bookmark(&subject).await;
+    })
+    .await;
+    let _ = server.child.kill().await;
+    outcome.map_err(|e| format!("a rule failed over mutual TLS: {e}"))
+}
+
 fn main() {
     let binary = interop_binary();
     if !binary.exists() {
@@ -366,6 +417,10 @@ fn main() {
         record(
             "reference_client_passes_over_mutual_tls".into(),
             reference_client_passes_over_mutual_tls().await,
+        );
+        record(
+            "remote_state_speaks_mutual_tls_with_the_reference_server".into(),
+            remote_state_speaks_mutual_tls_with_the_reference_server().await,
         );
         for (name, rule) in RULES {
             record(
