@@ -9,7 +9,11 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
+# Beside the repository; a worktree one level further down (wt/NAME) finds it beside its parent.
 peer="${COSI_PEER_DIR:-$(pwd)/../shared/peer}"
+if [[ -z "${COSI_PEER_DIR:-}" && ! -x "$peer/cosi-go-interop" && -x "$(pwd)/../../shared/peer/cosi-go-interop" ]]; then
+    peer="$(pwd)/../../shared/peer"
+fi
 if [[ ! -x "$peer/cosi-go-interop" ]]; then
     echo "################################################################################" >&2
     echo "# interop: NOT RUN: $peer/cosi-go-interop is absent." >&2
