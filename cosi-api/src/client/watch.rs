@@ -447,7 +447,9 @@ impl Pump {
     }
 }
 
-/// Whether a broken stream is worth reconnecting.
+/// Whether a broken stream is worth reconnecting: the transient codes, and the `Internal`
+/// status tonic reports for an HTTP/2 stream reset or a connection that died mid-stream (its
+/// message names h2), which is the network failing, not the server refusing.
 fn retryable(status: &Status) -> bool {
     is_transient(status.code())
         || status.code() == Code::Internal && status.message().contains("h2")
