@@ -21,7 +21,7 @@ use crate::query::{encode_ids, encode_labels};
 use crate::server::{MAX_MESSAGE_SIZE, OMIT_YAML_HEADER};
 use crate::status::{from_status, has_detail, Call, CallContext};
 
-use super::watch::{start_watch, Backoff, WatchTarget};
+use super::watch::{start_watch, Backoff, WatchClient, WatchTarget};
 
 /// Options of a [`RemoteState`].
 #[derive(Clone, Debug)]
@@ -58,8 +58,8 @@ impl Default for RemoteOptions {
 /// ```
 #[derive(Clone)]
 pub struct RemoteState {
-    pub(super) client: StateClient<Channel>,
-    pub(super) codec: Codec,
+    client: StateClient<Channel>,
+    codec: Codec,
     options: RemoteOptions,
 }
 
@@ -88,6 +88,13 @@ impl RemoteState {
             client,
             codec,
             options,
+        }
+    }
+
+    fn watch_client(&self) -> WatchClient {
+        WatchClient {
+            client: self.client.clone(),
+            codec: self.codec.clone(),
         }
     }
 
@@ -310,24 +317,26 @@ impl State for RemoteState {
 
     async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
         start_watch(
-            self,
+            &self.watch_client(),
             WatchTarget::Pointer {
                 pointer: pointer.clone(),
                 strict: options.strict,
             },
-            &self.options,
+            self.options.reconnect.clone(),
+            self.options.watch_buffer,
         )
         .await
     }
 
     async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
         start_watch(
-            self,
+            &self.watch_client(),
             WatchTarget::Kind {
                 kind: kind.clone(),
                 options: Arc::new(options),
             },
-            &self.options,
+            self.options.reconnect.clone(),
+            self.options.watch_buffer,
         )
         .await
     }

@@ -30,10 +30,17 @@ use tonic::{Code, Status, Streaming};
 
 use crate::events::{decode_event, API_EXTENDED};
 use crate::proto::resource as pb;
+use crate::proto::resource::state_client::StateClient;
 use crate::query::{encode_bookmark, encode_ids, encode_labels, exact_id};
 use crate::status::{from_status, is_transient, Call, CallContext};
+use tonic::transport::Channel;
 
-use super::RemoteState;
+/// What a watch needs of its client: the connection and the codec.
+#[derive(Clone)]
+pub(super) struct WatchClient {
+    pub(super) client: StateClient<Channel>,
+    pub(super) codec: crate::codec::Codec,
+}
 
 /// How a broken watch reconnects: exponential backoff with jitter.
 #[derive(Clone, Debug)]
@@ -162,13 +169,13 @@ fn request(target: &WatchTarget, start: &Start) -> pb::WatchRequest {
 /// Opens the stream and waits for the server's "established" message; events that came with
 /// it (a server that sends no empty first message) are returned to be handled first.
 async fn open(
-    state: &RemoteState,
+    state: &WatchClient,
     message: pb::WatchRequest,
 ) -> std::result::Result<(Streaming<pb::WatchResponse>, Vec<pb::Event>), Status> {
     let mut stream = state
         .client
         .clone()
-        .watch(state.request_for_watch(message))
+        .watch(request_for_watch(message))
         .await?
         .into_inner();
     match stream.message().await? {
@@ -179,24 +186,22 @@ async fn open(
     }
 }
 
-impl RemoteState {
-    fn request_for_watch(&self, message: pb::WatchRequest) -> tonic::Request<pb::WatchRequest> {
-        let mut request = tonic::Request::new(message);
-        request.metadata_mut().insert(
-            crate::server::OMIT_YAML_HEADER,
-            tonic::metadata::MetadataValue::from_static("1"),
-        );
-        request
-    }
+fn request_for_watch(message: pb::WatchRequest) -> tonic::Request<pb::WatchRequest> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(
+        crate::server::OMIT_YAML_HEADER,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
+    request
 }
 
 /// Starts a watch: the first connection is made here, so setup errors are returned.
 pub(super) async fn start_watch(
-    state: &RemoteState,
+    state: &WatchClient,
     target: WatchTarget,
-    options: &super::RemoteOptions,
+    backoff: Backoff,
+    buffer: usize,
 ) -> Result<Watch> {
-    let backoff = options.reconnect.clone();
     let kind = target.kind().clone();
     let ctx = CallContext::new(
         Call::Watch,
@@ -208,7 +213,7 @@ pub(super) async fn start_watch(
     let (stream, early) = open(state, request(&target, &Start::Original))
         .await
         .map_err(|s| from_status(&s, &ctx))?;
-    let (tx, rx) = mpsc::channel(options.watch_buffer.max(1));
+    let (tx, rx) = mpsc::channel(buffer.max(1));
     let swallow_noop = matches!(&target, WatchTarget::Kind { options, .. }
         if !options.bootstrap && options.tail.is_none() && options.since.is_none());
     let bootstrapping = matches!(&target, WatchTarget::Kind { options, .. } if options.bootstrap);
@@ -260,7 +265,7 @@ impl EventSource for RemoteWatch {
 }
 
 struct Pump {
-    state: RemoteState,
+    state: WatchClient,
     target: WatchTarget,
     kind: Kind,
     ctx: CallContext,
