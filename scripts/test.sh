@@ -22,6 +22,15 @@ if ! cargo test --workspace --all-features 2>&1 | tee "$log"; then
     failed+=("cargo test --workspace --all-features")
 fi
 
+echo "==> scripts/interop.sh (wire compatibility with ../shared/peer)"
+interop_status=0
+bash scripts/interop.sh || interop_status=$?
+case $interop_status in
+    0) ;;
+    2) echo "interop: NOT RUN (no ../shared/peer): not counted as passed" >&2 ;;
+    *) failed+=("scripts/interop.sh") ;;
+esac
+
 echo "==> cargo doc --workspace --no-deps (RUSTDOCFLAGS=-D warnings)"
 if ! RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps; then
     failed+=("cargo doc --workspace --no-deps")
@@ -32,6 +41,9 @@ grep -E '^test result:' "$log" | awk '
     { print; passed += $4; failures += $6; ignored += $8 }
     END { printf "tests: %d passed, %d failed, %d ignored\n", passed, failures, ignored }'
 grep -E '^(failures:|    [^ ].* \(line [0-9]+\)$|---- )' "$log" || true
+if ((interop_status == 2)); then
+    echo "interop: NOT RUN (../shared/peer absent), not counted as passed"
+fi
 
 if ((${#failed[@]})); then
     printf 'FAILED: %s\n' "${failed[@]}" >&2

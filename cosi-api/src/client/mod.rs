@@ -1,0 +1,12 @@
+//! The client side: [`channel`] connects to a node, [`RemoteState`] is a [`cosi_core::State`]
+//! over it, [`MachineClient`] calls its machine service.
+
+mod channel;
+mod machine;
+mod remote_state;
+mod watch;
+
+pub use channel::{channel, channel_with, ChannelOptions, ClientSecurity};
+pub use machine::MachineClient;
+pub use remote_state::{RemoteOptions, RemoteState};
+pub use watch::Backoff;

@@ -1,0 +1,343 @@
+//! [`RemoteState`]: a [`State`] over the network, so every `StateExt` helper and the
+//! controller engine run against a remote node unchanged.
+//!
+//! Errors come back as the exact [`cosi_core::Error`] the server's store returned (through
+//! [`crate::status`]); a transport failure is a retryable backend error. Watches survive
+//! dropped connections and server restarts ([`super::watch`]).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use cosi_core::{
+    AnyResource, CreateOptions, DestroyOptions, Kind, ListOptions, Pointer, Result, SharedResource,
+    State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
+};
+use tonic::transport::Channel;
+use tonic::Request;
+
+use crate::codec::{Codec, UnknownTypes};
+use crate::proto::resource::{self as pb, state_client::StateClient};
+use crate::query::{encode_ids, encode_labels};
+use crate::server::{MAX_MESSAGE_SIZE, OMIT_YAML_HEADER};
+use crate::status::{from_status, has_detail, Call, CallContext};
+
+use super::watch::{start_watch, Backoff, WatchClient, WatchTarget};
+
+/// Options of a [`RemoteState`].
+#[derive(Clone, Debug)]
+pub struct RemoteOptions {
+    /// Send the YAML spec with writes (the original's servers store it for generic
+    /// clients; this crate's server ignores it). Default: true.
+    pub yaml_on_write: bool,
+    /// How watches reconnect.
+    pub reconnect: Backoff,
+    /// Events buffered per watch between the connection and the consumer (at least 1).
+    pub watch_buffer: usize,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        RemoteOptions {
+            yaml_on_write: true,
+            reconnect: Backoff::default(),
+            watch_buffer: 256,
+        }
+    }
+}
+
+/// A [`State`] served by a remote node.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use cosi_api::client::{channel, ClientSecurity, RemoteState};
+/// use cosi_api::codec::Codec;
+/// # async fn demo() -> cosi_core::Result<()> {
+/// let channel = channel("127.0.0.1:50000".parse().unwrap(), None, ClientSecurity::Plaintext)?;
+/// let state = RemoteState::new(channel, Codec::new(Arc::new(cosi_core::Registry::new())));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RemoteState {
+    client: StateClient<Channel>,
+    codec: Codec,
+    options: RemoteOptions,
+}
+
+impl std::fmt::Debug for RemoteState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteState")
+            .field("codec", &self.codec)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteState {
+    /// A state over `channel`, decoding with `codec` (types it does not know come back as
+    /// dynamic resources).
+    pub fn new(channel: Channel, codec: Codec) -> Self {
+        Self::with_options(channel, codec, RemoteOptions::default())
+    }
+
+    /// [`RemoteState::new`] with options.
+    pub fn with_options(channel: Channel, codec: Codec, options: RemoteOptions) -> Self {
+        let client = StateClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(MAX_MESSAGE_SIZE);
+        RemoteState {
+            client,
+            codec,
+            options,
+        }
+    }
+
+    fn watch_client(&self) -> WatchClient {
+        WatchClient {
+            client: self.client.clone(),
+            codec: self.codec.clone(),
+        }
+    }
+
+    fn request<T>(&self, message: T) -> Request<T> {
+        let mut request = Request::new(message);
+        request.metadata_mut().insert(
+            OMIT_YAML_HEADER,
+            tonic::metadata::MetadataValue::from_static("1"),
+        );
+        request
+    }
+
+    /// The error of a failed write. A peer's server sends only a code, so a conflict lacks what
+    /// the store knew (the stored version, owner or finalizers): read them back, so the error
+    /// says as much as one from this crate's server.
+    async fn write_error(&self, status: tonic::Status, ctx: &CallContext) -> cosi_core::Error {
+        use cosi_core::Error;
+        let error = from_status(&status, ctx);
+        let incomplete = !has_detail(&status)
+            && matches!(
+                error,
+                Error::VersionConflict { .. }
+                    | Error::OwnerConflict { .. }
+                    | Error::PendingFinalizers { .. }
+            );
+        if !incomplete {
+            return error;
+        }
+        let Ok(stored) = self.get(&ctx.pointer).await else {
+            return error;
+        };
+        let md = stored.metadata();
+        match error {
+            Error::VersionConflict {
+                pointer, expected, ..
+            } => Error::VersionConflict {
+                pointer,
+                expected,
+                actual: md.version(),
+            },
+            Error::OwnerConflict {
+                pointer, writer, ..
+            } => Error::OwnerConflict {
+                pointer,
+                owner: md.owner().map(str::to_string),
+                writer,
+            },
+            Error::PendingFinalizers { pointer, .. } => Error::PendingFinalizers {
+                pointer,
+                finalizers: md.finalizers().clone(),
+            },
+            other => other,
+        }
+    }
+
+    fn decode(&self, resource: Option<pb::Resource>, ctx: &CallContext) -> Result<SharedResource> {
+        let resource = resource.ok_or_else(|| cosi_core::Error::Backend {
+            subject: ctx.pointer.to_string(),
+            message: "the server answered without a resource".into(),
+            retryable: false,
+            source: None,
+        })?;
+        self.codec.decode(resource, UnknownTypes::KeepDynamic)
+    }
+
+    fn encode(&self, resource: &dyn AnyResource) -> Result<pb::Resource> {
+        self.codec.encode(resource, self.options.yaml_on_write)
+    }
+
+    /// Deletes after a teardown: the server's native `TeardownAndDestroy` (one call).
+    pub async fn teardown_and_destroy_remote(
+        &self,
+        pointer: &Pointer,
+        owner: Option<&str>,
+    ) -> Result<()> {
+        let ctx = CallContext::new(Call::TeardownAndDestroy, pointer.clone());
+        self.client
+            .clone()
+            .teardown_and_destroy(self.request(pb::TeardownAndDestroyRequest {
+                namespace: pointer.namespace().to_string(),
+                r#type: pointer.resource_type().to_string(),
+                id: pointer.id().to_string(),
+                options: Some(pb::TeardownAndDestroyOptions {
+                    owner: owner.unwrap_or_default().to_string(),
+                }),
+            }))
+            .await
+            .map_err(|s| from_status(&s, &ctx))?;
+        Ok(())
+    }
+
+    /// The server's native `Teardown`: returns whether the resource can be destroyed now.
+    pub async fn teardown_remote(&self, pointer: &Pointer, owner: Option<&str>) -> Result<bool> {
+        let ctx = CallContext::new(Call::Teardown, pointer.clone());
+        let response = self
+            .client
+            .clone()
+            .teardown(self.request(pb::TeardownRequest {
+                namespace: pointer.namespace().to_string(),
+                r#type: pointer.resource_type().to_string(),
+                id: pointer.id().to_string(),
+                options: Some(pb::TeardownOptions {
+                    owner: owner.unwrap_or_default().to_string(),
+                }),
+            }))
+            .await
+            .map_err(|s| from_status(&s, &ctx))?;
+        Ok(response.into_inner().destroy_ready)
+    }
+}
+
+#[async_trait]
+impl State for RemoteState {
+    async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
+        let ctx = CallContext::new(Call::Get, pointer.clone());
+        let response = self
+            .client
+            .clone()
+            .get(self.request(pb::GetRequest {
+                namespace: pointer.namespace().to_string(),
+                r#type: pointer.resource_type().to_string(),
+                id: pointer.id().to_string(),
+                options: Some(pb::GetOptions {}),
+            }))
+            .await
+            .map_err(|s| from_status(&s, &ctx))?;
+        self.decode(response.into_inner().resource, &ctx)
+    }
+
+    async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
+        let ctx = CallContext::new(Call::List, kind.pointer(""));
+        let mut stream = self
+            .client
+            .clone()
+            .list(self.request(pb::ListRequest {
+                namespace: kind.namespace().to_string(),
+                r#type: kind.resource_type().to_string(),
+                options: Some(pb::ListOptions {
+                    label_query: encode_labels(&options.labels),
+                    id_query: encode_ids(options.ids.as_ref()),
+                }),
+            }))
+            .await
+            .map_err(|s| from_status(&s, &ctx))?
+            .into_inner();
+        let mut out = Vec::new();
+        while let Some(item) = stream.message().await.map_err(|s| from_status(&s, &ctx))? {
+            out.push(self.decode(item.resource, &ctx)?);
+        }
+        Ok(out)
+    }
+
+    async fn create(
+        &self,
+        resource: SharedResource,
+        options: CreateOptions,
+    ) -> Result<SharedResource> {
+        let pointer = resource.metadata().pointer().clone();
+        let mut ctx = CallContext::new(Call::Create, pointer);
+        ctx.writer = options.owner.clone();
+        let message = pb::CreateRequest {
+            resource: Some(self.encode(&*resource)?),
+            options: Some(pb::CreateOptions {
+                owner: options.owner.unwrap_or_default(),
+            }),
+        };
+        let response = self.client.clone().create(self.request(message)).await;
+        let response = match response {
+            Ok(response) => response,
+            Err(status) => return Err(self.write_error(status, &ctx).await),
+        };
+        self.decode(response.into_inner().resource, &ctx)
+    }
+
+    async fn update(
+        &self,
+        resource: SharedResource,
+        options: UpdateOptions,
+    ) -> Result<SharedResource> {
+        let md = resource.metadata();
+        let mut ctx = CallContext::new(Call::Update, md.pointer().clone());
+        ctx.version = md.version();
+        ctx.expected_phase = options.expected_phase;
+        ctx.writer = options.owner.clone();
+        let message = pb::UpdateRequest {
+            new_resource: Some(self.encode(&*resource)?),
+            options: Some(pb::UpdateOptions {
+                owner: options.owner.unwrap_or_default(),
+                expected_phase: options.expected_phase.map(|p| p.to_string()),
+            }),
+        };
+        let response = self.client.clone().update(self.request(message)).await;
+        let response = match response {
+            Ok(response) => response,
+            Err(status) => return Err(self.write_error(status, &ctx).await),
+        };
+        self.decode(response.into_inner().resource, &ctx)
+    }
+
+    async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
+        let mut ctx = CallContext::new(Call::Destroy, pointer.clone());
+        ctx.writer = options.owner.clone();
+        let result = self
+            .client
+            .clone()
+            .destroy(self.request(pb::DestroyRequest {
+                namespace: pointer.namespace().to_string(),
+                r#type: pointer.resource_type().to_string(),
+                id: pointer.id().to_string(),
+                options: Some(pb::DestroyOptions {
+                    owner: options.owner.unwrap_or_default(),
+                }),
+            }))
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(status) => Err(self.write_error(status, &ctx).await),
+        }
+    }
+
+    async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
+        start_watch(
+            &self.watch_client(),
+            WatchTarget::Pointer {
+                pointer: pointer.clone(),
+                strict: options.strict,
+            },
+            self.options.reconnect.clone(),
+            self.options.watch_buffer,
+        )
+        .await
+    }
+
+    async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
+        start_watch(
+            &self.watch_client(),
+            WatchTarget::Kind {
+                kind: kind.clone(),
+                options: Arc::new(options),
+            },
+            self.options.reconnect.clone(),
+            self.options.watch_buffer,
+        )
+        .await
+    }
+}

@@ -1,0 +1,508 @@
+//! Resources on the wire: [`Codec`] turns a stored resource into the protocol's `Resource`
+//! message and back, through the [`Registry`] (types) and per-type [`SpecCodec`]s (the spec's
+//! binary form).
+//!
+//! The message carries the spec twice: `proto_spec`, the type's binary encoding, and
+//! `yaml_spec`, for generic clients. This project's types are serde types, so their binary
+//! encoding is JSON ([`JsonSpec`], the default); a type that has a protobuf form (a peer's type,
+//! say) registers its own [`SpecCodec`]. Decoding reads `proto_spec` with the type's codec and
+//! falls back to `yaml_spec` when `proto_spec` is empty or is not in the codec's form (a generic
+//! client may send only YAML).
+//!
+//! Decoding is strict about identity and metadata — every malformed field is an
+//! [`Error::InvalidArgument`] naming the resource and the field — and either strict or lenient
+//! about types: a server refuses a type its registry does not know (the interner must not grow
+//! from outside names), a client keeps it as a [`DynamicResource`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use cosi_core::{
+    AnyResource, DynamicResource, Error, Kind, Metadata, Phase, Pointer, Registry,
+    ResourceDefinition, ResourceSpec, Result, SharedResource, Version,
+};
+
+use crate::proto::resource as pb;
+use crate::yaml;
+
+/// The wire text of version 0 (a resource that was never stored, a tombstone).
+pub const UNDEFINED_VERSION: &str = "undefined";
+
+/// How one type's spec is written into, and read from, `proto_spec`.
+pub trait SpecCodec: Send + Sync + 'static {
+    /// The spec (in dynamic form) as bytes.
+    fn encode(&self, spec: &serde_json::Value) -> std::result::Result<Vec<u8>, String>;
+    /// Bytes back into the dynamic form.
+    fn decode(&self, bytes: &[u8]) -> std::result::Result<serde_json::Value, String>;
+}
+
+/// The default [`SpecCodec`]: the spec as JSON.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct JsonSpec;
+
+impl SpecCodec for JsonSpec {
+    fn encode(&self, spec: &serde_json::Value) -> std::result::Result<Vec<u8>, String> {
+        serde_json::to_vec(spec).map_err(|e| e.to_string())
+    }
+
+    fn decode(&self, bytes: &[u8]) -> std::result::Result<serde_json::Value, String> {
+        serde_json::from_slice(bytes).map_err(|e| e.to_string())
+    }
+}
+
+/// What decoding does with a type the registry does not know.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum UnknownTypes {
+    /// Refuse it, naming the type (servers).
+    Reject,
+    /// Keep it as a [`DynamicResource`] (clients).
+    KeepDynamic,
+}
+
+/// Converts resources to and from the protocol's messages.
+///
+/// ```
+/// use std::sync::Arc;
+/// use cosi_api::codec::{Codec, UnknownTypes};
+/// use cosi_core::{Registry, Resource, ResourceSpec};
+/// # use serde::{Deserialize, Serialize};
+/// #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+/// struct Hostname { name: String }
+/// impl ResourceSpec for Hostname {
+///     const TYPE: &'static str = "Hostnames.net.cosi.dev";
+///     const DEFAULT_NAMESPACE: &'static str = "network";
+/// }
+/// let mut registry = Registry::new();
+/// registry.register::<Hostname>().unwrap();
+/// let codec = Codec::new(Arc::new(registry));
+///
+/// let wire = codec.encode(&Resource::new("h", Hostname { name: "node-1".into() }), true).unwrap();
+/// assert_eq!(wire.spec.as_ref().unwrap().yaml_spec, "name: node-1\n");
+/// let back = codec.decode(wire, UnknownTypes::Reject).unwrap();
+/// assert_eq!(cosi_core::downcast_ref::<Hostname>(&*back).unwrap().spec.name, "node-1");
+/// ```
+#[derive(Clone)]
+pub struct Codec {
+    registry: Arc<Registry>,
+    specs: HashMap<String, Arc<dyn SpecCodec>>,
+}
+
+impl fmt::Debug for Codec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Codec")
+            .field("types", &self.registry.definitions().count())
+            .field("spec_codecs", &self.specs.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Codec {
+    /// A codec for the registry's types, every spec as JSON. The type of the definitions
+    /// themselves (`ResourceDefinitions.meta.cosi.dev`, which `Registry::publish` writes so
+    /// clients can discover the types with `get rd`) is always known.
+    pub fn new(registry: Arc<Registry>) -> Self {
+        let registry = if registry.contains(ResourceDefinition::TYPE) {
+            registry
+        } else {
+            let mut extended = (*registry).clone();
+            // Invariant: the type is not registered yet, and its definition is valid.
+            extended
+                .register::<ResourceDefinition>()
+                .expect("the definition type registers in a registry without it");
+            Arc::new(extended)
+        };
+        Codec {
+            registry,
+            specs: HashMap::new(),
+        }
+    }
+
+    /// Uses `codec` for the spec of `resource_type`.
+    pub fn with_spec_codec(
+        mut self,
+        resource_type: impl Into<String>,
+        codec: impl SpecCodec,
+    ) -> Self {
+        self.specs.insert(resource_type.into(), Arc::new(codec));
+        self
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    fn spec_codec(&self, resource_type: &str) -> &dyn SpecCodec {
+        match self.specs.get(resource_type) {
+            Some(codec) => &**codec,
+            None => &JsonSpec,
+        }
+    }
+
+    /// The kind named by outside input, after checking that the type is registered (so names
+    /// from the network never reach the kind interner unchecked).
+    pub fn kind(&self, namespace: &str, resource_type: &str) -> Result<Kind> {
+        self.check_type(resource_type)?;
+        if namespace.is_empty() {
+            return Err(Error::invalid(
+                resource_type,
+                "namespace",
+                "must not be empty",
+            ));
+        }
+        Ok(Kind::new(namespace, resource_type))
+    }
+
+    /// The pointer named by outside input (type checked as in [`Codec::kind`]).
+    pub fn pointer(&self, namespace: &str, resource_type: &str, id: &str) -> Result<Pointer> {
+        let kind = self.kind(namespace, resource_type)?;
+        if id.is_empty() {
+            return Err(Error::invalid(kind.to_string(), "id", "must not be empty"));
+        }
+        Ok(kind.pointer(id))
+    }
+
+    /// Fails unless `resource_type` is registered under exactly this full name.
+    pub fn check_type(&self, resource_type: &str) -> Result<()> {
+        if resource_type.is_empty() {
+            return Err(Error::invalid("request", "type", "must not be empty"));
+        }
+        if self.registry.get(resource_type).is_none() {
+            return Err(Error::invalid(
+                format!("{resource_type:?}"),
+                "type",
+                "not a registered resource type (full names only, e.g. Services.runtime.cosi.dev)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A resource as a message; `yaml` adds the YAML spec (generic clients need it, this
+    /// project's client does not).
+    pub fn encode(&self, resource: &dyn AnyResource, yaml: bool) -> Result<pb::Resource> {
+        let md = resource.metadata();
+        let spec = resource.spec_value()?;
+        let subject = || md.pointer().to_string();
+        let (proto_spec, yaml_spec) = if spec.is_null() {
+            // Tombstones and empty specs: nothing to encode (peers would try to decode "null").
+            (Vec::new(), String::new())
+        } else {
+            let bytes = self
+                .spec_codec(md.resource_type())
+                .encode(&spec)
+                .map_err(|e| Error::invalid(subject(), "spec", format!("cannot encode: {e}")))?;
+            let text = if yaml {
+                yaml::to_string(&spec).map_err(|e| {
+                    Error::invalid(subject(), "spec", format!("cannot write as YAML: {e}"))
+                })?
+            } else {
+                String::new()
+            };
+            (bytes, text)
+        };
+        Ok(pb::Resource {
+            metadata: Some(encode_metadata(md)),
+            spec: Some(pb::Spec {
+                proto_spec,
+                yaml_spec,
+            }),
+        })
+    }
+
+    /// A message back into a resource: a typed one for registered types.
+    pub fn decode(&self, resource: pb::Resource, unknown: UnknownTypes) -> Result<SharedResource> {
+        let metadata = resource
+            .metadata
+            .ok_or_else(|| Error::invalid("resource", "metadata", "missing"))?;
+        let known = self.registry.get(&metadata.r#type).is_some();
+        if !known && unknown == UnknownTypes::Reject {
+            self.check_type(&metadata.r#type)?;
+        }
+        let md = decode_metadata(metadata)?;
+        let spec = resource.spec.unwrap_or_default();
+        let value = self.decode_spec(&md, spec)?;
+        if known {
+            self.registry.decode_spec(md, value)
+        } else {
+            Ok(Arc::new(DynamicResource {
+                metadata: md,
+                spec: value,
+            }))
+        }
+    }
+
+    fn decode_spec(&self, md: &Metadata, spec: pb::Spec) -> Result<serde_json::Value> {
+        let subject = || md.pointer().to_string();
+        if !spec.proto_spec.is_empty() {
+            match self.spec_codec(md.resource_type()).decode(&spec.proto_spec) {
+                Ok(value) => return Ok(value),
+                Err(e) if spec.yaml_spec.is_empty() => {
+                    return Err(Error::invalid(subject(), "spec.proto_spec", e))
+                }
+                Err(_) => {}
+            }
+        }
+        if spec.yaml_spec.is_empty() {
+            return Ok(serde_json::Value::Null);
+        }
+        yaml::from_str(&spec.yaml_spec).map_err(|e| Error::invalid(subject(), "spec.yaml_spec", e))
+    }
+}
+
+/// Metadata as a message.
+pub fn encode_metadata(md: &Metadata) -> pb::Metadata {
+    pb::Metadata {
+        namespace: md.namespace().to_string(),
+        r#type: md.resource_type().to_string(),
+        id: md.id().to_string(),
+        version: encode_version(md.version()),
+        owner: md.owner().unwrap_or_default().to_string(),
+        phase: md.phase().to_string(),
+        created: Some(encode_time(md.created())),
+        updated: Some(encode_time(md.updated())),
+        finalizers: md.finalizers().iter().cloned().collect(),
+        labels: md.labels().clone(),
+        annotations: md.annotations().clone(),
+    }
+}
+
+/// A message back into metadata; every malformed field is an error naming it.
+pub fn decode_metadata(md: pb::Metadata) -> Result<Metadata> {
+    let subject = format!("{}/{}/{}", md.namespace, md.r#type, md.id);
+    let invalid = |field: &str, message: String| Error::invalid(subject.as_str(), field, message);
+    for (field, value) in [
+        ("metadata.namespace", &md.namespace),
+        ("metadata.type", &md.r#type),
+        ("metadata.id", &md.id),
+    ] {
+        if value.is_empty() {
+            return Err(invalid(field, "must not be empty".into()));
+        }
+    }
+    let version = decode_version(&md.version).map_err(|m| invalid("metadata.version", m))?;
+    let phase = decode_phase(&md.phase).map_err(|m| invalid("metadata.phase", m))?;
+    let created = decode_time(md.created.as_ref()).map_err(|m| invalid("metadata.created", m))?;
+    let updated = decode_time(md.updated.as_ref()).map_err(|m| invalid("metadata.updated", m))?;
+    let mut out = Metadata::new(Pointer::new(&md.namespace, &md.r#type, md.id.as_str()));
+    out.set_version(version);
+    out.set_phase(phase);
+    out.set_owner(Some(md.owner).filter(|o| !o.is_empty()));
+    out.set_timestamps(created, updated);
+    if !md.finalizers.is_empty() {
+        out.finalizers_mut().extend(md.finalizers);
+    }
+    if !md.labels.is_empty() {
+        *out.labels_mut() = md.labels;
+    }
+    if !md.annotations.is_empty() {
+        *out.annotations_mut() = md.annotations;
+    }
+    Ok(out)
+}
+
+/// A version as wire text.
+pub fn encode_version(version: Version) -> String {
+    if version == Version::UNSET {
+        UNDEFINED_VERSION.to_string()
+    } else {
+        version.to_string()
+    }
+}
+
+/// Wire text back into a version: decimal, `undefined` or empty (both 0).
+pub fn decode_version(text: &str) -> std::result::Result<Version, String> {
+    if text.is_empty() || text == UNDEFINED_VERSION {
+        return Ok(Version::UNSET);
+    }
+    text.parse::<u64>()
+        .map(Version::new)
+        .map_err(|_| format!("{text:?} is not a decimal version or {UNDEFINED_VERSION:?}"))
+}
+
+/// A phase back from wire text (`running`, `tearingDown`; empty is running).
+pub fn decode_phase(text: &str) -> std::result::Result<Phase, String> {
+    match text {
+        "" | "running" => Ok(Phase::Running),
+        "tearingDown" => Ok(Phase::TearingDown),
+        other => Err(format!("{other:?} is not a phase (running, tearingDown)")),
+    }
+}
+
+/// A time as a protobuf timestamp.
+pub fn encode_time(time: SystemTime) -> prost_types::Timestamp {
+    match time.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) => prost_types::Timestamp {
+            seconds: i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
+            nanos: after.subsec_nanos() as i32,
+        },
+        Err(before) => {
+            let before = before.duration();
+            let mut seconds = -i64::try_from(before.as_secs()).unwrap_or(i64::MAX);
+            let mut nanos = before.subsec_nanos() as i32;
+            if nanos > 0 {
+                seconds -= 1;
+                nanos = 1_000_000_000 - nanos;
+            }
+            prost_types::Timestamp { seconds, nanos }
+        }
+    }
+}
+
+/// A protobuf timestamp back into a time (absent: the epoch).
+pub fn decode_time(
+    timestamp: Option<&prost_types::Timestamp>,
+) -> std::result::Result<SystemTime, String> {
+    let Some(ts) = timestamp else {
+        return Ok(SystemTime::UNIX_EPOCH);
+    };
+    if !(0..1_000_000_000).contains(&ts.nanos) {
+        return Err(format!("nanos {} out of range 0..1e9", ts.nanos));
+    }
+    let time = if ts.seconds >= 0 {
+        SystemTime::UNIX_EPOCH
+            .checked_add(Duration::new(ts.seconds.unsigned_abs(), ts.nanos as u32))
+    } else {
+        SystemTime::UNIX_EPOCH
+            .checked_sub(Duration::from_secs(ts.seconds.unsigned_abs()))
+            .and_then(|t| t.checked_add(Duration::from_nanos(ts.nanos as u64)))
+    };
+    time.ok_or_else(|| format!("{} seconds is out of range", ts.seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cosi_core::{Resource, ResourceSpec};
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+    struct Port {
+        port: u16,
+    }
+    impl ResourceSpec for Port {
+        const TYPE: &'static str = "Ports.test.cosi.dev";
+        const DEFAULT_NAMESPACE: &'static str = "test";
+    }
+
+    fn codec() -> Codec {
+        let mut registry = Registry::new();
+        registry.register::<Port>().unwrap();
+        Codec::new(Arc::new(registry))
+    }
+
+    #[test]
+    fn metadata_round_trips_every_field() {
+        let mut r = Resource::new("http", Port { port: 80 });
+        r.metadata.set_version(Version::new(7));
+        r.metadata.set_owner(Some("PortController".into()));
+        r.metadata.set_phase(Phase::TearingDown);
+        let t = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789);
+        r.metadata.set_timestamps(t, t + Duration::from_secs(1));
+        r.metadata.finalizers_mut().insert("f".into());
+        r.metadata.labels_mut().insert("a".into(), "b".into());
+        r.metadata.annotations_mut().insert("c".into(), "d".into());
+        let codec = codec();
+        let back = codec
+            .decode(codec.encode(&r, true).unwrap(), UnknownTypes::Reject)
+            .unwrap();
+        assert_eq!(back.metadata(), &r.metadata);
+        assert_eq!(back.metadata().created(), t);
+        assert_eq!(
+            cosi_core::downcast_ref::<Port>(&*back).unwrap().spec,
+            r.spec
+        );
+    }
+
+    #[test]
+    fn spec_decodes_from_yaml_when_proto_spec_is_absent_or_foreign() {
+        let codec = codec();
+        let mut wire = codec
+            .encode(&Resource::new("h", Port { port: 1 }), true)
+            .unwrap();
+        let spec = wire.spec.as_mut().unwrap();
+        spec.proto_spec = b"\x08\x01".to_vec();
+        spec.yaml_spec = "port: 8080\n".into();
+        let back = codec.decode(wire, UnknownTypes::Reject).unwrap();
+        assert_eq!(
+            cosi_core::downcast_ref::<Port>(&*back).unwrap().spec.port,
+            8080
+        );
+    }
+
+    #[test]
+    fn unregistered_type_is_refused_naming_it_or_kept_dynamic() {
+        let codec = codec();
+        let r = DynamicResource {
+            metadata: Metadata::new(Pointer::new("test", "Nopes.test.cosi.dev", "x")),
+            spec: serde_json::json!({"a": 1}),
+        };
+        let wire = codec.encode(&r, true).unwrap();
+        let err = codec
+            .decode(wire.clone(), UnknownTypes::Reject)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "\"Nopes.test.cosi.dev\": invalid type: not a registered resource type (full names \
+             only, e.g. Services.runtime.cosi.dev)"
+        );
+        let kept = codec.decode(wire, UnknownTypes::KeepDynamic).unwrap();
+        assert_eq!(kept.spec_value().unwrap(), serde_json::json!({"a": 1}));
+    }
+
+    #[test]
+    fn malformed_metadata_fields_are_named() {
+        let codec = codec();
+        let mut wire = codec
+            .encode(&Resource::new("h", Port { port: 1 }), false)
+            .unwrap();
+        wire.metadata.as_mut().unwrap().version = "v2".into();
+        let err = codec
+            .decode(wire.clone(), UnknownTypes::Reject)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "test/Ports.test.cosi.dev/h: invalid metadata.version: \"v2\" is not a decimal \
+             version or \"undefined\""
+        );
+        wire.metadata.as_mut().unwrap().version = "1".into();
+        wire.metadata.as_mut().unwrap().phase = "gone".into();
+        let err = codec
+            .decode(wire.clone(), UnknownTypes::Reject)
+            .unwrap_err();
+        assert!(
+            err.to_string().ends_with(
+                "invalid metadata.phase: \"gone\" is not a phase (running, tearingDown)"
+            ),
+            "{err}"
+        );
+        wire.metadata.as_mut().unwrap().phase = "running".into();
+        wire.spec.as_mut().unwrap().proto_spec = b"{\"port\": 70000}".to_vec();
+        let err = codec.decode(wire, UnknownTypes::Reject).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "test/Ports.test.cosi.dev/h: invalid spec.port: invalid value: integer `70000`, expected u16"
+        );
+    }
+
+    #[test]
+    fn version_zero_travels_as_undefined() {
+        assert_eq!(encode_version(Version::UNSET), "undefined");
+        assert_eq!(decode_version("undefined"), Ok(Version::UNSET));
+        assert_eq!(decode_version("12"), Ok(Version::new(12)));
+    }
+
+    #[test]
+    fn times_before_the_epoch_round_trip() {
+        let t = SystemTime::UNIX_EPOCH - Duration::new(5, 250);
+        let ts = encode_time(t);
+        assert_eq!((ts.seconds, ts.nanos), (-6, 999_999_750));
+        assert_eq!(decode_time(Some(&ts)), Ok(t));
+        let bad = prost_types::Timestamp {
+            seconds: 0,
+            nanos: -1,
+        };
+        assert!(decode_time(Some(&bad)).is_err());
+    }
+}

@@ -1,0 +1,76 @@
+//! # cosi-api
+//!
+//! The remote API of a node: the COSI v1alpha1 State service (`cosi.resource.State`, wire
+//! compatible with the original runtime's clients and servers) and a machine service
+//! (`cosi.machine.MachineService`: configuration, services, logs, events, version), served
+//! over mutual TLS with roles read from client certificates, and a client whose
+//! [`RemoteState`](client::RemoteState) is a [`cosi_core::State`].
+//!
+//! This crate owns the wire: the `.proto` files under `proto/` (compiled at build time), the
+//! conversions ([`codec`], [`query`], [`events`]), the one error mapping ([`status`]), the
+//! authorization rules ([`auth`]), TLS and certificates ([`tls`], [`pki`]). It knows no node
+//! types: a node plugs in through [`machine::Machine`] and serves its own [`cosi_core::State`];
+//! the configuration travels as YAML bytes.
+//!
+//! A tour:
+//! - [`server::ApiServer`] serves [`server::StateService`] and a [`machine::Machine`] on a
+//!   listener, in a [`server::Security`] mode: plaintext (loopback, tests), mutual TLS, or
+//!   maintenance (server-only TLS, apply only).
+//! - [`client::channel`] connects; [`client::RemoteState`] and [`client::MachineClient`] call.
+//!   Remote watches resume after a dropped connection or a server restart, exactly after the
+//!   last event they delivered.
+//! - [`pki::CertificateAuthority`] issues the CA, server and per-role client certificates.
+//!
+//! A server over an in-memory store and a client, on a loopback port:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use cosi_api::auth::StatePolicy;
+//! use cosi_api::client::{channel, ClientSecurity, RemoteState};
+//! use cosi_api::codec::Codec;
+//! use cosi_api::server::{ApiServer, Security, StateService};
+//! use cosi_core::{CreateOptions, Registry, Resource, ResourceSpec, State, StateExt};
+//! # use serde::{Deserialize, Serialize};
+//! #[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
+//! struct Hostname { name: String }
+//! impl ResourceSpec for Hostname {
+//!     const TYPE: &'static str = "Hostnames.net.cosi.dev";
+//!     const DEFAULT_NAMESPACE: &'static str = "network";
+//! }
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let mut registry = Registry::new();
+//! registry.register::<Hostname>().unwrap();
+//! let codec = Codec::new(Arc::new(registry));
+//! let store = Arc::new(cosi_state::MemoryState::default());
+//!
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+//! let server = ApiServer::new(Security::Plaintext)
+//!     .with_state(StateService::new(store, codec.clone(), StatePolicy::default()))
+//!     .serve(listener)
+//!     .unwrap();
+//!
+//! let remote = RemoteState::new(
+//!     channel(server.local_addr(), None, ClientSecurity::Plaintext).unwrap(),
+//!     codec,
+//! );
+//! let created = Resource::new("hostname", Hostname { name: "node-1".into() });
+//! remote.create(created.into_shared(), CreateOptions::default()).await.unwrap();
+//! let read = remote.get_typed::<Hostname>(&Hostname::kind().pointer("hostname")).await.unwrap();
+//! assert_eq!((read.spec.name.as_str(), read.metadata.version().get()), ("node-1", 1));
+//! server.shutdown().await.unwrap();
+//! # });
+//! ```
+
+pub mod auth;
+pub mod client;
+pub mod codec;
+pub mod events;
+pub mod machine;
+pub mod pki;
+pub mod proto;
+pub mod query;
+pub mod server;
+pub mod status;
+pub mod tls;
+mod yaml;

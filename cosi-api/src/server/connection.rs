@@ -1,0 +1,253 @@
+//! Accepted connections: plaintext or TLS, each tagged with its [`Caller`] so every request on
+//! it carries the identity (tonic puts a connection's `ConnectInfo` into each request's
+//! extensions). Handshakes run in their own tasks under a timeout, so a slow or silent client
+//! delays nobody else; a failed handshake (wrong CA, expired or missing certificate) is logged
+//! and the connection dropped before any request is read.
+
+use std::collections::HashMap;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tonic::transport::server::Connected;
+
+use crate::auth::Caller;
+
+/// How long a TLS handshake may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections handshaking at once; more wait in the kernel's accept queue.
+const MAX_HANDSHAKES: usize = 64;
+
+/// One accepted connection.
+pub(crate) struct Connection {
+    stream: Stream,
+    caller: Caller,
+    _registered: Registered,
+}
+
+/// The sockets of the open connections, so that [`OpenConnections::sever_all`] can cut them
+/// (what a crash or a network failure looks like to clients).
+#[derive(Clone, Default)]
+pub(crate) struct OpenConnections {
+    inner: Arc<Mutex<OpenInner>>,
+}
+
+#[derive(Default)]
+struct OpenInner {
+    next: u64,
+    sockets: HashMap<u64, std::net::TcpStream>,
+}
+
+impl OpenConnections {
+    fn register(&self, tcp: &TcpStream) -> Registered {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let id = inner.next;
+        inner.next += 1;
+        // A duplicate descriptor of the socket: shutting it down cuts the connection.
+        if let Ok(dup) = socket2::SockRef::from(tcp).try_clone() {
+            inner.sockets.insert(id, dup.into());
+        }
+        Registered {
+            id,
+            open: self.clone(),
+        }
+    }
+
+    /// Shuts down every open socket, both directions.
+    pub(crate) fn sever_all(&self) {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        for socket in inner.sockets.values() {
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+struct Registered {
+    id: u64,
+    open: OpenConnections,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut inner = self.open.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.sockets.remove(&self.id);
+    }
+}
+
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Connected for Connection {
+    type ConnectInfo = Caller;
+    fn connect_info(&self) -> Caller {
+        self.caller.clone()
+    }
+}
+
+impl AsyncRead for Connection {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match &mut self.stream {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Connection {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match &mut self.stream {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.stream {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.stream {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match &mut self.stream {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match &self.stream {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+}
+
+/// How connections are secured.
+#[derive(Clone)]
+pub(crate) enum Acceptor {
+    /// Plaintext: every caller trusted.
+    Plain,
+    /// Mutual TLS: the caller from the verified client certificate.
+    Mutual(TlsAcceptor),
+    /// Maintenance: server-only TLS.
+    Maintenance(TlsAcceptor),
+}
+
+impl Acceptor {
+    pub(crate) fn mutual(config: rustls::ServerConfig) -> Self {
+        Acceptor::Mutual(TlsAcceptor::from(Arc::new(config)))
+    }
+
+    pub(crate) fn maintenance(config: rustls::ServerConfig) -> Self {
+        Acceptor::Maintenance(TlsAcceptor::from(Arc::new(config)))
+    }
+
+    async fn accept(&self, tcp: TcpStream, open: &OpenConnections) -> io::Result<Connection> {
+        let _ = tcp.set_nodelay(true);
+        let registered = open.register(&tcp);
+        match self {
+            Acceptor::Plain => Ok(Connection {
+                stream: Stream::Plain(tcp),
+                caller: Caller::trusted(),
+                _registered: registered,
+            }),
+            Acceptor::Mutual(acceptor) => {
+                let tls = acceptor.accept(tcp).await?;
+                let leaf = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|certs| certs.first())
+                    .ok_or_else(|| io::Error::other("no client certificate"))?;
+                let caller = crate::tls::caller_of_certificate(leaf)
+                    .ok_or_else(|| io::Error::other("unreadable client certificate"))?;
+                Ok(Connection {
+                    stream: Stream::Tls(Box::new(tls)),
+                    caller,
+                    _registered: registered,
+                })
+            }
+            Acceptor::Maintenance(acceptor) => {
+                let tls = acceptor.accept(tcp).await?;
+                Ok(Connection {
+                    stream: Stream::Tls(Box::new(tls)),
+                    caller: Caller::maintenance(),
+                    _registered: registered,
+                })
+            }
+        }
+    }
+}
+
+/// Accepts connections until `shutdown` turns true, handing secured ones to `out`.
+pub(crate) async fn accept_loop(
+    listener: TcpListener,
+    acceptor: Acceptor,
+    open: OpenConnections,
+    out: mpsc::Sender<io::Result<Connection>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+    loop {
+        let permit = tokio::select! {
+            permit = handshakes.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return,
+            },
+            _ = crate::server::stopped(&mut shutdown) => return,
+        };
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: keep serving the others.
+                    tracing::warn!("accept failed: {e}");
+                    continue;
+                }
+            },
+            _ = crate::server::stopped(&mut shutdown) => return,
+        };
+        let acceptor = acceptor.clone();
+        let out = out.clone();
+        let open = open.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp, &open)).await {
+                Ok(Ok(connection)) => {
+                    let _ = out.send(Ok(connection)).await;
+                }
+                Ok(Err(e)) => tracing::info!(%peer, "connection refused: {e}"),
+                Err(_) => tracing::info!(%peer, "connection refused: handshake timed out"),
+            }
+        });
+    }
+}

@@ -1,0 +1,316 @@
+//! The `cosi.machine.MachineService` over a node's [`Machine`]. Streams (logs, events) are
+//! bounded: a few responses are buffered, then the node's stream is read only as fast as the
+//! client takes them; a log response holds at most [`MAX_LOG_CHUNK`] bytes of whole lines. A
+//! server shutting down ends open streams with `Unavailable`.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::codec::encode_time;
+use crate::machine::{
+    ApplyMode, ApplyRequest, EventTail, LogRequest, Machine, MachineEventPayload, ServiceAction,
+};
+use crate::proto::machine::{self as pb, machine_service_server};
+use crate::status::{to_status, Call};
+
+/// Bytes of log lines per response.
+pub const MAX_LOG_CHUNK: usize = 64 * 1024;
+const STREAM_BUFFER: usize = 8;
+
+/// The machine service.
+pub struct MachineService {
+    machine: Arc<dyn Machine>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for MachineService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MachineService").finish_non_exhaustive()
+    }
+}
+
+impl MachineService {
+    /// Serves `machine`.
+    pub fn new(machine: Arc<dyn Machine>) -> Self {
+        MachineService {
+            machine,
+            shutdown: watch::channel(false).1,
+        }
+    }
+
+    pub(crate) fn with_shutdown(mut self, shutdown: watch::Receiver<bool>) -> Self {
+        self.shutdown = shutdown;
+        self
+    }
+}
+
+fn err(e: cosi_core::Error) -> Status {
+    to_status(&e, Call::Machine)
+}
+
+async fn forward<T: Send + 'static>(
+    mut source: impl futures::Stream<Item = Result<T, Status>> + Unpin + Send,
+    tx: mpsc::Sender<Result<T, Status>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let item = tokio::select! {
+            item = source.next() => item,
+            _ = crate::server::stopped(&mut shutdown) => {
+                let _ = tx.send(Err(Status::unavailable("server shutting down"))).await;
+                return;
+            }
+            _ = tx.closed() => return,
+        };
+        let Some(item) = item else { return };
+        let last = item.is_err();
+        if tx.send(item).await.is_err() || last {
+            return;
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl machine_service_server::MachineService for MachineService {
+    async fn apply_configuration(
+        &self,
+        request: Request<pb::ApplyConfigurationRequest>,
+    ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
+        let r = request.into_inner();
+        let mode = ApplyMode::from_wire(r.mode).ok_or_else(|| {
+            err(cosi_core::Error::invalid(
+                "apply configuration",
+                "mode",
+                format!("unknown mode {}", r.mode),
+            ))
+        })?;
+        let try_timeout = match r.try_mode_timeout {
+            None => None,
+            Some(d) => Some(
+                u64::try_from(d.seconds)
+                    .ok()
+                    .filter(|_| (0..1_000_000_000).contains(&d.nanos))
+                    .map(|s| std::time::Duration::new(s, d.nanos as u32))
+                    .ok_or_else(|| {
+                        err(cosi_core::Error::invalid(
+                            "apply configuration",
+                            "try_mode_timeout",
+                            "must be a non-negative duration",
+                        ))
+                    })?,
+            ),
+        };
+        let outcome = self
+            .machine
+            .apply_configuration(ApplyRequest {
+                data: r.data,
+                mode,
+                dry_run: r.dry_run,
+                try_timeout,
+                expected_version: r.expected_version,
+            })
+            .await
+            .map_err(err)?;
+        Ok(Response::new(pb::ApplyConfigurationResponse {
+            mode: outcome.mode.to_wire() as i32,
+            mode_details: outcome.details,
+            warnings: outcome.warnings,
+            diff: outcome.diff,
+            version: outcome.version,
+        }))
+    }
+
+    async fn service_list(
+        &self,
+        _request: Request<pb::ServiceListRequest>,
+    ) -> Result<Response<pb::ServiceListResponse>, Status> {
+        let services = self.machine.services().await.map_err(err)?;
+        Ok(Response::new(pb::ServiceListResponse {
+            services: services
+                .into_iter()
+                .map(|s| pb::ServiceInfo {
+                    id: s.id,
+                    state: s.state,
+                    health: Some(pb::ServiceHealth {
+                        unknown: s.health.unknown,
+                        healthy: s.health.healthy,
+                        last_message: s.health.last_message,
+                        last_change: Some(encode_time(s.health.last_change)),
+                    }),
+                    events: s
+                        .events
+                        .into_iter()
+                        .map(|e| pb::ServiceEvent {
+                            message: e.message,
+                            state: e.state,
+                            time: Some(encode_time(e.time)),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }))
+    }
+
+    async fn service_start(
+        &self,
+        request: Request<pb::ServiceRequest>,
+    ) -> Result<Response<pb::ServiceActionResponse>, Status> {
+        self.action(request, ServiceAction::Start).await
+    }
+
+    async fn service_stop(
+        &self,
+        request: Request<pb::ServiceRequest>,
+    ) -> Result<Response<pb::ServiceActionResponse>, Status> {
+        self.action(request, ServiceAction::Stop).await
+    }
+
+    async fn service_restart(
+        &self,
+        request: Request<pb::ServiceRequest>,
+    ) -> Result<Response<pb::ServiceActionResponse>, Status> {
+        self.action(request, ServiceAction::Restart).await
+    }
+
+    type LogsStream = ReceiverStream<Result<pb::LogData, Status>>;
+
+    async fn logs(
+        &self,
+        request: Request<pb::LogsRequest>,
+    ) -> Result<Response<Self::LogsStream>, Status> {
+        let r = request.into_inner();
+        let lines = self
+            .machine
+            .logs(LogRequest {
+                service: r.service,
+                tail: usize::try_from(r.tail_lines).ok(),
+                follow: r.follow,
+            })
+            .await
+            .map_err(err)?;
+        // Whole lines, packed up to MAX_LOG_CHUNK bytes per response while more are ready.
+        let chunks = lines
+            .ready_chunks(256)
+            .flat_map(|batch| {
+                let mut out: Vec<Result<pb::LogData, Status>> = Vec::new();
+                let mut chunk = Vec::new();
+                for line in batch {
+                    match line {
+                        Ok(line) => {
+                            if !chunk.is_empty() && chunk.len() + line.len() > MAX_LOG_CHUNK {
+                                out.push(Ok(pb::LogData {
+                                    bytes: std::mem::take(&mut chunk),
+                                }));
+                            }
+                            chunk.extend_from_slice(&line);
+                        }
+                        Err(e) => {
+                            if !chunk.is_empty() {
+                                out.push(Ok(pb::LogData {
+                                    bytes: std::mem::take(&mut chunk),
+                                }));
+                            }
+                            out.push(Err(err(e)));
+                        }
+                    }
+                }
+                if !chunk.is_empty() {
+                    out.push(Ok(pb::LogData { bytes: chunk }));
+                }
+                futures::stream::iter(out)
+            })
+            .boxed();
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        tokio::spawn(forward(chunks, tx, self.shutdown.clone()));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    type EventsStream = ReceiverStream<Result<pb::MachineEvent, Status>>;
+
+    async fn events(
+        &self,
+        request: Request<pb::EventsRequest>,
+    ) -> Result<Response<Self::EventsStream>, Status> {
+        let tail = match request.into_inner().tail_events {
+            0 => EventTail::None,
+            n if n < 0 => EventTail::All,
+            n => EventTail::Last(n as usize),
+        };
+        let events = self.machine.events(tail).await.map_err(err)?;
+        let events = events
+            .map(|event| {
+                let event = event.map_err(err)?;
+                let payload = match event.payload {
+                    MachineEventPayload::Service {
+                        service,
+                        state,
+                        message,
+                    } => pb::machine_event::Payload::Service(pb::ServiceStateEvent {
+                        service,
+                        state,
+                        message,
+                    }),
+                    MachineEventPayload::Config {
+                        version,
+                        mode,
+                        message,
+                    } => pb::machine_event::Payload::Config(pb::ConfigEvent {
+                        version,
+                        mode: mode.to_wire() as i32,
+                        message,
+                    }),
+                };
+                Ok(pb::MachineEvent {
+                    id: event.id,
+                    time: Some(encode_time(event.time)),
+                    payload: Some(payload),
+                })
+            })
+            .boxed();
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        tokio::spawn(forward(events, tx, self.shutdown.clone()));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn version(
+        &self,
+        _request: Request<pb::VersionRequest>,
+    ) -> Result<Response<pb::VersionResponse>, Status> {
+        let v = self.machine.version().await.map_err(err)?;
+        Ok(Response::new(pb::VersionResponse {
+            tag: v.tag,
+            sha: v.sha,
+            built: v.built,
+            rust_version: v.rust_version,
+            arch: v.arch,
+            os: v.os,
+        }))
+    }
+}
+
+impl MachineService {
+    async fn action(
+        &self,
+        request: Request<pb::ServiceRequest>,
+        action: ServiceAction,
+    ) -> Result<Response<pb::ServiceActionResponse>, Status> {
+        let id = request.into_inner().id;
+        if id.is_empty() {
+            return Err(err(cosi_core::Error::invalid(
+                "service request",
+                "id",
+                "must not be empty",
+            )));
+        }
+        let response = self
+            .machine
+            .service_action(&id, action)
+            .await
+            .map_err(err)?;
+        Ok(Response::new(pb::ServiceActionResponse { response }))
+    }
+}

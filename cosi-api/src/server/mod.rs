@@ -1,0 +1,244 @@
+//! The API server: the State and machine services on one listener, secured by one
+//! [`Security`] mode, every call checked by the method table ([`crate::auth::MethodGate`]).
+//!
+//! [`ApiServer::serve`] runs on a listener the caller bound (so tests and daemons choose the
+//! address, and a restart can reuse it) and returns a [`ServerHandle`]; stopping it ends open
+//! watches and streams with `Unavailable` (clients reconnect and resume) and waits for the
+//! connections to close. A node changes modes (maintenance → mutual TLS) by stopping one server
+//! and serving the next on the same address, as Talos's apid restarts its listener.
+
+mod connection;
+mod machine;
+mod state;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::auth::MethodGate;
+use crate::machine::Machine;
+use crate::pki::CertifiedKey;
+use crate::proto::machine::machine_service_server::MachineServiceServer;
+use crate::proto::resource::state_server::StateServer;
+use crate::tls::TlsError;
+
+use connection::{accept_loop, Acceptor, OpenConnections};
+pub use machine::{MachineService, MAX_LOG_CHUNK};
+pub use state::{StateService, OMIT_YAML_HEADER, WATCH_BATCH};
+
+/// The message size limit, both directions (Talos uses the same).
+pub const MAX_MESSAGE_SIZE: usize = 32 * 1024 * 1024;
+/// Concurrent HTTP/2 streams per connection.
+pub const MAX_CONCURRENT_STREAMS: u32 = 1024;
+
+/// How the server secures connections.
+#[derive(Clone)]
+pub enum Security {
+    /// Plaintext HTTP/2 (h2c): every caller is trusted with everything. For loopback and
+    /// tests (and the original's client, which speaks h2c) only.
+    Plaintext,
+    /// Mutual TLS: the server presents `identity`; clients must present a certificate signed
+    /// by `client_ca_pem`, and their roles come from it.
+    MutualTls {
+        /// The server's certificate and key.
+        identity: CertifiedKey,
+        /// The CA client certificates must chain to.
+        client_ca_pem: String,
+    },
+    /// Maintenance mode (the node has no configuration yet): server-only TLS, and only
+    /// `ApplyConfiguration` is accepted. Clients pin the server's key fingerprint.
+    Maintenance {
+        /// The server's (self-signed) certificate and key.
+        identity: CertifiedKey,
+    },
+}
+
+impl std::fmt::Debug for Security {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Security::Plaintext => "Plaintext",
+            Security::MutualTls { .. } => "MutualTls",
+            Security::Maintenance { .. } => "Maintenance",
+        })
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The TLS material is unusable.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
+    /// The listener has no address.
+    #[error("listener: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The services to serve and how.
+#[derive(Debug)]
+pub struct ApiServer {
+    state: Option<StateService>,
+    machine: Option<MachineService>,
+    security: Security,
+}
+
+impl ApiServer {
+    /// A server with no services yet.
+    pub fn new(security: Security) -> Self {
+        ApiServer {
+            state: None,
+            machine: None,
+            security,
+        }
+    }
+
+    /// Serves the State service.
+    pub fn with_state(mut self, service: StateService) -> Self {
+        self.state = Some(service);
+        self
+    }
+
+    /// Serves the machine service over `machine`.
+    pub fn with_machine(mut self, machine: Arc<dyn Machine>) -> Self {
+        self.machine = Some(MachineService::new(machine));
+        self
+    }
+
+    /// Starts serving on `listener`.
+    pub fn serve(self, listener: TcpListener) -> Result<ServerHandle, ServeError> {
+        let local_addr = listener.local_addr()?;
+        let acceptor = match &self.security {
+            Security::Plaintext => Acceptor::Plain,
+            Security::MutualTls {
+                identity,
+                client_ca_pem,
+            } => Acceptor::mutual(crate::tls::server_mutual(identity, client_ca_pem)?),
+            Security::Maintenance { identity } => {
+                Acceptor::maintenance(crate::tls::server_maintenance(identity)?)
+            }
+        };
+        let (stop, stop_signal) = watch::channel(false);
+        let (connections, incoming) = mpsc::channel(16);
+        let open = OpenConnections::default();
+        let accept = tokio::spawn(accept_loop(
+            listener,
+            acceptor,
+            open.clone(),
+            connections,
+            stop_signal.clone(),
+        ));
+
+        let mut routes = tonic::service::Routes::default();
+        if let Some(state) = self.state {
+            routes = routes.add_service(
+                StateServer::new(state.with_shutdown(stop_signal.clone()))
+                    .max_decoding_message_size(MAX_MESSAGE_SIZE)
+                    .max_encoding_message_size(MAX_MESSAGE_SIZE),
+            );
+        }
+        if let Some(machine) = self.machine {
+            routes = routes.add_service(
+                MachineServiceServer::new(machine.with_shutdown(stop_signal.clone()))
+                    .max_decoding_message_size(MAX_MESSAGE_SIZE)
+                    .max_encoding_message_size(MAX_MESSAGE_SIZE),
+            );
+        }
+        let mut signal = stop_signal.clone();
+        let server = tonic::transport::Server::builder()
+            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+            .layer(MethodGate)
+            .add_routes(routes)
+            .serve_with_incoming_shutdown(ReceiverStream::new(incoming), async move {
+                self::stopped(&mut signal).await;
+            });
+        let task = tokio::spawn(server);
+        Ok(ServerHandle {
+            local_addr,
+            stop,
+            open,
+            task: Some(task),
+            accept: Some(accept),
+        })
+    }
+}
+
+/// Resolves once `shutdown` turns true (or its sender is gone).
+pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is dropped here, never held across an await.
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// A running server.
+pub struct ServerHandle {
+    local_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    open: OpenConnections,
+    task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    /// The accept loop: it owns the listener, so the address is free once it has ended.
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Drop for ServerHandle {
+    /// A dropped handle stops its server (without waiting for it).
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+impl std::fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerHandle")
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerHandle {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting, ends open watches and streams with `Unavailable`, and waits until
+    /// every connection has closed and the listener is released.
+    pub async fn shutdown(mut self) -> Result<(), tonic::transport::Error> {
+        let _ = self.stop.send(true);
+        let result = match self.task.take() {
+            Some(task) => match task.await {
+                Ok(result) => result,
+                // The task never panics on its own; a join error means the runtime is going away.
+                Err(_) => Ok(()),
+            },
+            None => Ok(()),
+        };
+        self.release().await;
+        result
+    }
+
+    /// Waits for the accept loop (which ends on the stop signal) to drop the listener.
+    async fn release(&mut self) {
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.await;
+        }
+    }
+
+    /// Cuts every connection at once, without ending streams first (a crash or a network
+    /// failure, as clients see it), then stops.
+    pub async fn abort(mut self) {
+        self.open.sever_all();
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+        self.release().await;
+        self.open.sever_all();
+    }
+}

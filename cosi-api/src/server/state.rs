@@ -1,0 +1,636 @@
+//! The `cosi.resource.State` service over any [`State`]: each call decodes and checks its
+//! input completely (type registered, fields well-formed, the caller allowed) before it touches
+//! the store, so a refused or malformed call changes nothing.
+//!
+//! Watches: the first response is empty (the "established" signal the original's clients wait
+//! for); events follow one per response, or one response per backend batch when `aggregated`.
+//! A single-resource watch that resumes from a bookmark or replays history is served as a kind
+//! watch filtered to that id, which every backend supports. `bootstrap_bookmark` is served by
+//! reading the kind's head position first (the initial event of a watch on an id that is never
+//! stored) and resuming after it. A server shutting down ends every watch with `Unavailable`,
+//! which clients treat as "reconnect and resume".
+
+use std::sync::Arc;
+
+use cosi_core::{
+    AnyResource, CreateOptions, DestroyOptions, Error, Event, Kind, ListOptions, Pointer,
+    Sensitivity, State, StateExt, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
+};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::auth::{caller_of, Caller, StatePolicy};
+use crate::codec::{decode_phase, Codec, UnknownTypes};
+use crate::events::{encode_event, Outgoing};
+use crate::proto::resource::{self as pb, state_server};
+use crate::query::{decode_bookmark, decode_ids, decode_labels, exact_id};
+use crate::status::{to_status, Call};
+
+/// The request header with which a client says it needs no YAML specs (this crate's client
+/// decodes `proto_spec`; writing YAML is the most expensive part of encoding a resource).
+pub const OMIT_YAML_HEADER: &str = "cosi-omit-yaml";
+
+/// Events read from the backend per batch (and per response of an aggregated watch), by
+/// default.
+pub const WATCH_BATCH: usize = 256;
+/// Responses buffered per watch before the server waits for the client (HTTP/2 flow control
+/// does the rest), so a slow client cannot grow the server's memory.
+const WATCH_BUFFER: usize = 1;
+
+/// The State service.
+#[derive(Clone)]
+pub struct StateService {
+    shared: Arc<Shared>,
+    shutdown: watch::Receiver<bool>,
+    batch: usize,
+}
+
+struct Shared {
+    state: Arc<dyn State>,
+    codec: Codec,
+    policy: StatePolicy,
+}
+
+impl std::fmt::Debug for StateService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateService")
+            .field("codec", &self.shared.codec)
+            .field("policy", &self.shared.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StateService {
+    /// Serves `state`, with the types and spec encodings of `codec`, under `policy`.
+    pub fn new(state: Arc<dyn State>, codec: Codec, policy: StatePolicy) -> Self {
+        StateService {
+            shared: Arc::new(Shared {
+                state,
+                codec,
+                policy,
+            }),
+            // Never shut down until a server sets its own signal.
+            shutdown: watch::channel(false).1,
+            batch: WATCH_BATCH,
+        }
+    }
+
+    /// Reads at most `batch` events from the store per step of a watch (at least 1). With the
+    /// client's receive window, it bounds how far a watch runs ahead of a consumer that is not
+    /// reading before the store's own catch-up takes over.
+    pub fn with_watch_batch(mut self, batch: usize) -> Self {
+        self.batch = batch.max(1);
+        self
+    }
+
+    /// The same service, ending its watches when `shutdown` turns true.
+    pub(crate) fn with_shutdown(mut self, shutdown: watch::Receiver<bool>) -> Self {
+        self.shutdown = shutdown;
+        self
+    }
+
+    fn codec(&self) -> &Codec {
+        &self.shared.codec
+    }
+
+    fn sensitivity(&self, resource_type: &str) -> Sensitivity {
+        self.codec()
+            .registry()
+            .get(resource_type)
+            .map(|d| d.sensitivity)
+            .unwrap_or_default()
+    }
+
+    fn check_read(&self, caller: &Caller, kind: &Kind) -> Result<(), Status> {
+        self.shared.policy.check_read(
+            caller,
+            &kind.to_string(),
+            self.sensitivity(kind.resource_type()),
+        )
+    }
+
+    /// The stored owner, read only when the caller is subject to the write rules.
+    async fn stored_owner(
+        &self,
+        caller: &Caller,
+        pointer: &Pointer,
+        call: Call,
+    ) -> Result<Option<String>, Status> {
+        if caller.is_trusted() {
+            return Ok(None);
+        }
+        match self.shared.state.get(pointer).await {
+            Ok(stored) => Ok(stored.metadata().owner().map(str::to_string)),
+            // Absent: the write itself reports not found.
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(to_status(&e, call)),
+        }
+    }
+
+    fn check_write(
+        &self,
+        caller: &Caller,
+        pointer: &Pointer,
+        owner: Option<&str>,
+        stored_owner: Option<&str>,
+    ) -> Result<(), Status> {
+        self.shared.policy.check_write(
+            caller,
+            &pointer.to_string(),
+            pointer.resource_type(),
+            owner,
+            stored_owner,
+        )
+    }
+
+    fn encode(
+        &self,
+        resource: &dyn AnyResource,
+        yaml: bool,
+        call: Call,
+    ) -> Result<pb::Resource, Status> {
+        self.codec()
+            .encode(resource, yaml)
+            .map_err(|e| to_status(&e, call))
+    }
+}
+
+fn wants_yaml<T>(request: &Request<T>) -> bool {
+    request.metadata().get(OMIT_YAML_HEADER).is_none()
+}
+
+fn owner(text: String) -> Option<String> {
+    Some(text).filter(|o| !o.is_empty())
+}
+
+fn err(call: Call) -> impl Fn(Error) -> Status {
+    move |e| to_status(&e, call)
+}
+
+#[tonic::async_trait]
+impl state_server::State for StateService {
+    async fn get(
+        &self,
+        request: Request<pb::GetRequest>,
+    ) -> Result<Response<pb::GetResponse>, Status> {
+        let caller = caller_of(&request)?.clone();
+        let yaml = wants_yaml(&request);
+        let r = request.into_inner();
+        let pointer = self
+            .codec()
+            .pointer(&r.namespace, &r.r#type, &r.id)
+            .map_err(err(Call::Get))?;
+        self.check_read(&caller, pointer.kind())?;
+        let stored = self
+            .shared
+            .state
+            .get(&pointer)
+            .await
+            .map_err(err(Call::Get))?;
+        Ok(Response::new(pb::GetResponse {
+            resource: Some(self.encode(&*stored, yaml, Call::Get)?),
+        }))
+    }
+
+    type ListStream = tokio_stream::Iter<std::vec::IntoIter<Result<pb::ListResponse, Status>>>;
+
+    async fn list(
+        &self,
+        request: Request<pb::ListRequest>,
+    ) -> Result<Response<Self::ListStream>, Status> {
+        let caller = caller_of(&request)?.clone();
+        let yaml = wants_yaml(&request);
+        let r = request.into_inner();
+        let kind = self
+            .codec()
+            .kind(&r.namespace, &r.r#type)
+            .map_err(err(Call::List))?;
+        self.check_read(&caller, &kind)?;
+        let subject = format!("list {kind}");
+        let options = r.options.unwrap_or_default();
+        let options = ListOptions {
+            labels: decode_labels(&subject, options.label_query).map_err(err(Call::List))?,
+            ids: decode_ids(&subject, options.id_query).map_err(err(Call::List))?,
+        };
+        let listed = self
+            .shared
+            .state
+            .list(&kind, &options)
+            .await
+            .map_err(err(Call::List))?;
+        let responses = listed
+            .iter()
+            .map(|r| {
+                Ok(pb::ListResponse {
+                    resource: Some(self.encode(&**r, yaml, Call::List)?),
+                })
+            })
+            .collect::<Result<Vec<_>, Status>>()?;
+        Ok(Response::new(tokio_stream::iter(
+            responses.into_iter().map(Ok).collect::<Vec<_>>(),
+        )))
+    }
+
+    async fn create(
+        &self,
+        request: Request<pb::CreateRequest>,
+    ) -> Result<Response<pb::CreateResponse>, Status> {
+        let caller = caller_of(&request)?.clone();
+        let yaml = wants_yaml(&request);
+        let r = request.into_inner();
+        let resource = self
+            .codec()
+            .decode(
+                r.resource
+                    .ok_or_else(|| Status::invalid_argument("create: resource: missing"))?,
+                UnknownTypes::Reject,
+            )
+            .map_err(err(Call::Create))?;
+        let owner = owner(r.options.unwrap_or_default().owner);
+        let pointer = resource.metadata().pointer().clone();
+        self.check_write(&caller, &pointer, owner.as_deref(), None)?;
+        let stored = self
+            .shared
+            .state
+            .create(resource, CreateOptions { owner })
+            .await
+            .map_err(err(Call::Create))?;
+        Ok(Response::new(pb::CreateResponse {
+            resource: Some(self.encode(&*stored, yaml, Call::Create)?),
+        }))
+    }
+
+    async fn update(
+        &self,
+        request: Request<pb::UpdateRequest>,
+    ) -> Result<Response<pb::UpdateResponse>, Status> {
+        let caller = caller_of(&request)?.clone();
+        let yaml = wants_yaml(&request);
+        let r = request.into_inner();
+        let resource = self
+            .codec()
+            .decode(
+                r.new_resource
+                    .ok_or_else(|| Status::invalid_argument("update: new_resource: missing"))?,
+                UnknownTypes::Reject,
+            )
+            .map_err(err(Call::Update))?;
+        let pointer = resource.metadata().pointer().clone();
+        let options = r.options.unwrap_or_default();
+        let expected_phase = match options.expected_phase {
+            None => None,
+            Some(text) => Some(decode_phase(&text).map_err(|m| {
+                to_status(
+                    &Error::invalid(pointer.to_string(), "options.expected_phase", m),
+                    Call::Update,
+                )
+            })?),
+        };
+        let owner = owner(options.owner);
+        let stored_owner = self.stored_owner(&caller, &pointer, Call::Update).await?;
+        self.check_write(&caller, &pointer, owner.as_deref(), stored_owner.as_deref())?;
+        let stored = self
+            .shared
+            .state
+            .update(
+                resource,
+                UpdateOptions {
+                    owner,
+                    expected_phase,
+                },
+            )
+            .await
+            .map_err(err(Call::Update))?;
+        Ok(Response::new(pb::UpdateResponse {
+            resource: Some(self.encode(&*stored, yaml, Call::Update)?),
+        }))
+    }
+
+    async fn destroy(
+        &self,
+        request: Request<pb::DestroyRequest>,
+    ) -> Result<Response<pb::DestroyResponse>, Status> {
+        let caller = caller_of(&request)?.clone();
+        let r = request.into_inner();
+        let pointer = self
+            .codec()
+            .pointer(&r.namespace, &r.r#type, &r.id)
+            .map_err(err(Call::Destroy))?;
+        let owner = owner(r.options.unwrap_or_default().owner);
+        let stored_owner = self.stored_owner(&caller, &pointer, Call::Destroy).await?;
+        self.check_write(&caller, &pointer, owner.as_deref(), stored_owner.as_deref())?;
+        self.shared
+            .state
+            .destroy(&pointer, DestroyOptions { owner })
+            .await
+            .map_err(err(Call::Destroy))?;
+        Ok(Response::new(pb::DestroyResponse {}))
+    }
+
+    type WatchStream = ReceiverStream<Result<pb::WatchResponse, Status>>;
+
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let caller = caller_of(&request)?.clone();
+        let yaml = wants_yaml(&request);
+        let r = request.into_inner();
+        let kind = self
+            .codec()
+            .kind(&r.namespace, &r.r#type)
+            .map_err(err(Call::Watch))?;
+        self.check_read(&caller, &kind)?;
+        let api = r.api_version;
+        let options = r.options.unwrap_or_default();
+        let aggregated = options.aggregated && r.id.is_none();
+        let (watch, first) = self.open_watch(&kind, r.id, options).await?;
+        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
+        let feed = WatchFeed {
+            codec: self.codec().clone(),
+            kind,
+            api,
+            yaml,
+            aggregated,
+            tx,
+            shutdown: self.shutdown.clone(),
+            batch: self.batch,
+        };
+        tokio::spawn(feed.run(watch, first));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn teardown(
+        &self,
+        request: Request<pb::TeardownRequest>,
+    ) -> Result<Response<pb::TeardownResponse>, Status> {
+        let caller = caller_of(&request)?.clone();
+        let r = request.into_inner();
+        let pointer = self
+            .codec()
+            .pointer(&r.namespace, &r.r#type, &r.id)
+            .map_err(err(Call::Teardown))?;
+        let owner = owner(r.options.unwrap_or_default().owner);
+        let stored_owner = self.stored_owner(&caller, &pointer, Call::Teardown).await?;
+        self.check_write(&caller, &pointer, owner.as_deref(), stored_owner.as_deref())?;
+        let ready = self
+            .shared
+            .state
+            .teardown(&pointer, owner.as_deref())
+            .await
+            .map_err(err(Call::Teardown))?;
+        Ok(Response::new(pb::TeardownResponse {
+            destroy_ready: ready,
+        }))
+    }
+
+    async fn teardown_and_destroy(
+        &self,
+        request: Request<pb::TeardownAndDestroyRequest>,
+    ) -> Result<Response<pb::TeardownAndDestroyResponse>, Status> {
+        let caller = caller_of(&request)?.clone();
+        let r = request.into_inner();
+        let call = Call::TeardownAndDestroy;
+        let pointer = self
+            .codec()
+            .pointer(&r.namespace, &r.r#type, &r.id)
+            .map_err(err(call))?;
+        let owner = owner(r.options.unwrap_or_default().owner);
+        let stored_owner = self.stored_owner(&caller, &pointer, call).await?;
+        self.check_write(&caller, &pointer, owner.as_deref(), stored_owner.as_deref())?;
+        self.shared
+            .state
+            .teardown_and_destroy(&pointer, owner.as_deref())
+            .await
+            .map_err(err(call))?;
+        Ok(Response::new(pb::TeardownAndDestroyResponse {}))
+    }
+}
+
+impl StateService {
+    /// Opens the backend watch a request asks for; returns it with an event to send first
+    /// (the `NOOP` of `bootstrap_bookmark`).
+    async fn open_watch(
+        &self,
+        kind: &Kind,
+        id: Option<String>,
+        options: pb::WatchOptions,
+    ) -> Result<(Watch, Option<Event>), Status> {
+        let state = &self.shared.state;
+        let subject = format!("watch {kind}");
+        let call = Call::Watch;
+        let unimplemented = |m: &str| {
+            to_status(
+                &Error::Unsupported {
+                    subject: subject.clone(),
+                    message: m.to_string(),
+                },
+                call,
+            )
+        };
+        let tail = match options.tail_events {
+            0 => None,
+            n if n > 0 => Some(n as usize),
+            n => {
+                return Err(to_status(
+                    &Error::invalid(
+                        subject.as_str(),
+                        "options.tail_events",
+                        format!("{n} is negative"),
+                    ),
+                    call,
+                ))
+            }
+        };
+        let since = options.start_from_bookmark.as_deref().map(decode_bookmark);
+        let strict = options.strict;
+        if let Some(id) = id {
+            if options.bootstrap_contents {
+                return Err(unimplemented(
+                    "bootstrap contents is not implemented for resource watch",
+                ));
+            }
+            if !options.label_query.is_empty() {
+                return Err(unimplemented(
+                    "label query is not implemented for resource watch",
+                ));
+            }
+            if id.is_empty() {
+                return Err(to_status(
+                    &Error::invalid(subject.as_str(), "id", "must not be empty"),
+                    call,
+                ));
+            }
+            let pointer = kind.pointer(id.as_str());
+            let watch = if since.is_some() || tail.is_some() {
+                let options = WatchKindOptions {
+                    since,
+                    tail,
+                    ids: Some(exact_id(&id)),
+                    strict,
+                    ..Default::default()
+                };
+                state.watch_kind(kind, options).await
+            } else {
+                state.watch(&pointer, WatchOptions { strict }).await
+            };
+            return Ok((watch.map_err(err(call))?, None));
+        }
+        let mut first = None;
+        let mut since = since;
+        if options.bootstrap_bookmark
+            && !options.bootstrap_contents
+            && since.is_none()
+            && tail.is_none()
+        {
+            let head = self.head(kind).await.map_err(err(call))?;
+            first = Some(Event::Noop {
+                bookmark: head.clone(),
+            });
+            since = Some(head);
+        }
+        let watch_options = WatchKindOptions {
+            bootstrap: options.bootstrap_contents,
+            tail,
+            since,
+            labels: decode_labels(&subject, options.label_query).map_err(err(call))?,
+            ids: decode_ids(&subject, options.id_query).map_err(err(call))?,
+            strict,
+        };
+        let watch = state
+            .watch_kind(kind, watch_options)
+            .await
+            .map_err(err(call))?;
+        Ok((watch, first))
+    }
+
+    /// The kind's current position: the bookmark of the initial event of a watch on an id
+    /// that is never stored (ids are never empty).
+    async fn head(&self, kind: &Kind) -> cosi_core::Result<cosi_core::Bookmark> {
+        let mut probe = self
+            .shared
+            .state
+            .watch(&kind.pointer(""), WatchOptions::default())
+            .await?;
+        match probe.recv().await {
+            Some(event) => event.bookmark().cloned().ok_or_else(|| Error::Backend {
+                subject: kind.to_string(),
+                message: "the backend's initial watch event has no bookmark".into(),
+                retryable: false,
+                source: None,
+            }),
+            None => Err(Error::Backend {
+                subject: kind.to_string(),
+                message: "the backend ended a watch before its initial event".into(),
+                retryable: true,
+                source: None,
+            }),
+        }
+    }
+}
+
+/// Moves one backend watch onto its response stream.
+struct WatchFeed {
+    codec: Codec,
+    kind: Kind,
+    api: i32,
+    yaml: bool,
+    aggregated: bool,
+    tx: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+    shutdown: watch::Receiver<bool>,
+    batch: usize,
+}
+
+enum Step {
+    Continue,
+    Stop,
+}
+
+impl WatchFeed {
+    async fn run(mut self, mut watch: Watch, first: Option<Event>) {
+        // The "watch established" signal.
+        if self
+            .tx
+            .send(Ok(pb::WatchResponse::default()))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        if let Some(event) = first {
+            if let Step::Stop = self.send(vec![event]).await {
+                return;
+            }
+        }
+        loop {
+            let batch = tokio::select! {
+                batch = watch.recv_batch(self.batch) => batch,
+                _ = crate::server::stopped(&mut self.shutdown) => {
+                    let _ = self.tx.send(Err(Status::unavailable("server shutting down"))).await;
+                    return;
+                }
+                _ = self.tx.closed() => return,
+            };
+            let Some(batch) = batch else {
+                let _ = self
+                    .tx
+                    .send(Err(Status::unavailable("the store ended the watch")))
+                    .await;
+                return;
+            };
+            if let Step::Stop = self.send(batch).await {
+                return;
+            }
+        }
+    }
+
+    async fn send(&mut self, batch: Vec<Event>) -> Step {
+        let mut events = Vec::with_capacity(if self.aggregated { batch.len() } else { 1 });
+        let mut step = Step::Continue;
+        let mut end = None;
+        for event in &batch {
+            match encode_event(&self.codec, &self.kind, event, self.api, self.yaml) {
+                Outgoing::Send(e) => events.push(e),
+                Outgoing::Last(e) => {
+                    events.push(e);
+                    step = Step::Stop;
+                }
+                Outgoing::Skip => {}
+                Outgoing::End(status) => {
+                    end = Some(status);
+                    step = Step::Stop;
+                }
+            }
+            if !self.aggregated {
+                for event in events.drain(..) {
+                    if self
+                        .tx
+                        .send(Ok(pb::WatchResponse { event: vec![event] }))
+                        .await
+                        .is_err()
+                    {
+                        return Step::Stop;
+                    }
+                }
+            }
+            if matches!(step, Step::Stop) {
+                break;
+            }
+        }
+        if self.aggregated
+            && !events.is_empty()
+            && self
+                .tx
+                .send(Ok(pb::WatchResponse { event: events }))
+                .await
+                .is_err()
+        {
+            return Step::Stop;
+        }
+        if let Some(status) = end {
+            let _ = self.tx.send(Err(status)).await;
+        }
+        step
+    }
+}

@@ -1,0 +1,135 @@
+//! What a caller sends is bounded: messages up to 32 MiB pass both ways, a larger one is
+//! refused with an error and stores nothing; an unregistered type is refused by name before
+//! anything is created for it.
+
+mod support;
+
+use std::sync::Arc;
+
+use cosi_api::client::{channel, ClientSecurity, RemoteOptions, RemoteState};
+use cosi_api::codec::Codec;
+use cosi_core::{
+    CreateOptions, Error, ListOptions, Resource, ResourceSpec, State, WatchKindOptions,
+};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
+struct Blob {
+    data: String,
+}
+impl ResourceSpec for Blob {
+    const TYPE: &'static str = "Blobs.test.cosi.dev";
+    const DEFAULT_NAMESPACE: &'static str = "test";
+}
+
+#[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
+struct Stranger {
+    data: String,
+}
+impl ResourceSpec for Stranger {
+    const TYPE: &'static str = "Strangers.test.cosi.dev";
+    const DEFAULT_NAMESPACE: &'static str = "test";
+}
+
+fn server_codec() -> Codec {
+    let mut registry = cosi_core::Registry::new();
+    registry.register::<Blob>().unwrap();
+    Codec::new(Arc::new(registry))
+}
+
+fn client_codec() -> Codec {
+    let mut registry = cosi_core::Registry::new();
+    registry.register::<Blob>().unwrap();
+    registry.register::<Stranger>().unwrap();
+    Codec::new(Arc::new(registry))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_up_to_32_mib_pass_both_ways_and_larger_ones_change_nothing() {
+    let store = Arc::new(cosi_state::MemoryState::default());
+    let server =
+        support::plaintext_server(store.clone(), server_codec(), support::any_port()).await;
+    // Specs as JSON only (no YAML copy), so the sizes below are the messages' sizes.
+    let channel = channel(server.local_addr(), None, ClientSecurity::Plaintext).unwrap();
+    let options = RemoteOptions {
+        yaml_on_write: false,
+        ..RemoteOptions::default()
+    };
+    let client = RemoteState::with_options(channel, client_codec(), options);
+
+    // 30 MiB: far above gRPC's usual 4 MiB default, under the 32 MiB limit both ways.
+    let big = Resource::new(
+        "big",
+        Blob {
+            data: "x".repeat(30 << 20),
+        },
+    );
+    let stored = client
+        .create(big.into_shared(), CreateOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(stored.metadata().version().get(), 1);
+    let read = client.get(&Blob::kind().pointer("big")).await.unwrap();
+    assert_eq!(
+        cosi_core::downcast_ref::<Blob>(&*read)
+            .unwrap()
+            .spec
+            .data
+            .len(),
+        30 << 20
+    );
+
+    let huge = Resource::new(
+        "huge",
+        Blob {
+            data: "x".repeat(33 << 20),
+        },
+    );
+    let err = client
+        .create(huge.into_shared(), CreateOptions::default())
+        .await
+        .unwrap_err();
+    assert!(!err.is_retryable(), "{err:?}");
+    let ids: Vec<_> = store
+        .list(&Blob::kind(), &ListOptions::default())
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.metadata().id().to_string())
+        .collect();
+    assert_eq!(ids, ["big"]);
+}
+
+#[tokio::test]
+async fn unregistered_type_is_refused_by_name_for_every_call() {
+    let store = Arc::new(cosi_state::MemoryState::default());
+    let server =
+        support::plaintext_server(store.clone(), server_codec(), support::any_port()).await;
+    let client = support::plaintext_client(server.local_addr(), client_codec());
+    let expected =
+        "\"Strangers.test.cosi.dev\": invalid type: not a registered resource type (full \
+                    names only, e.g. Services.runtime.cosi.dev)";
+    let create = client
+        .create(
+            Resource::new("s", Stranger::default()).into_shared(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(create.to_string(), expected);
+    let get = client
+        .get(&Stranger::kind().pointer("s"))
+        .await
+        .unwrap_err();
+    assert_eq!(get.to_string(), expected);
+    let list = client
+        .list(&Stranger::kind(), &ListOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(list.to_string(), expected);
+    let watch = client
+        .watch_kind(&Stranger::kind(), WatchKindOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(watch, Error::InvalidArgument { .. }), "{watch:?}");
+}

@@ -1,0 +1,98 @@
+//! What the integration tests share: a State server over a memory store on a loopback port,
+//! and the registry of the backend conformance suite's fixture types.
+#![allow(dead_code)]
+
+pub mod machine;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use cosi_api::auth::StatePolicy;
+use cosi_api::client::{
+    channel, channel_with, ChannelOptions, ClientSecurity, RemoteOptions, RemoteState,
+};
+use cosi_api::codec::Codec;
+use cosi_api::server::{ApiServer, Security, ServerHandle, StateService};
+use cosi_core::{Registry, State};
+use cosi_state::conformance::{Gadget, Widget, HISTORY_WINDOW, MIN_DESTROY_MARKERS};
+use cosi_state::{MemoryOptions, MemoryState};
+use tokio::net::TcpListener;
+
+/// The fixture types of the conformance suite.
+pub fn conformance_registry() -> Registry {
+    let mut registry = Registry::new();
+    registry.register::<Widget>().unwrap();
+    registry.register::<Gadget>().unwrap();
+    registry
+}
+
+/// A memory store sized as the conformance suite requires.
+pub fn conformance_memory() -> Arc<MemoryState> {
+    Arc::new(MemoryState::new(MemoryOptions {
+        history: HISTORY_WINDOW,
+        max_destroy_markers: MIN_DESTROY_MARKERS,
+    }))
+}
+
+/// A plaintext State server over `state` on `address` (port 0: any).
+pub async fn plaintext_server(
+    state: Arc<dyn State>,
+    codec: Codec,
+    address: SocketAddr,
+) -> ServerHandle {
+    let listener = TcpListener::bind(address)
+        .await
+        .expect("bind a loopback port");
+    ApiServer::new(Security::Plaintext)
+        .with_state(StateService::new(state, codec, StatePolicy::default()))
+        .serve(listener)
+        .expect("serve")
+}
+
+/// A plaintext server whose watches run at most a few events ahead of their consumer (one
+/// event per step), so a consumer that stops reading falls behind the store's window as it
+/// would in process.
+pub async fn tight_server(
+    state: Arc<dyn State>,
+    codec: Codec,
+    address: SocketAddr,
+) -> ServerHandle {
+    let listener = TcpListener::bind(address)
+        .await
+        .expect("bind a loopback port");
+    ApiServer::new(Security::Plaintext)
+        .with_state(StateService::new(state, codec, StatePolicy::default()).with_watch_batch(1))
+        .serve(listener)
+        .expect("serve")
+}
+
+/// A client of [`tight_server`]: a 1 KiB receive window and a one-event buffer per watch.
+pub fn tight_client(address: SocketAddr, codec: Codec) -> RemoteState {
+    let channel = channel_with(
+        address,
+        None,
+        ClientSecurity::Plaintext,
+        ChannelOptions {
+            stream_window: Some(1024),
+        },
+    )
+    .unwrap();
+    let options = RemoteOptions {
+        watch_buffer: 1,
+        ..RemoteOptions::default()
+    };
+    RemoteState::with_options(channel, codec, options)
+}
+
+/// A client of a plaintext server.
+pub fn plaintext_client(address: SocketAddr, codec: Codec) -> RemoteState {
+    RemoteState::new(
+        channel(address, None, ClientSecurity::Plaintext).unwrap(),
+        codec,
+    )
+}
+
+/// Any free loopback port.
+pub fn any_port() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
