@@ -419,8 +419,9 @@ impl Engine {
     }
 
     /// Whether every controller is idle (no pending wake-up, no running reconcile, nothing due
-    /// now) and every status is published. Watch events still in flight are not visible here;
-    /// [`crate::testing::Harness::settle`] combines this with scheduler quiescence.
+    /// now) and every status is published. Watch events still in flight are not visible here:
+    /// the test harness (`testing::Harness::settle`, feature `testing`) combines this with
+    /// scheduler quiescence.
     pub fn is_idle(&self) -> bool {
         let shared = &self.shared;
         // Before start and after shutdown nothing runs, whatever is pending.

@@ -1,5 +1,5 @@
 //! Table output: resources of one definition as plain text columns, `NAMESPACE TYPE ID VERSION`
-//! followed by the definition's print columns (cells as [`Columns`](crate::Columns) makes them).
+//! followed by the definition's print columns (cells as [`Columns`] makes them).
 //!
 //! The output has no colours and no borders, columns are separated by three spaces, lines carry
 //! no trailing whitespace and end with `\n`: it is stable enough to compare in tests. Behind the
