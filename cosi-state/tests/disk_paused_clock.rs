@@ -11,23 +11,25 @@ use cosi_core::{CreateOptions, Resource, State};
 use cosi_state::{DiskOptions, DiskState};
 use disk_common::{temp_store, Widget};
 
-fn paused_clock() -> DiskOptions {
-    DiskOptions {
+/// A store whose writes wait for their commit in a blocking task (`DiskOptions::paused_clock`).
+async fn open(path: &std::path::Path) -> DiskState {
+    let options = DiskOptions {
         paused_clock: true,
         ..DiskOptions::default()
-    }
+    };
+    DiskState::open(
+        path,
+        options,
+        std::sync::Arc::new(cosi_core::Registry::new()),
+    )
+    .await
+    .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_paused_clock_does_not_advance_while_a_write_is_committed() {
     let (_dir, path) = temp_store();
-    let state = DiskState::open(
-        &path,
-        paused_clock(),
-        std::sync::Arc::new(cosi_core::Registry::new()),
-    )
-    .await
-    .unwrap();
+    let state = open(&path).await;
     let start = tokio::time::Instant::now();
 
     for i in 0..20 {
@@ -47,13 +49,7 @@ async fn the_paused_clock_does_not_advance_while_a_write_is_committed() {
 #[tokio::test(start_paused = true)]
 async fn the_paused_clock_does_not_advance_while_the_store_closes() {
     let (_dir, path) = temp_store();
-    let state = DiskState::open(
-        &path,
-        paused_clock(),
-        std::sync::Arc::new(cosi_core::Registry::new()),
-    )
-    .await
-    .unwrap();
+    let state = open(&path).await;
     let widget = Resource::new("w", Widget { size: 1 }).into_shared();
     state
         .create(widget, CreateOptions::default())
