@@ -69,6 +69,7 @@ mod health;
 pub mod ledger;
 mod log_file;
 mod logs;
+mod options;
 mod process;
 mod reaper;
 mod resolver;
@@ -76,9 +77,10 @@ mod resources;
 mod runner;
 mod spec;
 mod supervisor;
+mod table;
 
 pub use controllers::{status_of, ServiceSpecController, ServiceStatusController};
-pub use events::{EventRing, Health, ServiceEvent, ServiceState, EVENT_RING};
+pub use events::{EventRing, Health, ServiceEvent, ServiceEventRecord, ServiceState, EVENT_RING};
 pub use health::probe;
 pub use ledger::{Leftover, GROUP_TOKEN_VAR};
 pub use log_file::{LogFileOptions, RotatingFile};
@@ -104,7 +106,7 @@ pub fn register_types(registry: &mut cosi_core::Registry) -> cosi_core::Result<(
     registry.register::<Service>()
 }
 
+pub use options::SupervisorOptions;
 pub use supervisor::{
-    EventItem, EventReader, ServiceError, ServiceEventRecord, ServiceInfo, Supervisor,
-    SupervisorOptions, EVENT_STREAM_BUFFER,
+    EventItem, EventReader, ServiceError, ServiceInfo, Supervisor, EVENT_STREAM_BUFFER,
 };
