@@ -221,6 +221,7 @@ impl Runner {
                 r.health_message = None;
             },
         );
+        self.capture_output(&mut running);
         running.health = spec.health.clone().map(start_health);
 
         loop {
@@ -450,36 +451,40 @@ impl Runner {
         })
         .await
         .map_err(|e| format!("Failed to start {program}: {e}"))?;
-        let (mut child, record) =
+        let (child, record) =
             spawned.map_err(|e| format!("Failed to start {program}: {}", os_reason(&e)))?;
         let pid = child.id().unwrap_or(0);
-        let last_stderr = Arc::new(Mutex::new(None));
-        let mut readers = Vec::new();
-        if let Some(stdout) = child.stdout.take() {
-            readers.push(read_output(
+        Ok(Running {
+            child,
+            pid,
+            readers: Vec::new(),
+            last_stderr: Arc::new(Mutex::new(None)),
+            record,
+            started: Instant::now(),
+            health: None,
+        })
+    }
+
+    /// Starts reading the process's output into the service's logs. Called once the record
+    /// has the pid, so whoever reads a line of the output finds the process that wrote it
+    /// (until then the output waits in the pipes).
+    fn capture_output(&self, running: &mut Running) {
+        if let Some(stdout) = running.child.stdout.take() {
+            running.readers.push(read_output(
                 stdout,
                 LogStream::Stdout,
                 self.logs.clone(),
                 None,
             ));
         }
-        if let Some(stderr) = child.stderr.take() {
-            readers.push(read_output(
+        if let Some(stderr) = running.child.stderr.take() {
+            running.readers.push(read_output(
                 stderr,
                 LogStream::Stderr,
                 self.logs.clone(),
-                Some(last_stderr.clone()),
+                Some(running.last_stderr.clone()),
             ));
         }
-        Ok(Running {
-            child,
-            pid,
-            readers,
-            last_stderr,
-            record,
-            started: Instant::now(),
-            health: None,
-        })
     }
 
     /// The process exited on its own.
