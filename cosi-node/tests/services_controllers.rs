@@ -241,30 +241,6 @@ async fn engine() -> (Engine, Arc<dyn State>, Supervisor) {
     (engine, state, supervisor)
 }
 
-async fn status_where(
-    state: &Arc<dyn State>,
-    id: &str,
-    what: &str,
-    condition: impl Fn(&ServiceStatus) -> bool + Send + Sync,
-) -> ServiceStatus {
-    let found = tokio::time::timeout(
-        PATIENCE,
-        state.watch_for(&ServiceStatus::kind().pointer(id), |r| {
-            r.and_then(|r| r.spec_any().downcast_ref::<ServiceStatus>())
-                .is_some_and(&condition)
-        }),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("timed out waiting for {id}: {what}"))
-    .unwrap()
-    .unwrap();
-    found
-        .spec_any()
-        .downcast_ref::<ServiceStatus>()
-        .unwrap()
-        .clone()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_resource_exists_only_while_the_service_runs() {
     let (engine, state, supervisor) = engine().await;

@@ -159,3 +159,12 @@ impl EventRing {
         self.events.is_empty()
     }
 }
+
+/// An event of one service, on the supervisor-wide stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceEventRecord {
+    /// The service.
+    pub service: String,
+    /// The event.
+    pub event: ServiceEvent,
+}

@@ -12,7 +12,9 @@
 //!   a [`Program`] (a command, or an image mapped to a program by the [`ImageResolver`]),
 //!   arguments, environment, working directory, dependencies, [`RestartPolicy`], a
 //!   [`HealthCheck`] ([`Probe`]: exec, TCP or HTTP GET) and a stop timeout. Specs are derived
-//!   from the machine config by controllers.
+//!   from the machine config: the built-in `kubelet` from the config's `KubeletSpec` by
+//!   [`kubelet_service`], one per `ServiceConfig` document by [`ServiceConfigController`]
+//!   (both registered by [`register_config_controllers`]).
 //! - [`Supervisor`]: a plain async component with one runner task per service. States
 //!   ([`ServiceState`]) `Starting → Waiting → Preparing → Running → Stopping → Finished |
 //!   Failed`, or `Skipped`; dependencies, restarts with backoff, health, stop with SIGTERM then
@@ -63,12 +65,14 @@
 //! # });
 //! ```
 
+mod config;
 mod controllers;
 mod events;
 mod health;
 pub mod ledger;
 mod log_file;
 mod logs;
+mod options;
 mod process;
 mod reaper;
 mod resolver;
@@ -76,9 +80,14 @@ mod resources;
 mod runner;
 mod spec;
 mod supervisor;
+mod table;
 
+pub use config::{
+    kubelet_service, kubelet_spec, register_config_controllers, service_spec,
+    ServiceConfigController, KUBELET_SERVICE_CONTROLLER,
+};
 pub use controllers::{status_of, ServiceSpecController, ServiceStatusController};
-pub use events::{EventRing, Health, ServiceEvent, ServiceState, EVENT_RING};
+pub use events::{EventRing, Health, ServiceEvent, ServiceEventRecord, ServiceState, EVENT_RING};
 pub use health::probe;
 pub use ledger::{Leftover, GROUP_TOKEN_VAR};
 pub use log_file::{LogFileOptions, RotatingFile};
@@ -104,7 +113,7 @@ pub fn register_types(registry: &mut cosi_core::Registry) -> cosi_core::Result<(
     registry.register::<Service>()
 }
 
+pub use options::SupervisorOptions;
 pub use supervisor::{
-    EventItem, EventReader, ServiceError, ServiceEventRecord, ServiceInfo, Supervisor,
-    SupervisorOptions, EVENT_STREAM_BUFFER,
+    EventItem, EventReader, ServiceError, ServiceInfo, Supervisor, EVENT_STREAM_BUFFER,
 };

@@ -5,8 +5,9 @@
 //! The runner follows two signals: its [`Desired`] channel (spec, operator requests) and the
 //! supervisor-wide change counter (dependencies coming up or being stopped). Every wait is a
 //! `select!` over them, so a runner never sits deaf in a sleep. It writes its service's record
-//! only through [`Inner::transition`] and [`Inner::update`], which never hold the table's lock
-//! across an `.await`.
+//! only as [`super::table`] allows: through [`Shared::transition`] and [`Shared::update`],
+//! which never hold the table's lock across an `.await`. It knows the supervisor only through
+//! that contract.
 
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -23,7 +24,7 @@ use super::events::{Health, ServiceState};
 use super::ledger::{GroupRecord, GROUP_TOKEN_VAR};
 use super::logs::{LineSplitter, LogBook, LogStream};
 use super::spec::{HealthCheck, Program, RestartPolicy, ServiceSpec};
-use super::supervisor::{Desired, Inner};
+use super::table::{Desired, Shared};
 use super::{health, process, reaper};
 
 /// The `PATH` a service gets (its environment is the spec's, plus this and the group token).
@@ -35,8 +36,8 @@ const QUOTE_LIMIT: usize = 1024;
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
 /// Runs the service `id` until it is removed.
-pub(crate) async fn run(
-    sup: Arc<Inner>,
+pub(super) async fn run(
+    sup: Arc<Shared>,
     id: String,
     desired: watch::Receiver<Desired>,
     logs: Arc<LogBook>,
@@ -76,7 +77,7 @@ enum Next {
 }
 
 struct Runner {
-    sup: Arc<Inner>,
+    sup: Arc<Shared>,
     id: String,
     desired: watch::Receiver<Desired>,
     changes: watch::Receiver<u64>,
@@ -220,6 +221,7 @@ impl Runner {
                 r.health_message = None;
             },
         );
+        self.capture_output(&mut running);
         running.health = spec.health.clone().map(start_health);
 
         loop {
@@ -449,36 +451,40 @@ impl Runner {
         })
         .await
         .map_err(|e| format!("Failed to start {program}: {e}"))?;
-        let (mut child, record) =
+        let (child, record) =
             spawned.map_err(|e| format!("Failed to start {program}: {}", os_reason(&e)))?;
         let pid = child.id().unwrap_or(0);
-        let last_stderr = Arc::new(Mutex::new(None));
-        let mut readers = Vec::new();
-        if let Some(stdout) = child.stdout.take() {
-            readers.push(read_output(
+        Ok(Running {
+            child,
+            pid,
+            readers: Vec::new(),
+            last_stderr: Arc::new(Mutex::new(None)),
+            record,
+            started: Instant::now(),
+            health: None,
+        })
+    }
+
+    /// Starts reading the process's output into the service's logs. Called once the record
+    /// has the pid, so whoever reads a line of the output finds the process that wrote it
+    /// (until then the output waits in the pipes).
+    fn capture_output(&self, running: &mut Running) {
+        if let Some(stdout) = running.child.stdout.take() {
+            running.readers.push(read_output(
                 stdout,
                 LogStream::Stdout,
                 self.logs.clone(),
                 None,
             ));
         }
-        if let Some(stderr) = child.stderr.take() {
-            readers.push(read_output(
+        if let Some(stderr) = running.child.stderr.take() {
+            running.readers.push(read_output(
                 stderr,
                 LogStream::Stderr,
                 self.logs.clone(),
-                Some(last_stderr.clone()),
+                Some(running.last_stderr.clone()),
             ));
         }
-        Ok(Running {
-            child,
-            pid,
-            readers,
-            last_stderr,
-            record,
-            started: Instant::now(),
-            health: None,
-        })
     }
 
     /// The process exited on its own.

@@ -2,6 +2,9 @@
 //! operator's questions about them. It knows no resources; the controllers in
 //! [`super::controllers`] drive it from `ServiceSpec`s and mirror it into status resources.
 //!
+//! It composes one runner per service ([`super::runner`]) over the state they share
+//! ([`super::table`], which says what each side may change); no runner imports it back.
+//!
 //! # What it guarantees
 //!
 //! - Every service process leads its own process group; a stop is SIGTERM to the group, then
@@ -27,63 +30,22 @@
 //!   buffers ([`super::logs`]), every wait is a `select!` with the service's control channel, and
 //!   the shared table's lock is never held across an `.await`.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
 
-use cosi_controllers::Backoff;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use super::events::{EventRing, Health, ServiceEvent, ServiceState};
+use super::events::{Health, ServiceEvent, ServiceEventRecord, ServiceState};
 use super::ledger::{Ledger, Leftover};
-use super::log_file::{self, LogFileOptions, RotatingFile};
+use super::log_file::{self, RotatingFile};
 use super::logs::{LogBook, LogReader};
+use super::options::SupervisorOptions;
 use super::reaper::Reaper;
-use super::resolver::ImageResolver;
 use super::runner;
 use super::spec::ServiceSpec;
-
-/// How a [`Supervisor`] runs.
-#[derive(Clone, Debug)]
-pub struct SupervisorOptions {
-    /// Where log files (`logs/<service>.log`) and process group records (`groups/`) go. With
-    /// none, logs are kept in memory only and a killed daemon's leftovers are not swept.
-    pub state_dir: Option<PathBuf>,
-    /// Lines kept in memory per service (default 1000).
-    pub log_lines: usize,
-    /// Size cap and rotation of the log files.
-    pub log_file: LogFileOptions,
-    /// Delay before an automatic restart (default 500 ms doubling up to 30 s).
-    pub restart_backoff: Backoff,
-    /// A process that stayed up this long resets the backoff (default 10 s).
-    pub stable_after: Duration,
-    /// Image references → programs.
-    pub resolver: ImageResolver,
-    /// Make this process a child subreaper and reap orphans of service groups (see
-    /// [`super::Reaper`]); for a daemon that starts children only through the supervisor.
-    pub reap_orphans: bool,
-    /// How long a stop waits for its dependents to go down before it goes on (default 30 s,
-    /// as the original): a safety net for dependency cycles, not a schedule.
-    pub dependents_timeout: Duration,
-}
-
-impl Default for SupervisorOptions {
-    fn default() -> Self {
-        SupervisorOptions {
-            state_dir: None,
-            log_lines: 1000,
-            log_file: LogFileOptions::default(),
-            restart_backoff: Backoff::new(Duration::from_millis(500), Duration::from_secs(30)),
-            stable_after: Duration::from_secs(10),
-            resolver: ImageResolver::new(),
-            reap_orphans: false,
-            dependents_timeout: Duration::from_secs(30),
-        }
-    }
-}
+use super::table::{Desired, Entry, Record, Shared};
 
 /// Why an operator's request was refused.
 #[derive(Debug, thiserror::Error)]
@@ -142,15 +104,6 @@ impl ServiceInfo {
     }
 }
 
-/// An event of one service, on the supervisor-wide stream.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServiceEventRecord {
-    /// The service.
-    pub service: String,
-    /// The event.
-    pub event: ServiceEvent,
-}
-
 /// What an event reader receives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EventItem {
@@ -193,144 +146,6 @@ impl EventReader {
     }
 }
 
-/// What the runner of a service is asked to do. Changed by the supervisor, read by the runner.
-#[derive(Clone, Debug)]
-pub(crate) struct Desired {
-    pub(crate) spec: Arc<ServiceSpec>,
-    /// Meant to run (false after an operator stop).
-    pub(crate) run: bool,
-    /// Stop and forget the service.
-    pub(crate) removed: bool,
-    /// Bumped by start and restart: start now if not running (cuts a backoff short).
-    pub(crate) kick: u64,
-    /// Bumped by restart: restart the running process.
-    pub(crate) restart: u64,
-}
-
-/// What the supervisor knows of a service now (under the table's lock).
-#[derive(Debug)]
-pub(crate) struct Record {
-    pub(crate) spec: Arc<ServiceSpec>,
-    pub(crate) state: ServiceState,
-    pub(crate) health: Health,
-    pub(crate) health_message: Option<String>,
-    pub(crate) pid: Option<u32>,
-    pub(crate) restarts: u32,
-    pub(crate) events: EventRing,
-    /// A process of the service exists (from just before spawning until it is reaped).
-    pub(crate) alive: bool,
-    /// The service is being stopped on purpose: it is not up, and its dependents must stop.
-    pub(crate) draining: bool,
-}
-
-impl Record {
-    /// Up, for its dependents: skipped, or running, not being stopped, and healthy (or with
-    /// no health check).
-    pub(crate) fn is_up(&self) -> bool {
-        match self.state {
-            ServiceState::Skipped => true,
-            ServiceState::Running => {
-                !self.draining && (self.spec.health.is_none() || self.health == Health::Ok)
-            }
-            _ => false,
-        }
-    }
-}
-
-pub(crate) struct Entry {
-    pub(crate) desired: watch::Sender<Desired>,
-    pub(crate) record: Record,
-    pub(crate) logs: Arc<LogBook>,
-    task: Option<JoinHandle<()>>,
-}
-
-#[derive(Default)]
-pub(crate) struct Table {
-    pub(crate) services: BTreeMap<String, Entry>,
-}
-
-/// The state shared by the supervisor handle and the runners.
-pub(crate) struct Inner {
-    pub(crate) options: SupervisorOptions,
-    table: Mutex<Table>,
-    /// Bumped on every change of any service: dependency waits and the status mirror follow it.
-    pub(crate) changes: watch::Sender<u64>,
-    events: broadcast::Sender<ServiceEventRecord>,
-    pub(crate) ledger: Ledger,
-    leftovers: Vec<Leftover>,
-    closed: AtomicBool,
-    _reaper: Option<Reaper>,
-}
-
-impl Inner {
-    pub(crate) fn table(&self) -> MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Changes the record of `id` and pushes an event (state, message, health after the
-    /// change). Does nothing if the service is gone.
-    pub(crate) fn transition(
-        &self,
-        id: &str,
-        state: ServiceState,
-        message: impl Into<String>,
-        change: impl FnOnce(&mut Record),
-    ) {
-        let message = message.into();
-        let mut table = self.table();
-        let Some(entry) = table.services.get_mut(id) else {
-            return;
-        };
-        let record = &mut entry.record;
-        change(record);
-        record.state = state;
-        let event = ServiceEvent {
-            state,
-            message,
-            health: record.health,
-            time: SystemTime::now(),
-        };
-        tracing::info!(service = %id, state = %state, message = %event.message, "service event");
-        record.events.push(event.clone());
-        // Sent under the lock, so the stream's order is the rings' order.
-        let _ = self.events.send(ServiceEventRecord {
-            service: id.to_string(),
-            event,
-        });
-        drop(table);
-        self.bump();
-    }
-
-    /// Changes the record of `id` without an event.
-    pub(crate) fn update(&self, id: &str, change: impl FnOnce(&mut Record)) {
-        let mut table = self.table();
-        if let Some(entry) = table.services.get_mut(id) {
-            change(&mut entry.record);
-        }
-        drop(table);
-        self.bump();
-    }
-
-    pub(crate) fn bump(&self) {
-        self.changes.send_modify(|g| *g = g.wrapping_add(1));
-    }
-
-    /// The runner of `id` is done: forget the service if it was removed (and not re-added).
-    pub(crate) fn retire(&self, id: &str) -> bool {
-        let mut table = self.table();
-        let removed = table
-            .services
-            .get(id)
-            .is_some_and(|e| e.desired.borrow().removed);
-        if removed {
-            table.services.remove(id);
-        }
-        drop(table);
-        self.bump();
-        removed
-    }
-}
-
 /// The service supervisor. Cheap to clone: every clone drives the same services.
 ///
 /// ```
@@ -360,7 +175,12 @@ impl Inner {
 /// ```
 #[derive(Clone)]
 pub struct Supervisor {
-    inner: Arc<Inner>,
+    /// What the runners share with the supervisor.
+    shared: Arc<Shared>,
+    /// What the start-up sweep killed.
+    leftovers: Arc<[Leftover]>,
+    /// Set by shutdown (under the table's lock): later applies are refused.
+    closed: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -392,25 +212,16 @@ impl Supervisor {
         } else {
             None
         };
-        let (changes, _) = watch::channel(0);
-        let (events, _) = broadcast::channel(EVENT_STREAM_BUFFER);
         Ok(Supervisor {
-            inner: Arc::new(Inner {
-                options,
-                table: Mutex::new(Table::default()),
-                changes,
-                events,
-                ledger,
-                leftovers,
-                closed: AtomicBool::new(false),
-                _reaper: reaper,
-            }),
+            shared: Arc::new(Shared::new(options, ledger, reaper, EVENT_STREAM_BUFFER)),
+            leftovers: leftovers.into(),
+            closed: Arc::new(AtomicBool::new(false)),
         })
     }
 
     /// What the start-up sweep found left over by an earlier supervisor, and killed.
     pub fn leftovers(&self) -> &[Leftover] {
-        &self.inner.leftovers
+        &self.leftovers
     }
 
     // --- Specs (the controllers' side) ---
@@ -421,8 +232,8 @@ impl Supervisor {
     /// spec it already has changes nothing.
     pub fn apply(&self, id: &str, spec: ServiceSpec) -> Result<(), ServiceError> {
         validate_id(id)?;
-        let mut table = self.inner.table();
-        if self.inner.closed.load(Ordering::SeqCst) {
+        let mut table = self.shared.table();
+        if self.closed.load(Ordering::SeqCst) {
             return Err(ServiceError::Closed);
         }
         if let Some(entry) = table.services.get_mut(id) {
@@ -445,7 +256,7 @@ impl Supervisor {
             restart: 0,
         });
         let task = tokio::spawn(runner::run(
-            self.inner.clone(),
+            self.shared.clone(),
             id.to_string(),
             receiver,
             logs.clone(),
@@ -454,23 +265,13 @@ impl Supervisor {
             id.to_string(),
             Entry {
                 desired,
-                record: Record {
-                    spec,
-                    state: ServiceState::Initialized,
-                    health: Health::Unknown,
-                    health_message: None,
-                    pid: None,
-                    restarts: 0,
-                    events: EventRing::default(),
-                    alive: false,
-                    draining: false,
-                },
+                record: Record::new(spec),
                 logs,
                 task: Some(task),
             },
         );
         drop(table);
-        self.inner.bump();
+        self.shared.bump();
         Ok(())
     }
 
@@ -482,14 +283,14 @@ impl Supervisor {
 
     /// The ids of every service, sorted.
     pub fn ids(&self) -> Vec<String> {
-        self.inner.table().services.keys().cloned().collect()
+        self.shared.table().services.keys().cloned().collect()
     }
 
     // --- The operator's surface ---
 
     /// Every service, sorted by id.
     pub fn list(&self) -> Vec<ServiceInfo> {
-        let table = self.inner.table();
+        let table = self.shared.table();
         table
             .services
             .iter()
@@ -499,7 +300,7 @@ impl Supervisor {
 
     /// One service.
     pub fn get(&self, id: &str) -> Result<ServiceInfo, ServiceError> {
-        let table = self.inner.table();
+        let table = self.shared.table();
         table
             .services
             .get(id)
@@ -553,7 +354,7 @@ impl Supervisor {
     /// A reader of every service's events: the newest `tail` events (of all services, in the
     /// order they happened), then live ones.
     pub fn events(&self, tail: usize) -> EventReader {
-        let table = self.inner.table();
+        let table = self.shared.table();
         let mut backlog: Vec<ServiceEventRecord> = table
             .services
             .iter()
@@ -566,7 +367,7 @@ impl Supervisor {
             .collect();
         backlog.sort_by_key(|r| r.event.time);
         let skip = backlog.len().saturating_sub(tail);
-        let live = self.inner.events.subscribe();
+        let live = self.shared.events.subscribe();
         EventReader {
             backlog: backlog.into_iter().skip(skip).collect(),
             live,
@@ -575,15 +376,15 @@ impl Supervisor {
 
     /// A receiver that changes whenever any service changes (its value means nothing).
     pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.inner.changes.subscribe()
+        self.shared.changes.subscribe()
     }
 
     /// Stops every service, dependents before their dependencies, and waits for them. Later
     /// calls of [`Self::apply`] are refused.
     pub async fn shutdown(&self) {
         let tasks: Vec<JoinHandle<()>> = {
-            let mut table = self.inner.table();
-            self.inner.closed.store(true, Ordering::SeqCst);
+            let mut table = self.shared.table();
+            self.closed.store(true, Ordering::SeqCst);
             table
                 .services
                 .values_mut()
@@ -603,7 +404,7 @@ impl Supervisor {
         id: &str,
         change: impl FnOnce(&mut Desired),
     ) -> Result<(), ServiceError> {
-        let table = self.inner.table();
+        let table = self.shared.table();
         let entry = table
             .services
             .get(id)
@@ -613,7 +414,7 @@ impl Supervisor {
     }
 
     fn log_book(&self, id: &str) -> Result<Arc<LogBook>, ServiceError> {
-        let table = self.inner.table();
+        let table = self.shared.table();
         table
             .services
             .get(id)
@@ -622,7 +423,7 @@ impl Supervisor {
     }
 
     fn open_logs(&self, id: &str) -> LogBook {
-        let options = &self.inner.options;
+        let options = &self.shared.options;
         let file = options.state_dir.as_ref().and_then(|dir| {
             let path = dir.join("logs").join(format!("{id}.log"));
             match RotatingFile::open(path.clone(), options.log_file.clone()) {

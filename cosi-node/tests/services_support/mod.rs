@@ -4,10 +4,13 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use cosi_controllers::Backoff;
+use cosi_core::{ResourceSpec, State, StateExt};
 use cosi_node::services::{
     read_stat, EventItem, EventReader, LogItem, LogReader, ServiceEventRecord, ServiceState,
-    Supervisor, SupervisorOptions,
+    ServiceStatus, Supervisor, SupervisorOptions,
 };
 
 /// The generous bound on any wait: it only fails a test, it never paces one.
@@ -231,4 +234,30 @@ pub async fn wait_running(supervisor: &Supervisor, ids: &[&str]) {
             .all(|id| s.get(id).is_ok_and(|i| i.state == ServiceState::Running))
     })
     .await;
+}
+
+/// Waits for the `ServiceStatus` of `id` to meet `condition` (`what` names it in the panic),
+/// and returns it.
+pub async fn status_where(
+    state: &Arc<dyn State>,
+    id: &str,
+    what: &str,
+    condition: impl Fn(&ServiceStatus) -> bool + Send + Sync,
+) -> ServiceStatus {
+    let found = tokio::time::timeout(
+        PATIENCE,
+        state.watch_for(&ServiceStatus::kind().pointer(id), |r| {
+            r.and_then(|r| r.spec_any().downcast_ref::<ServiceStatus>())
+                .is_some_and(&condition)
+        }),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("timed out waiting for {id}: {what}"))
+    .unwrap()
+    .unwrap();
+    found
+        .spec_any()
+        .downcast_ref::<ServiceStatus>()
+        .unwrap()
+        .clone()
 }
