@@ -149,7 +149,15 @@ impl Caller {
         self.transport == Transport::Plaintext
     }
 
-    fn describe(&self) -> String {
+    /// The caller as logs and histories name it: the certificate's common name and the role,
+    /// as in `ops (os:admin)`; `caller` when the certificate has no name.
+    ///
+    /// ```
+    /// use cosi_api::auth::Caller;
+    /// assert_eq!(Caller::from_certificate("ops", ["os:admin"]).describe(), "ops (os:admin)");
+    /// assert_eq!(Caller::maintenance().describe(), "caller (no role)");
+    /// ```
+    pub fn describe(&self) -> String {
         let who = if self.name.is_empty() {
             "caller"
         } else {

@@ -60,8 +60,12 @@ impl ApplyMode {
 /// An apply-configuration request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ApplyRequest {
-    /// The configuration document(s), YAML.
+    /// The configuration document(s), YAML. Empty when [`patches`](Self::patches) are given.
     pub data: Vec<u8>,
+    /// Patches the node applies in order to its current configuration (strategic-merge YAML or
+    /// RFC 6902 JSON, detected from the content), instead of a whole configuration in `data`.
+    /// Giving both is an invalid argument.
+    pub patches: Vec<Vec<u8>>,
     /// The requested mode.
     pub mode: ApplyMode,
     /// Validate and diff only; change nothing (not even a pending try-mode rollback).
@@ -70,6 +74,10 @@ pub struct ApplyRequest {
     pub try_timeout: Option<Duration>,
     /// Apply only if the stored configuration is at this version.
     pub expected_version: Option<u64>,
+    /// Who asks, as the server authenticated them (a certificate's common name and role, such
+    /// as `admin@ops (os:admin)`), for the node's configuration history. The server fills it
+    /// in; a value a client sets is not sent.
+    pub actor: String,
 }
 
 /// What an apply did.

@@ -61,6 +61,40 @@ async fn apply_resolves_the_mode_and_returns_the_diff() {
 }
 
 #[tokio::test]
+async fn patches_reach_the_node_with_the_caller_as_actor() {
+    let (machine, client, _server) = node().await;
+    let request = ApplyRequest {
+        patches: vec![b"hostname: node-3\n".to_vec()],
+        actor: "spoofed by the client".into(),
+        ..Default::default()
+    };
+    client.apply_configuration(request).await.unwrap();
+    let received = machine.last_apply().unwrap();
+    assert_eq!(received.patches, vec![b"hostname: node-3\n".to_vec()]);
+    assert!(received.data.is_empty());
+    // A plaintext caller is trusted as an admin with no certificate name.
+    assert_eq!(received.actor, "caller (os:admin)");
+}
+
+#[tokio::test]
+async fn data_and_patches_together_are_refused() {
+    let (machine, client, _server) = node().await;
+    let request = ApplyRequest {
+        data: b"hostname: node-1\n".to_vec(),
+        patches: vec![b"hostname: node-3\n".to_vec()],
+        ..Default::default()
+    };
+    let error = client.apply_configuration(request).await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("patches: give either a whole configuration (data) or patches, not both"),
+        "{error}"
+    );
+    assert_eq!(machine.last_apply(), None);
+}
+
+#[tokio::test]
 async fn dry_run_changes_nothing() {
     let (machine, client, _server) = node().await;
     client

@@ -56,6 +56,7 @@ impl MachineClient {
                     nanos: d.subsec_nanos() as i32,
                 }),
                 expected_version: request.expected_version,
+                patches: request.patches,
             })
             .await
             .map_err(|s| from_status(&s, &ctx))?

@@ -80,7 +80,15 @@ impl machine_service_server::MachineService for MachineService {
         &self,
         request: Request<pb::ApplyConfigurationRequest>,
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
+        let actor = crate::auth::caller_of(&request)?.describe();
         let r = request.into_inner();
+        if !r.data.is_empty() && !r.patches.is_empty() {
+            return Err(err(cosi_core::Error::invalid(
+                "apply configuration",
+                "patches",
+                "give either a whole configuration (data) or patches, not both",
+            )));
+        }
         let mode = ApplyMode::from_wire(r.mode).ok_or_else(|| {
             err(cosi_core::Error::invalid(
                 "apply configuration",
@@ -108,10 +116,12 @@ impl machine_service_server::MachineService for MachineService {
             .machine
             .apply_configuration(ApplyRequest {
                 data: r.data,
+                patches: r.patches,
                 mode,
                 dry_run: r.dry_run,
                 try_timeout,
                 expected_version: r.expected_version,
+                actor,
             })
             .await
             .map_err(err)?;

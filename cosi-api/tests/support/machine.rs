@@ -31,6 +31,7 @@ struct Inner {
     version: u64,
     services: BTreeMap<String, Service>,
     events: Vec<MachineEvent>,
+    last_apply: Option<ApplyRequest>,
 }
 
 /// The in-memory node.
@@ -49,6 +50,11 @@ pub struct MachineSnapshot {
 }
 
 impl TestMachine {
+    /// The last apply request that reached the node, as the node received it.
+    pub fn last_apply(&self) -> Option<ApplyRequest> {
+        self.inner.lock().unwrap().last_apply.clone()
+    }
+
     /// A node with services `etcd` (Running) and `kubelet` (Stopped), no configuration.
     pub fn new() -> Self {
         let mut inner = Inner::default();
@@ -157,8 +163,10 @@ fn diff(old: Option<&str>, new: &str) -> String {
 #[async_trait]
 impl Machine for TestMachine {
     async fn apply_configuration(&self, request: ApplyRequest) -> Result<ApplyOutcome> {
-        let text = validate(&request.data)?;
+        // This fixture's patch is a whole replacement: the last patch is the new text.
+        let text = validate(request.patches.last().unwrap_or(&request.data))?;
         let mut inner = self.inner.lock().unwrap();
+        inner.last_apply = Some(request.clone());
         if let Some(expected) = request.expected_version {
             if expected != inner.version {
                 return Err(Error::VersionConflict {
