@@ -99,7 +99,7 @@ fn info(
     };
     let left = expires
         .duration_since((io.now)())
-        .map(|d| format!("{} days from now", d.as_secs() / 86_400))
+        .map(|d| format!("{} days from now", (d.as_secs() + 43_200) / 86_400))
         .unwrap_or_else(|_| "expired".to_string());
     let date = humantime::format_rfc3339_seconds(expires).to_string();
     writeln!(
