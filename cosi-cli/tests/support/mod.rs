@@ -418,3 +418,39 @@ pub fn cli(cluster: &Cluster, args: &[&str]) -> cosi_cli::args::Cli {
     argv.extend_from_slice(args);
     cosi_cli::args::Cli::parse_from(argv)
 }
+
+/// A node in maintenance mode (no config, server-only TLS with a self-signed key) and the
+/// fingerprint of its key.
+pub async fn start_maintenance_node() -> (TestNode, cosi_api::tls::Fingerprint) {
+    let identity = cosi_api::pki::self_signed_server(&["127.0.0.1".parse().unwrap()], &[]).unwrap();
+    let fingerprint = cosi_api::tls::fingerprint_of_pem(&identity.cert_pem).unwrap();
+    let state = Arc::new(MemoryState::default());
+    let (signal, _restarts) = RestartSignal::new();
+    let machine = Arc::new(NodeMachine {
+        applier: ConfigApplier::new(state.clone(), Arc::new(signal)),
+        services: TestMachine::new(),
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let handle = ApiServer::new(Security::Maintenance { identity })
+        .with_machine(machine.clone())
+        .serve(listener)
+        .unwrap();
+    let node = TestNode {
+        name: address.to_string(),
+        address,
+        state,
+        machine,
+        handle: Some(handle),
+    };
+    (node, fingerprint)
+}
+
+/// Writes an executable shell script (an editor for `edit`).
+pub fn script(dir: &Path, name: &str, body: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\nset -e\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.to_str().unwrap().to_string()
+}
