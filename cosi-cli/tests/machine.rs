@@ -76,20 +76,18 @@ async fn service_shows_its_events_newest_first() {
     node.machine.services.set_service(crashing_kubelet(now));
     let (code, out, err) = run_at(&cluster, now, &["-n", &node.name, "service", "kubelet"]).await;
     assert_eq!((code, err.as_str()), (0, ""));
-    assert_eq!(
-        out,
-        format!(
-            "NODE                  {}\n\
-             ID                    kubelet\n\
-             STATE                 Waiting\n\
-             HEALTH                Fail\n\
-             LAST HEALTH MESSAGE   service not running\n\
-             EVENTS                [Waiting]: Error running kubelet: unknown flag --bogus (7s ago)\n\
-             \x20                     [Running]: Process kubelet started with PID 41 (19m27s ago)\n",
-            node.name
-        )
-        .replace("\n\x20                     [", "\n                      [")
-    );
+    let expected = [
+        format!("NODE                  {}", node.name),
+        "ID                    kubelet".to_string(),
+        "STATE                 Waiting".to_string(),
+        "HEALTH                Fail".to_string(),
+        "LAST HEALTH MESSAGE   service not running".to_string(),
+        "EVENTS                [Waiting]: Error running kubelet: unknown flag --bogus (7s ago)"
+            .to_string(),
+        "                      [Running]: Process kubelet started with PID 41 (19m27s ago)"
+            .to_string(),
+    ];
+    assert_eq!(out, expected.join("\n") + "\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
