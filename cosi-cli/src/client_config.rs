@@ -203,6 +203,25 @@ impl ClientConfig {
     }
 }
 
+/// The context `context` (else the current one) of the client config at `path`, with its
+/// name and credentials read.
+pub fn open_context(
+    path: &Path,
+    context: Option<&str>,
+) -> Result<(String, Context, Credentials), CliError> {
+    let file = ClientConfig::load(path)?;
+    let config_error = |message: String| CliError::Config {
+        path: path.to_path_buf(),
+        message,
+    };
+    let (name, context) = file.context(context).map_err(config_error)?;
+    let base = path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let credentials = context.credentials(name, &base).map_err(config_error)?;
+    Ok((name.to_string(), context.clone(), credentials))
+}
+
 impl Context {
     /// The nodes a command goes to when `-n` names none: the context's nodes, else its first
     /// endpoint.

@@ -4,13 +4,13 @@
 
 use std::future::Future;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 use std::time::SystemTime;
 
 use cosi_api::client::ClientSecurity;
 
-use crate::client_config::{config_path, ClientConfig};
+use crate::client_config::{config_path, open_context};
 use crate::error::CliError;
 use crate::nodes::{connect, Node};
 
@@ -101,16 +101,7 @@ impl Session {
         nodes: &[String],
     ) -> Result<Self, CliError> {
         let path = config_path(config)?;
-        let file = ClientConfig::load(&path)?;
-        let config_error = |message: String| CliError::Config {
-            path: path.clone(),
-            message,
-        };
-        let (name, context) = file.context(context).map_err(config_error)?;
-        let base = path
-            .parent()
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-        let credentials = context.credentials(name, &base).map_err(config_error)?;
+        let (_, context, credentials) = open_context(&path, context)?;
         let names = if nodes.is_empty() {
             context.default_nodes()
         } else {

@@ -1,11 +1,11 @@
 //! `config contexts|use-context|info|add`: the client config file, as talosctl's `config`
 //! commands read and change talosconfig.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use crate::args::{ConfigAddArgs, ConfigCommand};
-use crate::client_config::{config_path, ClientConfig, Context};
+use crate::client_config::{config_path, open_context, ClientConfig, Context};
 use crate::error::CliError;
 use crate::session::Io;
 use crate::table::TabWriter;
@@ -33,7 +33,7 @@ pub fn run(
             file.context = Some(name.clone());
             file.save(&path)
         }
-        ConfigCommand::Info => info(&path, &ClientConfig::load(&path)?, context, io),
+        ConfigCommand::Info => info(&path, context, io),
         ConfigCommand::Add(args) => add(&path, args, io),
     }
 }
@@ -73,21 +73,12 @@ fn certificate_facts(pem: &str) -> Result<(Vec<String>, SystemTime), String> {
     Ok((roles, expires))
 }
 
-fn info(
-    path: &Path,
-    file: &ClientConfig,
-    context: Option<&str>,
-    io: &mut Io<'_>,
-) -> Result<(), CliError> {
+fn info(path: &Path, context: Option<&str>, io: &mut Io<'_>) -> Result<(), CliError> {
     let config_error = |message: String| CliError::Config {
         path: path.to_path_buf(),
         message,
     };
-    let (name, context) = file.context(context).map_err(config_error)?;
-    let base = path
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let credentials = context.credentials(name, &base).map_err(config_error)?;
+    let (name, context, credentials) = open_context(path, context)?;
     let (roles, expires) = certificate_facts(&credentials.identity.cert_pem)
         .map_err(|e| config_error(format!("context {name:?}: the client certificate: {e}")))?;
     let list = |items: &[String]| {

@@ -51,6 +51,26 @@ where
     Ok(())
 }
 
+/// The streams that opened, with their nodes' names; each node that failed is reported.
+fn split_opened<S>(
+    opened: Vec<(&crate::nodes::Node, Result<S, CliError>)>,
+    io: &mut Io<'_>,
+    report: &mut Report,
+) -> (Vec<String>, Vec<std::pin::Pin<Box<S>>>) {
+    let mut names = Vec::new();
+    let mut streams = Vec::new();
+    for (node, result) in opened {
+        match result {
+            Ok(stream) => {
+                names.push(node.name.clone());
+                streams.push(Box::pin(stream));
+            }
+            Err(e) => report.fail(io, &e),
+        }
+    }
+    (names, streams)
+}
+
 /// Runs `logs`.
 pub async fn logs(session: &Session, args: &LogsArgs, io: &mut Io<'_>) -> Result<Report, CliError> {
     let service = args.service.as_str();
@@ -74,17 +94,7 @@ pub async fn logs(session: &Session, args: &LogsArgs, io: &mut Io<'_>) -> Result
         })
         .await;
     let mut report = Report::default();
-    let mut names = Vec::new();
-    let mut streams = Vec::new();
-    for (node, result) in opened {
-        match result {
-            Ok(stream) => {
-                names.push(node.name.clone());
-                streams.push(Box::pin(stream));
-            }
-            Err(e) => report.fail(io, &e),
-        }
-    }
+    let (names, streams) = split_opened(opened, io, &mut report);
     let prefix = session.prefixed();
     let mut partial: Vec<Vec<u8>> = vec![Vec::new(); names.len()];
     let mut failures = Vec::new();
@@ -197,17 +207,7 @@ pub async fn events(
         })
         .await;
     let mut report = Report::default();
-    let mut names = Vec::new();
-    let mut streams = Vec::new();
-    for (node, result) in opened {
-        match result {
-            Ok(stream) => {
-                names.push(node.name.clone());
-                streams.push(Box::pin(stream));
-            }
-            Err(e) => report.fail(io, &e),
-        }
-    }
+    let (names, streams) = split_opened(opened, io, &mut report);
     if streams.is_empty() {
         return Ok(report);
     }
