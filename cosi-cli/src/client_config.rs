@@ -42,9 +42,38 @@ pub struct ClientConfig {
     /// The current context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
-    /// Every context, by name.
-    #[serde(default)]
+    /// Every context, by name (a name given twice is an error, not a silent overwrite).
+    #[serde(default, deserialize_with = "unique_contexts")]
     pub contexts: BTreeMap<String, Context>,
+}
+
+fn unique_contexts<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, Context>, D::Error> {
+    struct Unique;
+    impl<'de> serde::de::Visitor<'de> for Unique {
+        type Value = BTreeMap<String, Context>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map of context names to contexts")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut contexts = BTreeMap::new();
+            while let Some(name) = map.next_key::<String>()? {
+                if contexts.contains_key(&name) {
+                    return Err(serde::de::Error::custom(format!(
+                        "context {name:?} is given twice"
+                    )));
+                }
+                let context = map.next_value()?;
+                contexts.insert(name, context);
+            }
+            Ok(contexts)
+        }
+    }
+    deserializer.deserialize_map(Unique)
 }
 
 /// One cluster as one identity sees it.
@@ -269,6 +298,12 @@ mod tests {
     fn unknown_fields_are_rejected_with_their_name() {
         let err = ClientConfig::parse("contexts: {a: {endpoint: [x]}}").unwrap_err();
         assert!(err.contains("unknown field `endpoint`"), "{err}");
+    }
+
+    #[test]
+    fn a_context_given_twice_is_rejected() {
+        let err = ClientConfig::parse("contexts: {a: {}, a: {}}").unwrap_err();
+        assert!(err.contains("context \"a\" is given twice"), "{err}");
     }
 
     #[test]
