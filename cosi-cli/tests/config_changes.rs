@@ -395,8 +395,11 @@ async fn a_rejected_edit_reopens_the_editor_with_the_error_as_comments() {
             node.name
         )
     );
-    // Then the operator's text, without its leading comment lines.
-    assert_eq!(lines.next().unwrap(), "version: v1alpha1");
+    // Then the operator's text, its own comments kept.
+    assert_eq!(
+        lines.next().unwrap(),
+        "# A starter controlplane config of cluster \"demo\", written by `cosictl gen config`."
+    );
     assert!(seen.contains("\n  nodeLabels: {bad key: x}\n"), "{seen}");
     assert_eq!(node.config_version().await, 2);
 }

@@ -3,7 +3,8 @@
 //!
 //! The editor is `$COSICTL_EDITOR`, else `$EDITOR`, else `vi`, run through `sh -c` (so
 //! `code --wait` works) on a temporary file that starts with `# Editing <type>/<id> at node
-//! <node>`. What comes back, without its leading `#` lines:
+//! <node>`. What comes back, without the comment lines the command wrote above the config (the
+//! config's own comments stay):
 //! - empty → "Apply was skipped: empty file.";
 //! - unchanged → "Apply was skipped: no changes detected.";
 //! - otherwise it is applied with the version it was read at. A rejected config re-opens the
@@ -34,8 +35,12 @@ pub fn editor() -> String {
         .unwrap_or_else(|| "vi".to_string())
 }
 
-/// The text without its leading comment lines (the header and any error lines).
-fn body(text: &str) -> &str {
+/// The text without the comment lines this command put above it (`written`: the header and any
+/// error lines). When the operator changed those too, every leading comment line goes.
+fn body<'t>(text: &'t str, written: &str) -> &'t str {
+    if let Some(rest) = text.strip_prefix(written) {
+        return rest;
+    }
     let mut rest = text;
     while rest.starts_with('#') {
         rest = rest.split_once('\n').map_or("", |(_, after)| after);
@@ -107,18 +112,19 @@ async fn edit_one(
         .map_err(|e| CliError::Other(format!("cannot create the file to edit: {e}")))?;
     let path = file.path().to_path_buf();
     let editor = editor();
-    let mut content = format!("{header}{original}");
+    let mut comments = header.clone();
+    let mut text = original.clone();
     let mut rejected: Option<String> = None;
     loop {
-        std::fs::write(&path, &content).map_err(|e| CliError::file(&path, e))?;
+        std::fs::write(&path, format!("{comments}{text}")).map_err(|e| CliError::file(&path, e))?;
         run_editor(&editor, &path).await?;
         let edited = std::fs::read_to_string(&path).map_err(|e| CliError::file(&path, e))?;
-        let edited = body(&edited).to_string();
+        let edited = body(&edited, &comments).to_string();
         if edited.trim().is_empty() {
             writeln!(io.out, "Apply was skipped: empty file.").map_err(write)?;
             return Ok(());
         }
-        if edited == body(&original) {
+        if edited == original {
             writeln!(io.out, "Apply was skipped: no changes detected.").map_err(write)?;
             return Ok(());
         }
@@ -143,12 +149,13 @@ async fn edit_one(
             Err(error @ Error::InvalidArgument { .. }) => {
                 let refusal =
                     CliError::node(&node.name, format!("edit {display}"), error, Role::Admin);
-                let comments: String = refusal
+                let lines: String = refusal
                     .to_string()
                     .lines()
                     .map(|line| format!("# {line}\n"))
                     .collect();
-                content = format!("{header}{comments}{edited}");
+                comments = format!("{header}{lines}");
+                text = edited.clone();
                 rejected = Some(edited);
             }
             Err(error) => {
@@ -166,9 +173,22 @@ async fn edit_one(
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_body_starts_after_the_leading_comment_lines() {
-        assert_eq!(super::body("# a\n# b\nx: 1\n# c\n"), "x: 1\n# c\n");
-        assert_eq!(super::body("# only\n"), "");
-        assert_eq!(super::body("x: 1\n"), "x: 1\n");
+    fn the_body_starts_after_the_comments_the_command_wrote() {
+        let written = "# Editing x\n# error\n";
+        assert_eq!(
+            super::body("# Editing x\n# error\n# own\nx: 1\n", written),
+            "# own\nx: 1\n"
+        );
+    }
+
+    #[test]
+    fn changed_header_lines_are_dropped_with_every_leading_comment() {
+        let written = "# Editing x\n";
+        assert_eq!(
+            super::body("# changed\n# b\nx: 1\n# c\n", written),
+            "x: 1\n# c\n"
+        );
+        assert_eq!(super::body("# only\n", written), "");
+        assert_eq!(super::body("x: 1\n", written), "x: 1\n");
     }
 }
