@@ -101,8 +101,8 @@ fn describe(node: &str, what: &str, error: &Error, needs: Role) -> String {
     if let Some(cause) = is_unreachable(error) {
         return format!(
             "node {node} is unreachable ({what}): {cause}; check that the node runs and listens \
-             at {node}, that -n or the context's nodes name it, and that its certificate is \
-             signed by the context's CA"
+             at {node}, that -n or the context's nodes name it, and that the cluster CA of the \
+             context signed both the node's certificate and the context's client certificate"
         );
     }
     match error {

@@ -237,7 +237,8 @@ async fn several_nodes_print_together_and_a_dead_one_is_an_error_line() {
     assert!(
         out.stderr.ends_with(&format!(
             "; check that the node runs and listens at {dead}, that -n or the context's nodes \
-             name it, and that its certificate is signed by the context's CA\n"
+             name it, and that the cluster CA of the context signed both the node's certificate \
+             and the context's client certificate\n"
         )),
         "{}",
         out.stderr
@@ -374,4 +375,135 @@ async fn watch_of_one_id_shows_only_that_resource_with_its_event_in_yaml() {
         ["event: created", "  id: b", "event: destroyed", "  id: b"]
     );
     assert!(out.starts_with(&format!("node: {}\nevent: created\nmetadata:\n", node.name)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_certificate_another_ca_signed_is_unreachable_saying_why() {
+    let cluster = Cluster::start(0).await;
+    let stranger = cosi_api::pki::CertificateAuthority::generate("elsewhere").unwrap();
+    let identity = stranger
+        .issue_server(
+            &["127.0.0.1".parse().unwrap()],
+            &[],
+            cosi_api::pki::CERT_VALIDITY,
+        )
+        .unwrap();
+    let node = support::start_node(
+        &identity,
+        stranger.cert_pem(),
+        &support::starter_config(cluster.dir.path()),
+    )
+    .await;
+    let out = cluster.cosictl(&["-n", &node.name, "get", "notes"]).await;
+    assert_eq!((out.code, out.stdout.as_str()), (1, ""));
+    assert!(
+        out.stderr.starts_with(&format!(
+            "error: node {} is unreachable (list the resource definitions): ",
+            node.name
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("UnknownIssuer"), "{}", out.stderr);
+    assert!(out
+        .stderr
+        .ends_with("signed both the node's certificate and the context's client certificate\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_of_several_nodes_prints_both_and_reports_a_dead_one() {
+    let cluster = Cluster::start(2).await;
+    let dead = dead_address().await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let nodes = format!("{},{dead},{}", a.name, b.name);
+    let (code, out, err) = watching(
+        &cluster,
+        &["-n", &nodes, "get", "notes", "a", "-w"],
+        |out| async move {
+            out.wait_for_lines(3).await;
+            b.state
+                .destroy(&Note::kind().pointer("a"), Default::default())
+                .await
+                .unwrap();
+            out.wait_for_lines(4).await;
+        },
+    )
+    .await;
+    assert_eq!(code, 1);
+    let pad = " ".repeat(a.name.len() - 4);
+    let mut bootstrap: Vec<&str> = out.lines().skip(1).take(2).collect();
+    bootstrap.sort();
+    let mut expected = [
+        format!(
+            "{}   +   test        Note   a    1         hello   x",
+            a.name
+        ),
+        format!(
+            "{}   +   test        Note   a    1         hello   x",
+            b.name
+        ),
+    ];
+    expected.sort();
+    assert_eq!(
+        out.lines().next().unwrap(),
+        format!("NODE{pad}   *   NAMESPACE   TYPE   ID   VERSION   TEXT    FIRST TAG")
+    );
+    assert_eq!(bootstrap, expected);
+    assert_eq!(
+        out.lines().nth(3).unwrap(),
+        format!(
+            "{}   -   test        Note   a    1         hello   x",
+            b.name
+        )
+    );
+    assert!(
+        err.starts_with(&format!("error: node {dead} is unreachable")),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_of_another_ca_is_turned_away_with_the_ca_hint() {
+    let cluster = Cluster::start(1).await;
+    let node = &cluster.nodes[0].name;
+    let stranger = cosi_api::pki::CertificateAuthority::generate("elsewhere").unwrap();
+    let dir = cluster.dir.path();
+    let client = stranger
+        .issue_client(
+            "mallory",
+            cosi_api::auth::Role::Admin,
+            cosi_api::pki::CERT_VALIDITY,
+        )
+        .unwrap();
+    let (crt, key) = client.write_pem(dir, "mallory").unwrap();
+    let ca = dir.join("pki/ca.pem");
+    let added = cluster
+        .cosictl(&[
+            "config",
+            "add",
+            "mallory",
+            "--ca",
+            ca.to_str().unwrap(),
+            "--crt",
+            crt.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+        ])
+        .await;
+    assert_eq!(added.code, 0, "{}", added.stderr);
+    let out = cluster
+        .cosictl(&["--context", "mallory", "-n", node, "get", "notes"])
+        .await;
+    assert_eq!((out.code, out.stdout.as_str()), (1, ""));
+    assert!(
+        out.stderr.starts_with(&format!(
+            "error: node {node} is unreachable (list the resource definitions): "
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(out
+        .stderr
+        .ends_with("signed both the node's certificate and the context's client certificate\n"));
 }
