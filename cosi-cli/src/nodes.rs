@@ -109,6 +109,26 @@ mod tests {
         assert_eq!(split_address("node-1:80").unwrap(), ("node-1".into(), 80));
     }
 
+    proptest::proptest! {
+        /// Every socket address, as Rust writes it, splits into its own host and port; every
+        /// bare IP address gets the default port.
+        #[test]
+        fn socket_addresses_split_into_their_host_and_port(address: SocketAddr) {
+            let (host, port) = split_address(&address.to_string()).unwrap();
+            proptest::prop_assert_eq!(host.parse::<IpAddr>().unwrap(), address.ip());
+            proptest::prop_assert_eq!(port, address.port());
+            let (bare, default) = split_address(&address.ip().to_string()).unwrap();
+            proptest::prop_assert_eq!(bare.parse::<IpAddr>().unwrap(), address.ip());
+            proptest::prop_assert_eq!(default, DEFAULT_PORT);
+        }
+
+        /// Whatever the text, splitting it answers (an address or a usage error), never panics.
+        #[test]
+        fn any_text_splits_or_is_refused(text in "\\PC{0,40}") {
+            let _ = split_address(&text);
+        }
+    }
+
     #[test]
     fn a_bad_port_is_a_usage_error_naming_the_address() {
         assert_eq!(

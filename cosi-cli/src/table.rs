@@ -90,6 +90,45 @@ mod tests {
         assert_eq!(flushed(&mut table), "n1     -   abcdefg   3\n");
     }
 
+    proptest::proptest! {
+        /// Any rows, flushed in any batches: every cell but the last starts where its column
+        /// starts in the widest row so far, columns are at least three spaces apart, and no
+        /// line ends in a space.
+        #[test]
+        fn cells_line_up_and_lines_have_no_trailing_spaces(
+            rows in proptest::collection::vec(
+                proptest::collection::vec("[a-z]{1,6}", 3),
+                1..12,
+            ),
+            cut in 0usize..12,
+        ) {
+            let mut table = TabWriter::default();
+            let cut = cut.min(rows.len());
+            let mut text = String::new();
+            for batch in [&rows[..cut], &rows[cut..]] {
+                for row in batch {
+                    table.row(row.clone());
+                }
+                text.push_str(&flushed(&mut table));
+            }
+            let lines: Vec<&str> = text.lines().collect();
+            proptest::prop_assert_eq!(lines.len(), rows.len());
+            let widths = |upto: usize, column: usize| {
+                rows[..upto].iter().map(|r| r[column].len()).max().unwrap_or(0)
+            };
+            for (i, (line, row)) in lines.iter().zip(&rows).enumerate() {
+                proptest::prop_assert!(!line.ends_with(' '));
+                // Rows flushed in the first batch align with that batch; later ones with all.
+                let seen = if i < cut { cut } else { rows.len() };
+                let second = widths(seen, 0) + PADDING;
+                let third = second + widths(seen, 1) + PADDING;
+                proptest::prop_assert_eq!(&line[..row[0].len()], row[0].as_str());
+                proptest::prop_assert_eq!(&line[second..second + row[1].len()], row[1].as_str());
+                proptest::prop_assert_eq!(&line[third..], row[2].as_str());
+            }
+        }
+    }
+
     #[test]
     fn empty_trailing_cells_leave_no_trailing_spaces() {
         let mut table = TabWriter::default();
