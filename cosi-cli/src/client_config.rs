@@ -173,6 +173,14 @@ impl ClientConfig {
     }
 
     /// Parses the text; the message names the offending field.
+    ///
+    /// ```
+    /// use cosi_cli::client_config::ClientConfig;
+    /// let config = ClientConfig::parse("context: demo\ncontexts: {demo: {endpoints: [10.0.0.1]}}").unwrap();
+    /// let (name, context) = config.context(None).unwrap();
+    /// assert_eq!((name, context.default_nodes()), ("demo", vec!["10.0.0.1".to_string()]));
+    /// assert!(ClientConfig::parse("contexts: {demo: {endpoint: x}}").is_err());
+    /// ```
     pub fn parse(text: &str) -> Result<Self, String> {
         yaml::from_str(text)
     }

@@ -10,6 +10,35 @@ use cosi_api::auth::Role;
 use cosi_core::Error;
 
 /// Why a command failed.
+///
+/// A failed call reads differently by cause:
+///
+/// ```
+/// use cosi_api::auth::Role;
+/// use cosi_cli::error::CliError;
+/// use cosi_core::{Error, Pointer, Version};
+/// let mc = Pointer::new("config", "MachineConfigs.config.cosi.dev", "active");
+///
+/// let refused = Error::AccessDenied { subject: mc.to_string(), message: "not authorized".into() };
+/// assert_eq!(
+///     CliError::node("10.0.0.1", "edit mc", refused, Role::Admin).to_string(),
+///     "node 10.0.0.1 refused edit mc: not authorized; it needs a client certificate with role \
+///      os:admin (see `cosictl config contexts`)"
+/// );
+///
+/// let rejected = Error::invalid("MachineConfig", "machine.type", "required");
+/// assert_eq!(
+///     CliError::node("10.0.0.1", "apply-config", rejected, Role::Admin).to_string(),
+///     "node 10.0.0.1 rejected apply-config: MachineConfig: invalid machine.type: required"
+/// );
+///
+/// let conflict = Error::VersionConflict { pointer: mc, expected: Version::new(3), actual: Version::new(4) };
+/// assert_eq!(
+///     CliError::node("10.0.0.1", "patch mc", conflict, Role::Admin).to_string(),
+///     "node 10.0.0.1: conflict (patch mc): config/MachineConfigs.config.cosi.dev/active changed \
+///      since it was read (read at version 3, now 4); re-read it and retry"
+/// );
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     /// The arguments do not fit together.

@@ -28,7 +28,14 @@ pub struct Node {
     pub machine: MachineClient,
 }
 
-/// Splits `host[:port]` (`[v6]:port` for IPv6 with a port).
+/// Splits `host[:port]` (`[v6]:port` for IPv6 with a port); no port means [`DEFAULT_PORT`].
+///
+/// ```
+/// use cosi_cli::nodes::split_address;
+/// assert_eq!(split_address("10.0.0.1").unwrap(), ("10.0.0.1".to_string(), 50000));
+/// assert_eq!(split_address("[fd00::1]:7").unwrap(), ("fd00::1".to_string(), 7));
+/// assert!(split_address("node:port").is_err());
+/// ```
 pub fn split_address(text: &str) -> Result<(String, u16), CliError> {
     let bad = |why: &str| CliError::Usage(format!("node address {text:?}: {why}"));
     let text = text.trim();
