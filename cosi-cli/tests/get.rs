@@ -93,7 +93,7 @@ async fn get_rd_lists_the_definitions_with_their_aliases() {
         lines[0],
         format!(
             "NODE{pad}   NAMESPACE   TYPE                 ID                                  \
-             VERSION   ALIASES                  NAMESPACE"
+             VERSION   ALIASES                  DEFAULT NAMESPACE"
         )
     );
     let cells = |line: &str| -> Vec<String> {

@@ -388,7 +388,7 @@ impl ResourceSpec for ResourceDefinition {
         ResourceDefinition::new(Self::TYPE, Self::DEFAULT_NAMESPACE)
             .with_aliases(["rd", "rds"])
             .with_print_column("Aliases", ".aliases")
-            .with_print_column("Namespace", ".defaultNamespace")
+            .with_print_column("Default Namespace", ".defaultNamespace")
     }
 }
 
