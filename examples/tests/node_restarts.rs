@@ -13,6 +13,7 @@ use cosi_core::{Event, ListOptions, ResourceSpec, State, StateExt, WatchOptions}
 use cosi_node::cluster::{Identity, LOCAL};
 use cosi_node::config::{ConfigHistory, MachineConfig, ACTIVE, PERSISTED};
 use cosi_node::node::{MachineStage, MachineStatus};
+use futures::StreamExt;
 use nix::sys::signal::Signal;
 use node_support::*;
 
@@ -213,4 +214,39 @@ async fn reboot_restarts_the_runtime_in_place_with_the_api_up() {
     running_pid_except(&admin, "kubelet", Some(kubelet)).await;
     assert!(!alive(kubelet), "the first run's kubelet {kubelet} is gone");
     assert_eq!(node.seen.len(), 2, "no new ready line: {:?}", node.seen);
+}
+
+#[tokio::test]
+async fn a_log_follow_ends_when_a_reboot_stops_its_service() {
+    // Given a follower of the kubelet's log
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+    let node = configured(&pki, state.path(), &config("node-1", "worker"), &[]).await;
+    let admin = mtls(&pki, node.address(), Role::Admin);
+    running_pid(&admin, "kubelet").await;
+    let mut lines = admin
+        .machine
+        .logs(cosi_api::machine::LogRequest {
+            service: "kubelet".into(),
+            tail: Some(0),
+            follow: true,
+        })
+        .await
+        .unwrap()
+        .boxed();
+
+    // When the node reboots
+    apply(&admin, LABEL_PATCH, ApplyMode::Reboot).await;
+
+    // Then the follower reads the kubelet's last words and its stream ends, without error
+    let mut text = String::new();
+    let ended = tokio::time::timeout(PATIENCE, async {
+        while let Some(chunk) = lines.next().await {
+            text.push_str(&String::from_utf8(chunk.unwrap()).unwrap());
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the follow ended; it read {text:?}");
+    assert_eq!(text, "demo-kubelet: received SIGTERM, shutting down\n");
+    booted(&admin, 2).await;
 }

@@ -128,6 +128,8 @@ use tokio::signal::unix::{signal, SignalKind};
 const KUBELET_REPOSITORY: &str = "ghcr.io/siderolabs/kubelet";
 /// The program run for it, looked up beside this one.
 const KUBELET_PROGRAM: &str = "node-kubelet";
+/// How long a stopping API server waits for its clients to close their connections.
+const SERVER_GRACE: Duration = Duration::from_secs(10);
 
 /// The reference node daemon: every node family on one engine, served over the API.
 #[derive(Parser, Debug)]
@@ -523,7 +525,7 @@ async fn run(flags: Flags) -> Result<(), String> {
                 configured = true;
                 // The maintenance server finishes the apply's answer before it stops.
                 if let Some(maintenance) = server.take() {
-                    let _ = maintenance.shutdown().await;
+                    stop_server(maintenance).await;
                 }
                 let listener = match TcpListener::bind(address).await {
                     Ok(listener) => listener,
@@ -538,7 +540,7 @@ async fn run(flags: Flags) -> Result<(), String> {
     };
 
     if let Some(server) = server {
-        let _ = server.shutdown().await;
+        stop_server(server).await;
     }
     drop(config_applied);
     drop(api);
@@ -548,6 +550,21 @@ async fn run(flags: Flags) -> Result<(), String> {
         tracing::warn!("the store was still in use at exit; its file is released on exit");
     }
     outcome
+}
+
+/// Stops a server gracefully: open streams end with `Unavailable`, calls in flight finish. A
+/// client that keeps its connection open past [`SERVER_GRACE`] is left behind (its
+/// connection ends with the process, or stays on the old server's task); the listener is
+/// released either way, as the accept loop ends on the stop signal.
+async fn stop_server(server: ServerHandle) {
+    let address = server.local_addr();
+    match tokio::time::timeout(SERVER_GRACE, server.shutdown()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(%address, %error, "the API server stopped with an error"),
+        Err(_) => {
+            tracing::warn!(%address, "API clients kept their connections open; not waiting for them")
+        }
+    }
 }
 
 async fn has_active_config(state: &dyn State) -> Result<bool, String> {
