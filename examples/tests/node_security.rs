@@ -13,6 +13,14 @@ use cosi_node::config::{MachineConfig, ACTIVE};
 use cosi_node::services::ServiceStatus;
 use node_support::*;
 
+/// An apply of a node label, in auto mode.
+fn label() -> ApplyRequest {
+    ApplyRequest {
+        patches: vec![b"machine: {nodeLabels: {a: b}}".to_vec()],
+        ..ApplyRequest::default()
+    }
+}
+
 fn assert_not_authorized<T: std::fmt::Debug>(what: &str, result: cosi_core::Result<T>) {
     match result {
         Err(Error::AccessDenied { .. }) => {}
@@ -112,13 +120,7 @@ async fn a_configured_node_grants_what_each_role_may_do() {
     );
     assert_not_authorized(
         "reader apply",
-        reader
-            .machine
-            .apply_configuration(ApplyRequest {
-                patches: vec![b"machine: {nodeLabels: {a: b}}".to_vec()],
-                ..ApplyRequest::default()
-            })
-            .await,
+        reader.machine.apply_configuration(label()).await,
     );
 
     // An operator manages services, and may not apply
@@ -133,13 +135,7 @@ async fn a_configured_node_grants_what_each_role_may_do() {
     );
     assert_not_authorized(
         "operator apply",
-        operator
-            .machine
-            .apply_configuration(ApplyRequest {
-                patches: vec![b"machine: {nodeLabels: {a: b}}".to_vec()],
-                ..ApplyRequest::default()
-            })
-            .await,
+        operator.machine.apply_configuration(label()).await,
     );
 
     // An admin reads the machine config and applies
@@ -150,16 +146,8 @@ async fn a_configured_node_grants_what_each_role_may_do() {
         .await
         .unwrap();
     assert_eq!(active.metadata.version().get(), 1);
-    let applied = admin
-        .machine
-        .apply_configuration(ApplyRequest {
-            patches: vec![b"machine: {nodeLabels: {a: b}}".to_vec()],
-            mode: ApplyMode::NoReboot,
-            ..ApplyRequest::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!(applied.version, 2);
+    let applied = admin.machine.apply_configuration(label()).await.unwrap();
+    assert_eq!((applied.mode, applied.version), (ApplyMode::NoReboot, 2));
 }
 
 #[tokio::test]
@@ -195,13 +183,7 @@ async fn a_configured_node_refuses_clients_without_a_certificate_of_its_ca() {
     let maintenance = pinned(&pki, address);
     assert_refused_connection(
         "pinned",
-        maintenance
-            .machine
-            .apply_configuration(ApplyRequest {
-                patches: vec![b"machine: {nodeLabels: {a: b}}".to_vec()],
-                ..ApplyRequest::default()
-            })
-            .await,
+        maintenance.machine.apply_configuration(label()).await,
     );
 
     // And nothing changed

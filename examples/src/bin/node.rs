@@ -268,7 +268,27 @@ fn registry_names(flags: &Flags) -> Vec<&'static str> {
     names
 }
 
+/// Refuses the flags that need a feature this build lacks (also when only printing the
+/// graph: it is the graph of a node that could run).
+fn check_features(flags: &Flags) -> Result<(), String> {
+    if flags.network == NetworkKind::Netlink && !cfg!(all(target_os = "linux", feature = "netlink"))
+    {
+        return Err(
+            "--network netlink: this node was built without the `netlink` feature (Linux only)"
+                .into(),
+        );
+    }
+    if !flags.etcd_endpoints.is_empty() && !cfg!(feature = "etcd") {
+        return Err(format!(
+            "--etcd {}: this node was built without the `etcd` feature",
+            flags.etcd_endpoints.join(",")
+        ));
+    }
+    Ok(())
+}
+
 fn print_graph(flags: &Flags, format: GraphFormat) -> Result<(), String> {
+    check_features(flags)?;
     let parts = NodeParts {
         network: Arc::new(MemoryBackend::default()),
         cmdline: Cmdline::default(),
@@ -319,9 +339,14 @@ struct Tls {
 }
 
 fn read_tls(paths: &Paths) -> Result<Tls, String> {
-    let identity = CertifiedKey::read_pem(&paths.cert, &paths.key).map_err(|e| e.to_string())?;
-    let ca_pem = std::fs::read_to_string(&paths.ca)
-        .map_err(|e| format!("--ca {}: {e}", paths.ca.display()))?;
+    let read = |flag: &str, path: &PathBuf| {
+        std::fs::read_to_string(path).map_err(|e| format!("--{flag} {}: {e}", path.display()))
+    };
+    let identity = CertifiedKey {
+        cert_pem: read("cert", &paths.cert)?,
+        key_pem: read("key", &paths.key)?,
+    };
+    let ca_pem = read("ca", &paths.ca)?;
     cosi_api::tls::server_mutual(&identity, &ca_pem).map_err(|e| {
         format!(
             "--cert {}, --key {}, --ca {}: {e}",
@@ -355,7 +380,8 @@ fn netlink() -> Result<Arc<dyn NetworkBackend>, String> {
 
 #[cfg(not(all(target_os = "linux", feature = "netlink")))]
 fn netlink() -> Result<Arc<dyn NetworkBackend>, String> {
-    Err("--network netlink: this node was built without the `netlink` feature (Linux only)".into())
+    // Invariant: check_features refused --network netlink in this build.
+    Err("--network netlink: not in this build".into())
 }
 
 fn registries(flags: &Flags) -> Result<Vec<Arc<dyn AffiliateRegistry>>, String> {
@@ -382,11 +408,9 @@ fn etcd_registry(flags: &Flags) -> Result<Arc<dyn AffiliateRegistry>, String> {
 }
 
 #[cfg(not(feature = "etcd"))]
-fn etcd_registry(flags: &Flags) -> Result<Arc<dyn AffiliateRegistry>, String> {
-    Err(format!(
-        "--etcd {}: this node was built without the `etcd` feature",
-        flags.etcd_endpoints.join(",")
-    ))
+fn etcd_registry(_flags: &Flags) -> Result<Arc<dyn AffiliateRegistry>, String> {
+    // Invariant: check_features refused --etcd in this build.
+    Err("--etcd: not in this build".into())
 }
 
 /// Image repositories → programs: the flags' mappings, and the kubelet's default.
@@ -454,6 +478,7 @@ impl Api {
 }
 
 async fn run(flags: Flags) -> Result<(), String> {
+    check_features(&flags)?;
     let paths = paths(&flags)?;
     let tls = read_tls(&paths)?;
     let cmdline = Cmdline::parse(&flags.cmdline).map_err(|e| format!("--cmdline: {e}"))?;

@@ -125,6 +125,28 @@ pub enum Mode {
     MutualTls,
 }
 
+/// The command that runs `node` on `state` with the certificates of `pki`, stdout piped,
+/// stderr inherited (the test's output shows the daemon's logs), killed with its handle.
+pub fn command(pki: &Pki, state: &Path, listen: &str, extra: &[&str]) -> Command {
+    let mut command = Command::new(NODE);
+    command
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--listen")
+        .arg(listen)
+        .arg("--ca")
+        .arg(&pki.ca_path)
+        .arg("--cert")
+        .arg(&pki.cert_path)
+        .arg("--key")
+        .arg(&pki.key_path)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
 /// A `node` process.
 pub struct Daemon {
     pub child: Child,
@@ -142,21 +164,7 @@ impl Daemon {
     }
 
     pub fn start_on(pki: &Pki, state: &Path, listen: &str, extra: &[&str]) -> Daemon {
-        let mut child = Command::new(NODE)
-            .arg("--state-dir")
-            .arg(state)
-            .arg("--listen")
-            .arg(listen)
-            .arg("--ca")
-            .arg(&pki.ca_path)
-            .arg("--cert")
-            .arg(&pki.cert_path)
-            .arg("--key")
-            .arg(&pki.key_path)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
+        let mut child = command(pki, state, listen, extra)
             .spawn()
             .expect("the node daemon starts");
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
