@@ -1,7 +1,7 @@
 //! [`NodeMachine`]: the node behind the API's machine service — where `cosi-api` (which knows
-//! no node types) meets `cosi-node` (which knows no API). It holds a
-//! [`NodeHandle`](cosi_node::node::NodeHandle), so every call reaches the runtime that runs
-//! *now*: after a restart in place the same adapter serves the new runtime.
+//! no node types) meets `cosi-node` (which knows no API). It holds a [`NodeHandle`], so every
+//! call reaches the runtime that runs *now*: after a restart in place the same adapter serves
+//! the new runtime.
 //!
 //! How each call maps, and its errors (all [`cosi_core::Error`]s, so the API's one mapping
 //! turns them into gRPC codes):
