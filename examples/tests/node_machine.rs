@@ -236,3 +236,71 @@ async fn version_names_the_build() {
         "{version:?}"
     );
 }
+
+#[tokio::test]
+async fn a_log_reader_that_stops_reading_never_slows_the_service_and_learns_what_it_missed() {
+    // Given a kubelet that logs two lines a millisecond
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+    let chatty = config("node-1", "worker").replace(
+        "      healthz-port: '0'\n",
+        "      healthz-port: '0'\n      sync-frequency: 1ms\n      v: '2'\n",
+    );
+    let node = configured(&pki, state.path(), &chatty, &[]).await;
+    let address = node.address();
+    let follow = || LogRequest {
+        service: "kubelet".into(),
+        tail: Some(0),
+        follow: true,
+    };
+
+    // And a follower that stops reading (a 1 KiB receive window, so the node's buffers fill)
+    let slow = cosi_api::client::channel_with(
+        address,
+        None,
+        cosi_api::client::ClientSecurity::MutualTls {
+            ca_pem: pki.ca.cert_pem().to_string(),
+            identity: pki.client(Role::Reader),
+        },
+        cosi_api::client::ChannelOptions {
+            stream_window: Some(1024),
+        },
+    )
+    .unwrap();
+    let mut stalled = cosi_api::client::MachineClient::new(slow)
+        .logs(follow())
+        .await
+        .unwrap()
+        .boxed();
+
+    // When a reader that keeps up sees the kubelet go on far past every buffer
+    let reader = mtls(&pki, address, Role::Reader);
+    let mut fast = reader
+        .machine
+        .logs(follow())
+        .await
+        .unwrap()
+        .map(|chunk| String::from_utf8(chunk.unwrap()).unwrap())
+        .boxed();
+    let mut seen = String::new();
+    while !seen.contains("sync loop 4000:") {
+        seen = next(&mut fast, "the kubelet's sync loop 4000").await;
+    }
+
+    // Then the stalled reader, reading again, is told how many lines it skipped
+    let mut read = String::new();
+    while !read.contains(" lines skipped: the reader fell behind the service]\n") {
+        let chunk = next(&mut stalled, "a skipped-lines marker").await.unwrap();
+        read = String::from_utf8(chunk).unwrap();
+    }
+    let marker = read
+        .lines()
+        .find(|l| l.ends_with(" lines skipped: the reader fell behind the service]"))
+        .unwrap();
+    let skipped: u64 = marker
+        .strip_prefix('[')
+        .and_then(|m| m.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a count in {marker:?}"));
+    assert!(skipped > 0, "{marker}");
+}
