@@ -9,7 +9,11 @@ use node_support::*;
 
 /// Runs the daemon to its exit with `pki`'s files, `state` and `extra` flags.
 async fn run(pki: &Pki, state: &std::path::Path, extra: &[&str]) -> Output {
-    let child = command(pki, state, "127.0.0.1:0", extra)
+    run_on(pki, state, "127.0.0.1:0", extra).await
+}
+
+async fn run_on(pki: &Pki, state: &std::path::Path, listen: &str, extra: &[&str]) -> Output {
+    let child = command(pki, state, listen, extra)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -102,4 +106,23 @@ async fn a_state_directory_in_use_by_another_daemon_is_refused() {
         "{stderr}"
     );
     assert!(first.is_running());
+}
+
+#[tokio::test]
+async fn a_listen_address_in_use_is_refused_before_anything_starts() {
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+
+    let stderr = refused(&run_on(&pki, state.path(), &address, &[]).await);
+    assert!(
+        stderr.starts_with(&format!("node: --listen {address}: ")),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(state.path()).unwrap().count(),
+        0,
+        "no state was opened"
+    );
 }

@@ -482,9 +482,15 @@ async fn run(flags: Flags) -> Result<(), String> {
     let paths = paths(&flags)?;
     let tls = read_tls(&paths)?;
     let cmdline = Cmdline::parse(&flags.cmdline).map_err(|e| format!("--cmdline: {e}"))?;
-    // Before anything starts, so a signal during the start is not lost.
-    let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    // Before anything starts: a signal during the start is not lost, and a port in use fails
+    // the start with nothing running yet.
+    let mut signals = Signals {
+        terminate: signal(SignalKind::terminate()).map_err(|e| e.to_string())?,
+        interrupt: signal(SignalKind::interrupt()).map_err(|e| e.to_string())?,
+    };
+    let listener = TcpListener::bind(flags.listen)
+        .await
+        .map_err(|e| format!("--listen {}: {e}", flags.listen))?;
 
     std::fs::create_dir_all(&paths.state_dir)
         .map_err(|e| format!("--state-dir {}: {e}", paths.state_dir.display()))?;
@@ -508,30 +514,58 @@ async fn run(flags: Flags) -> Result<(), String> {
             ..SupervisorOptions::default()
         },
     };
-    let mut node = Node::start(store.state(), &registry, options)
-        .await
-        .map_err(|e| e.to_string())?;
-
-    let policy = StatePolicy::new(APPLY_ONLY_TYPES)
-        .with_controller_owners(ControllerOwners::Named(node.controller_owners().clone()));
-    let api = Api {
-        state: StateService::new(store.state(), Codec::new(registry), policy),
-        machine: Arc::new(NodeMachine::new(node.handle())),
-        tls,
+    let node = Node::start(store.state(), &registry, options).await;
+    let outcome = match node {
+        Ok(mut node) => {
+            let api = Api {
+                state: StateService::new(
+                    store.state(),
+                    Codec::new(registry),
+                    StatePolicy::new(APPLY_ONLY_TYPES).with_controller_owners(
+                        ControllerOwners::Named(node.controller_owners().clone()),
+                    ),
+                ),
+                machine: Arc::new(NodeMachine::new(node.handle())),
+                tls,
+            };
+            // Whatever ends the serving, the node stops: no service outlives the daemon.
+            let outcome = serve(&mut node, api, listener, &mut signals).await;
+            node.shutdown().await;
+            outcome
+        }
+        Err(error) => Err(error.to_string()),
     };
-    let state = store.state();
+    if !store.close().await {
+        tracing::warn!("the store was still in use at exit; its file is released on exit");
+    }
+    outcome
+}
+
+/// The signals that stop the daemon.
+struct Signals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+/// Serves the API on `listener` until a signal (`Ok`) or a failure (`Err`): maintenance until
+/// the first config, then mutual TLS; restarts the runtime when an apply asks. Stops the
+/// server before it returns.
+async fn serve(
+    node: &mut Node,
+    api: Api,
+    listener: TcpListener,
+    signals: &mut Signals,
+) -> Result<(), String> {
+    let state = node.state().clone();
     let mut configured = has_active_config(&*state).await?;
-    let listener = TcpListener::bind(flags.listen)
-        .await
-        .map_err(|e| format!("--listen {}: {e}", flags.listen))?;
     let address = listener.local_addr().map_err(|e| e.to_string())?;
     let mut server = Some(api.serve(listener, configured)?);
-    let mut config_applied = Box::pin(active_config_exists(state.clone()));
+    let mut config_applied = Box::pin(active_config_exists(state));
 
     let outcome = loop {
         tokio::select! {
-            _ = terminate.recv() => break Ok(()),
-            _ = interrupt.recv() => break Ok(()),
+            _ = signals.terminate.recv() => break Ok(()),
+            _ = signals.interrupt.recv() => break Ok(()),
             request = node.restart_requested() => {
                 tracing::info!(
                     persisted_version = %request.persisted_version,
@@ -563,16 +597,8 @@ async fn run(flags: Flags) -> Result<(), String> {
             }
         }
     };
-
     if let Some(server) = server {
         stop_server(server).await;
-    }
-    drop(config_applied);
-    drop(api);
-    node.shutdown().await;
-    drop(state);
-    if !store.close().await {
-        tracing::warn!("the store was still in use at exit; its file is released on exit");
     }
     outcome
 }
