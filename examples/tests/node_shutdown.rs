@@ -12,6 +12,7 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 use node_support::*;
+use tokio::io::AsyncReadExt;
 
 fn become_subreaper() {
     nix::sys::prctl::set_child_subreaper(true).unwrap();
@@ -30,18 +31,28 @@ async fn reap(pid: u32) -> WaitStatus {
 }
 
 async fn stops_cleanly_on(signal: Signal) {
-    // Given a configured node running its kubelet
+    // Given a configured node running its kubelet, its logs at the default level
     let pki = Pki::new();
     let state = tempfile::tempdir().unwrap();
-    let node = configured(&pki, state.path(), &config("node-1", "worker"), &[]).await;
+    let mut command = command(&pki, state.path(), "127.0.0.1:0", &[]);
+    command
+        .env_remove("RUST_LOG")
+        .stderr(std::process::Stdio::piped());
+    let mut node = Daemon::spawn(command);
+    configure(&mut node, &pki, &config("node-1", "worker")).await;
+    let mut stderr = node.child.stderr.take().unwrap();
     let admin = mtls(&pki, node.address(), Role::Admin);
     let kubelet = running_pid(&admin, "kubelet").await;
 
     // When the daemon gets the signal
     let status = node.signal(signal).await;
 
-    // Then it exits 0, and the kubelet is gone: stopped and reaped by the daemon
+    // Then it exits 0 having said nothing on stderr (its store closed, nothing went wrong), and
+    // the kubelet is gone: stopped and reaped by the daemon
     assert_eq!(status.code(), Some(0), "{signal}: {status:?}");
+    let mut logged = String::new();
+    stderr.read_to_string(&mut logged).await.unwrap();
+    assert_eq!(logged, "", "{signal}");
     assert!(!alive(kubelet), "{signal}: kubelet {kubelet} still runs");
     assert!(
         cosi_node::services::read_stat(kubelet).unwrap().is_none(),

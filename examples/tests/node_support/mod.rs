@@ -164,9 +164,12 @@ impl Daemon {
     }
 
     pub fn start_on(pki: &Pki, state: &Path, listen: &str, extra: &[&str]) -> Daemon {
-        let mut child = command(pki, state, listen, extra)
-            .spawn()
-            .expect("the node daemon starts");
+        Self::spawn(command(pki, state, listen, extra))
+    }
+
+    /// Runs `command` (stdout piped, as [`command`] sets it).
+    pub fn spawn(mut command: Command) -> Daemon {
+        let mut child = command.spawn().expect("the node daemon starts");
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
         Daemon {
             child,
@@ -248,6 +251,13 @@ impl Daemon {
 /// waits until it serves mutual TLS. Returns the daemon.
 pub async fn configured(pki: &Pki, state: &Path, config: &str, extra: &[&str]) -> Daemon {
     let mut daemon = Daemon::start(pki, state, extra);
+    configure(&mut daemon, pki, config).await;
+    daemon
+}
+
+/// Applies `config` to a new daemon over the pinned maintenance connection and waits until it
+/// serves mutual TLS.
+pub async fn configure(daemon: &mut Daemon, pki: &Pki, config: &str) {
     let (address, mode) = daemon.ready().await;
     assert!(matches!(mode, Mode::Maintenance { .. }), "{mode:?}");
     pinned(pki, address)
@@ -261,7 +271,6 @@ pub async fn configured(pki: &Pki, state: &Path, config: &str, extra: &[&str]) -
         .expect("the first config applies");
     let (switched, mode) = daemon.ready().await;
     assert_eq!((switched, mode), (address, Mode::MutualTls));
-    daemon
 }
 
 /// A valid config: a worker named `hostname` with the demo kubelet (its health endpoint on a
