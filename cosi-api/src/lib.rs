@@ -20,6 +20,8 @@
 //!   Remote watches resume after a dropped connection or a server restart, exactly after the
 //!   last event they delivered.
 //! - [`pki::CertificateAuthority`] issues the CA, server and per-role client certificates.
+//! - With the `testing` feature, `testing::TestMachine` is an in-memory node behind the machine
+//!   service, for other crates' tests.
 //!
 //! A server over an in-memory store and a client, on a loopback port:
 //!
@@ -72,5 +74,7 @@ pub mod proto;
 pub mod query;
 pub mod server;
 pub mod status;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tls;
 mod yaml;

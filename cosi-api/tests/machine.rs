@@ -12,9 +12,9 @@ use cosi_api::machine::{
     ApplyMode, ApplyRequest, EventTail, LogRequest, MachineEventPayload, ServiceAction,
 };
 use cosi_api::server::{ApiServer, Security, ServerHandle};
+use cosi_api::testing::TestMachine;
 use cosi_core::Error;
 use futures::StreamExt;
-use support::machine::TestMachine;
 use tokio::net::TcpListener;
 
 const TIMEOUT: Duration = Duration::from_secs(20);

@@ -15,6 +15,7 @@ use cosi_api::codec::Codec;
 use cosi_api::machine::{ApplyRequest, ServiceAction};
 use cosi_api::pki::{CertificateAuthority, CertifiedKey, Validity, CERT_VALIDITY};
 use cosi_api::server::{ApiServer, Security, ServerHandle, StateService};
+use cosi_api::testing::{MachineSnapshot, TestMachine, MACHINE_CONFIG_TYPE};
 use cosi_api::tls::{fingerprint_of_pem, Fingerprint};
 use cosi_core::{
     CreateOptions, DestroyOptions, Error, Kind, ListOptions, Registry, Resource,
@@ -23,7 +24,6 @@ use cosi_core::{
 };
 use cosi_state::MemoryState;
 use serde::{Deserialize, Serialize};
-use support::machine::{MachineSnapshot, TestMachine, MACHINE_CONFIG_TYPE};
 use tokio::net::TcpListener;
 
 #[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]

@@ -49,8 +49,28 @@ use crate::{
     Registry, Result, SharedResource, Version,
 };
 
+/// A resource's `{metadata, spec}` document, ready to serialize into any serde format with its
+/// keys in the order [`to_yaml`] writes them. Embed it in a struct of your own with
+/// `#[serde(flatten)]` to print keys around it (a CLI's `node:` and `event:`).
+///
+/// ```
+/// use cosi_core::{dynamic, DynamicResource, Metadata, Pointer};
+/// #[derive(serde::Serialize)]
+/// struct Printed<'r> {
+///     node: &'r str,
+///     #[serde(flatten)]
+///     document: dynamic::Document<'r>,
+/// }
+/// let r = DynamicResource {
+///     metadata: Metadata::new(Pointer::new("ns", "Notes.test.cosi.dev", "n1")),
+///     spec: serde_json::json!({"text": "hi"}),
+/// };
+/// let printed = Printed { node: "node-1", document: dynamic::document(&r).unwrap() };
+/// let json = serde_json::to_string(&printed).unwrap();
+/// assert!(json.starts_with(r#"{"node":"node-1","metadata":{"namespace":"ns","type":"#), "{json}");
+/// ```
 #[derive(Serialize)]
-struct DocumentOut<'r> {
+pub struct Document<'r> {
     metadata: MetadataOut<'r>,
     spec: serde_json::Value,
 }
@@ -231,9 +251,11 @@ fn timestamp(resource: &dyn AnyResource, field: &str, time: SystemTime) -> Resul
     Ok(humantime::format_rfc3339_nanos(time).to_string())
 }
 
-fn document(resource: &dyn AnyResource) -> Result<DocumentOut<'_>> {
+/// The resource's [`Document`]; errors when a timestamp cannot be written (before 1970, after
+/// 9999) or the spec cannot be put in dynamic form.
+pub fn document(resource: &dyn AnyResource) -> Result<Document<'_>> {
     let md = resource.metadata();
-    Ok(DocumentOut {
+    Ok(Document {
         metadata: MetadataOut {
             namespace: md.namespace(),
             resource_type: md.resource_type(),

@@ -191,6 +191,26 @@ impl Registry {
         Ok(())
     }
 
+    /// Registers a type known only by its definition — a client that learnt a node's types from
+    /// its published definitions (`get rd`) — so that it resolves by every name like a type
+    /// registered with [`Registry::register`]. Its resources decode as [`DynamicResource`]s.
+    ///
+    /// Fails, registering nothing, for the reasons [`Registry::register`] gives.
+    ///
+    /// [`DynamicResource`]: crate::DynamicResource
+    ///
+    /// ```
+    /// use cosi_core::{Registry, ResourceDefinition};
+    /// let mut registry = Registry::new();
+    /// registry
+    ///     .register_definition(ResourceDefinition::new("Members.cluster.cosi.dev", "cluster"))
+    ///     .unwrap();
+    /// assert_eq!(registry.resolve("member").unwrap().default_namespace, "cluster");
+    /// ```
+    pub fn register_definition(&mut self, definition: ResourceDefinition) -> Result<()> {
+        self.insert(definition, decode_dynamic)
+    }
+
     /// Whether a type is registered under exactly this full type name.
     ///
     /// ```
@@ -368,7 +388,7 @@ impl ResourceSpec for ResourceDefinition {
         ResourceDefinition::new(Self::TYPE, Self::DEFAULT_NAMESPACE)
             .with_aliases(["rd", "rds"])
             .with_print_column("Aliases", ".aliases")
-            .with_print_column("Namespace", ".defaultNamespace")
+            .with_print_column("Default Namespace", ".defaultNamespace")
     }
 }
 
@@ -425,6 +445,13 @@ impl Registry {
         }
         Ok(())
     }
+}
+
+fn decode_dynamic(metadata: Metadata, spec: serde_json::Value) -> Result<SharedResource> {
+    Ok(std::sync::Arc::new(crate::DynamicResource {
+        metadata,
+        spec,
+    }))
 }
 
 fn decode_typed<S: ResourceSpec>(

@@ -2,8 +2,6 @@
 //! and the registry of the backend conformance suite's fixture types.
 #![allow(dead_code)]
 
-pub mod machine;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 

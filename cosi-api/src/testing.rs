@@ -1,16 +1,19 @@
-//! An in-memory node behind the machine service, with real behaviour: a configuration that
-//! must parse and carry a hostname, versioned, with dry runs and optimistic concurrency;
-//! services with states, restarts and logs (followable); a machine event log.
+//! Test support (feature `testing`): an in-memory node behind the machine service, with real
+//! behaviour: a configuration that must parse and carry a hostname, versioned, with dry runs and
+//! optimistic concurrency; services with states, restarts, events, health and logs
+//! (followable); a machine event log. Not for production: a test fixture other crates' tests
+//! (the CLI's) drive over the wire as this crate's own tests do.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use async_trait::async_trait;
-use cosi_api::machine::{
+use crate::machine::{
     ApplyMode, ApplyOutcome, ApplyRequest, EventStream, EventTail, LogRequest, LogStream, Machine,
-    MachineEvent, MachineEventPayload, ServiceAction, ServiceHealth, ServiceStatus, VersionInfo,
+    MachineEvent, MachineEventPayload, ServiceAction, ServiceEvent, ServiceHealth, ServiceStatus,
+    VersionInfo,
 };
+use async_trait::async_trait;
 use cosi_core::{Error, Pointer, Result, Version};
 use futures::StreamExt;
 use tokio::sync::broadcast;
@@ -18,11 +21,30 @@ use tokio::sync::broadcast;
 /// The type the node keeps its configuration as.
 pub const MACHINE_CONFIG_TYPE: &str = "MachineConfigs.config.cosi.dev";
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Service {
     state: String,
     restarts: u32,
     log: Vec<String>,
+    health: ServiceHealth,
+    events: Vec<ServiceEvent>,
+}
+
+impl Service {
+    fn new(state: &str, log: Vec<String>) -> Self {
+        Service {
+            state: state.to_string(),
+            restarts: 0,
+            log,
+            health: ServiceHealth {
+                unknown: false,
+                healthy: state == "Running",
+                last_message: String::new(),
+                last_change: SystemTime::UNIX_EPOCH,
+            },
+            events: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -44,9 +66,18 @@ pub struct TestMachine {
 /// What the tests compare to show that nothing changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MachineSnapshot {
+    /// The configuration text.
     pub config: Option<String>,
+    /// Its version (0: none yet).
     pub version: u64,
+    /// Every service: id, state, restarts.
     pub services: Vec<(String, String, u32)>,
+}
+
+impl Default for TestMachine {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl TestMachine {
@@ -61,11 +92,7 @@ impl TestMachine {
         for (id, state) in [("etcd", "Running"), ("kubelet", "Stopped")] {
             inner.services.insert(
                 id.to_string(),
-                Service {
-                    state: state.to_string(),
-                    restarts: 0,
-                    log: (1..=5).map(|i| format!("{id} line {i}\n")).collect(),
-                },
+                Service::new(state, (1..=5).map(|i| format!("{id} line {i}\n")).collect()),
             );
         }
         TestMachine {
@@ -75,6 +102,7 @@ impl TestMachine {
         }
     }
 
+    /// The configuration and the services as they are now.
     pub fn snapshot(&self) -> MachineSnapshot {
         let inner = self.inner.lock().unwrap();
         MachineSnapshot {
@@ -86,6 +114,22 @@ impl TestMachine {
                 .map(|(id, s)| (id.clone(), s.state.clone(), s.restarts))
                 .collect(),
         }
+    }
+
+    /// Adds a service (or replaces one with the same id): its state, health and events (oldest
+    /// first), with an empty log.
+    pub fn set_service(&self, status: ServiceStatus) {
+        let mut inner = self.inner.lock().unwrap();
+        let mut service = Service::new(&status.state, Vec::new());
+        service.health = status.health;
+        service.events = status.events;
+        inner.services.insert(status.id, service);
+    }
+
+    /// Publishes a machine event (to the log and to followers).
+    pub fn publish_event(&self, payload: MachineEventPayload) {
+        let mut inner = self.inner.lock().unwrap();
+        self.publish(&mut inner, payload);
     }
 
     /// Appends a log line to a service (and to followers).
@@ -126,7 +170,7 @@ fn validate(data: &[u8]) -> Result<String> {
             format!("not UTF-8: {e}"),
         )
     })?;
-    let doc: serde_json::Value = serde_yaml::from_str(text).map_err(|e| {
+    let doc: serde_json::Value = crate::yaml::from_str(text).map_err(|e| {
         Error::invalid(
             config_pointer().to_string(),
             "data",
@@ -218,13 +262,8 @@ impl Machine for TestMachine {
             .map(|(id, s)| ServiceStatus {
                 id: id.clone(),
                 state: s.state.clone(),
-                health: ServiceHealth {
-                    unknown: false,
-                    healthy: s.state == "Running",
-                    last_message: String::new(),
-                    last_change: SystemTime::UNIX_EPOCH,
-                },
-                events: vec![],
+                health: s.health.clone(),
+                events: s.events.clone(),
             })
             .collect())
     }
@@ -242,6 +281,13 @@ impl Machine for TestMachine {
             service.restarts += 1;
         }
         service.state = state.to_string();
+        service.health.healthy = state == "Running";
+        service.health.last_change = SystemTime::now();
+        service.events.push(ServiceEvent {
+            message: format!("{action:?} requested over the API"),
+            state: state.to_string(),
+            time: SystemTime::now(),
+        });
         self.publish(
             &mut inner,
             MachineEventPayload::Service {

@@ -1,0 +1,240 @@
+//! `logs` and `events`: streams from every node at once, printed as they arrive until they end
+//! or the operator interrupts. With several nodes, each log line is prefixed `<node>: `.
+
+use cosi_api::auth::required_role;
+use cosi_api::machine::{EventTail, LogRequest, MachineEvent, MachineEventPayload};
+use futures::{Stream, StreamExt};
+
+use crate::args::{EventsArgs, LogsArgs};
+use crate::error::CliError;
+use crate::session::{Io, Report, Session};
+use crate::table::TabWriter;
+
+/// The longest partial line kept per node while waiting for its end (longer ones are printed
+/// in pieces), so a node that never sends a newline cannot grow the client's memory.
+pub const MAX_LINE: usize = 64 * 1024;
+
+fn write_error(e: std::io::Error) -> CliError {
+    CliError::Other(format!("cannot write the output: {e}"))
+}
+
+/// Merges per-node streams and hands each item to `each` until every stream ended or `stop`.
+async fn drain<T, S>(
+    io: &mut Io<'_>,
+    streams: Vec<S>,
+    mut each: impl FnMut(&mut Io<'_>, usize, Option<T>) -> Result<(), CliError>,
+) -> Result<(), CliError>
+where
+    S: Stream<Item = T> + Unpin,
+{
+    let count = streams.len();
+    let tagged = streams.into_iter().enumerate().map(|(i, stream)| {
+        // Each stream ends with a `None` of its own, so its partial line can be flushed.
+        stream
+            .map(move |item| (i, Some(item)))
+            .chain(futures::stream::iter([(i, None)]))
+            .boxed_local()
+    });
+    let mut merged = futures::stream::select_all(tagged);
+    let mut ended = 0;
+    while ended < count {
+        let next = tokio::select! {
+            _ = &mut io.stop => return Ok(()),
+            next = merged.next() => next,
+        };
+        let Some((i, item)) = next else { break };
+        if item.is_none() {
+            ended += 1;
+        }
+        each(io, i, item)?;
+    }
+    Ok(())
+}
+
+/// The streams that opened, with their nodes' names; each node that failed is reported.
+fn split_opened<S>(
+    opened: Vec<(&crate::nodes::Node, Result<S, CliError>)>,
+    io: &mut Io<'_>,
+    report: &mut Report,
+) -> (Vec<String>, Vec<std::pin::Pin<Box<S>>>) {
+    let mut names = Vec::new();
+    let mut streams = Vec::new();
+    for (node, result) in opened {
+        match result {
+            Ok(stream) => {
+                names.push(node.name.clone());
+                streams.push(Box::pin(stream));
+            }
+            Err(e) => report.fail(io, &e),
+        }
+    }
+    (names, streams)
+}
+
+/// Runs `logs`.
+pub async fn logs(session: &Session, args: &LogsArgs, io: &mut Io<'_>) -> Result<Report, CliError> {
+    let service = args.service.as_str();
+    let opened = session
+        .each(|node| async move {
+            node.machine
+                .logs(LogRequest {
+                    service: service.to_string(),
+                    tail: args.tail,
+                    follow: args.follow,
+                })
+                .await
+                .map_err(|e| {
+                    CliError::node(
+                        &node.name,
+                        format!("logs {service}"),
+                        e,
+                        required_role("/cosi.machine.MachineService/Logs"),
+                    )
+                })
+        })
+        .await;
+    let mut report = Report::default();
+    let (names, streams) = split_opened(opened, io, &mut report);
+    let prefix = session.prefixed();
+    let mut partial: Vec<Vec<u8>> = vec![Vec::new(); names.len()];
+    let mut failures = Vec::new();
+    drain(io, streams, |io, i, item| {
+        let line_out = |io: &mut Io<'_>, bytes: &[u8]| -> Result<(), CliError> {
+            let text = String::from_utf8_lossy(bytes);
+            let text = text.strip_suffix('\n').unwrap_or(&text);
+            if prefix {
+                writeln!(io.out, "{}: {text}", names[i]).map_err(write_error)
+            } else {
+                writeln!(io.out, "{text}").map_err(write_error)
+            }
+        };
+        match item {
+            Some(Ok(chunk)) => {
+                partial[i].extend_from_slice(&chunk);
+                while let Some(end) = partial[i].iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = partial[i].drain(..=end).collect();
+                    line_out(io, &line)?;
+                }
+                if partial[i].len() > MAX_LINE {
+                    let piece = std::mem::take(&mut partial[i]);
+                    line_out(io, &piece)?;
+                }
+                io.out.flush().map_err(write_error)
+            }
+            Some(Err(e)) => {
+                failures.push(CliError::node(
+                    &names[i],
+                    format!("logs {service}"),
+                    e,
+                    required_role("/cosi.machine.MachineService/Logs"),
+                ));
+                Ok(())
+            }
+            None => {
+                if !partial[i].is_empty() {
+                    let rest = std::mem::take(&mut partial[i]);
+                    line_out(io, &rest)?;
+                }
+                Ok(())
+            }
+        }
+    })
+    .await?;
+    for failure in failures {
+        report.fail(io, &failure);
+    }
+    Ok(report)
+}
+
+fn event_row(node: &str, event: &MachineEvent) -> [String; 5] {
+    let (kind, source, message) = match &event.payload {
+        MachineEventPayload::Service {
+            service,
+            state,
+            message,
+        } => ("service", service.clone(), format!("{state}: {message}")),
+        MachineEventPayload::Config {
+            version,
+            mode,
+            message,
+        } => (
+            "config",
+            format!("version {version} ({})", mode_name(*mode)),
+            message.clone(),
+        ),
+    };
+    [
+        node.to_string(),
+        event.id.clone(),
+        kind.to_string(),
+        source,
+        message,
+    ]
+}
+
+fn mode_name(mode: cosi_api::machine::ApplyMode) -> &'static str {
+    use cosi_api::machine::ApplyMode;
+    match mode {
+        ApplyMode::Auto => "auto",
+        ApplyMode::NoReboot => "no-reboot",
+        ApplyMode::Reboot => "reboot",
+        ApplyMode::Staged => "staged",
+        ApplyMode::Try => "try",
+    }
+}
+
+/// Runs `events`: past events (`--tail`), then new ones until interrupted.
+pub async fn events(
+    session: &Session,
+    args: &EventsArgs,
+    io: &mut Io<'_>,
+) -> Result<Report, CliError> {
+    let tail = match args.tail {
+        0 => EventTail::None,
+        n if n < 0 => EventTail::All,
+        n => EventTail::Last(usize::try_from(n).unwrap_or(usize::MAX)),
+    };
+    let opened = session
+        .each(|node| async move {
+            node.machine.events(tail).await.map_err(|e| {
+                CliError::node(
+                    &node.name,
+                    "events",
+                    e,
+                    required_role("/cosi.machine.MachineService/Events"),
+                )
+            })
+        })
+        .await;
+    let mut report = Report::default();
+    let (names, streams) = split_opened(opened, io, &mut report);
+    if streams.is_empty() {
+        return Ok(report);
+    }
+    let mut table = TabWriter::default();
+    // The header goes out with the first event, aligned with it.
+    table.row(["NODE", "ID", "EVENT", "SOURCE", "MESSAGE"]);
+    let mut failures = Vec::new();
+    drain(io, streams, |io, i, item| match item {
+        Some(Ok(event)) => {
+            table.row(event_row(&names[i], &event));
+            table.flush(io.out).map_err(write_error)
+        }
+        Some(Err(e)) => {
+            failures.push(CliError::node(
+                &names[i],
+                "events",
+                e,
+                required_role("/cosi.machine.MachineService/Events"),
+            ));
+            Ok(())
+        }
+        None => Ok(()),
+    })
+    .await?;
+    table.flush(io.out).map_err(write_error)?;
+    for failure in failures {
+        report.fail(io, &failure);
+    }
+    Ok(report)
+}

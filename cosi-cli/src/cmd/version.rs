@@ -1,0 +1,52 @@
+//! `version`: the client's build, and each node's.
+
+use cosi_api::auth::required_role;
+
+use crate::error::CliError;
+use crate::session::{Io, Report, Session};
+
+fn write_error(e: std::io::Error) -> CliError {
+    CliError::Other(format!("cannot write the output: {e}"))
+}
+
+/// Prints the client's version block.
+pub fn client(io: &mut Io<'_>) -> Result<(), CliError> {
+    writeln!(
+        io.out,
+        "Client:\n\tTag:         v{}\n\tOS/Arch:     {}/{}",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+    .map_err(write_error)
+}
+
+/// Runs `version`: the client's block, then one `Server:` block per node.
+pub async fn run(session: &Session, io: &mut Io<'_>) -> Result<Report, CliError> {
+    client(io)?;
+    let results = session
+        .each(|node| async move {
+            node.machine.version().await.map_err(|e| {
+                CliError::node(
+                    &node.name,
+                    "version",
+                    e,
+                    required_role("/cosi.machine.MachineService/Version"),
+                )
+            })
+        })
+        .await;
+    let mut report = Report::default();
+    for (node, result) in results {
+        match result {
+            Ok(v) => writeln!(
+                io.out,
+                "Server:\n\tNODE:        {}\n\tTag:         {}\n\tSHA:         {}\n\tBuilt:       {}\n\tRust:        {}\n\tOS/Arch:     {}/{}",
+                node.name, v.tag, v.sha, v.built, v.rust_version, v.os, v.arch
+            )
+            .map_err(write_error)?,
+            Err(e) => report.fail(io, &e),
+        }
+    }
+    Ok(report)
+}

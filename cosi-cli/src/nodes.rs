@@ -1,0 +1,146 @@
+//! The nodes a command talks to: `host[:port]` addresses (default port [`DEFAULT_PORT`]), each
+//! **dialled directly** with the context's credentials. Unlike talosctl, nothing is proxied
+//! through an endpoint: a node that the client cannot reach itself is unreachable.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use cosi_api::client::{channel, ClientSecurity, MachineClient, RemoteState};
+use cosi_api::codec::Codec;
+use cosi_core::Registry;
+
+use crate::error::CliError;
+
+/// The API port a node address without one means (Talos's).
+pub const DEFAULT_PORT: u16 = 50000;
+
+/// A node as the operator named it, connected lazily (nothing is dialled before the first
+/// call).
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// The name as given (what NODE columns and messages show).
+    pub name: String,
+    /// The address dialled.
+    pub address: SocketAddr,
+    /// Its State service.
+    pub state: RemoteState,
+    /// Its machine service.
+    pub machine: MachineClient,
+}
+
+/// Splits `host[:port]` (`[v6]:port` for IPv6 with a port); no port means [`DEFAULT_PORT`].
+///
+/// ```
+/// use cosi_cli::nodes::split_address;
+/// assert_eq!(split_address("10.0.0.1").unwrap(), ("10.0.0.1".to_string(), 50000));
+/// assert_eq!(split_address("[fd00::1]:7").unwrap(), ("fd00::1".to_string(), 7));
+/// assert!(split_address("node:port").is_err());
+/// ```
+pub fn split_address(text: &str) -> Result<(String, u16), CliError> {
+    let bad = |why: &str| CliError::Usage(format!("node address {text:?}: {why}"));
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(bad("empty"));
+    }
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Ok((ip.to_string(), DEFAULT_PORT));
+    }
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok((address.ip().to_string(), address.port()));
+    }
+    let (host, port) = match text.rsplit_once(':') {
+        Some((host, port)) => (
+            host,
+            port.parse::<u16>()
+                .map_err(|_| bad("the port is not a number from 0 to 65535"))?,
+        ),
+        None => (text, DEFAULT_PORT),
+    };
+    if host.is_empty() || host.contains([':', '/', ' ']) {
+        return Err(bad("expected host[:port]"));
+    }
+    Ok((host.to_string(), port))
+}
+
+/// Connects (lazily) to `name` with `security`; resolves host names first.
+pub async fn connect(name: &str, security: ClientSecurity) -> Result<Node, CliError> {
+    let (host, port) = split_address(name)?;
+    let (address, server_name) = match host.parse::<IpAddr>() {
+        Ok(ip) => (SocketAddr::new(ip, port), None),
+        Err(_) => {
+            let resolved = tokio::net::lookup_host((host.as_str(), port))
+                .await
+                .ok()
+                .and_then(|mut addresses| addresses.next());
+            match resolved {
+                Some(address) => (address, Some(host.as_str())),
+                None => {
+                    return Err(CliError::Other(format!(
+                        "node {name} is unreachable: the name {host:?} does not resolve; \
+                         check the address in -n or the context's nodes"
+                    )))
+                }
+            }
+        }
+    };
+    let channel = channel(address, server_name, security)
+        .map_err(|e| CliError::Other(format!("node {name}: cannot set up the connection: {e}")))?;
+    Ok(Node {
+        name: name.to_string(),
+        address,
+        state: RemoteState::new(channel.clone(), codec()),
+        machine: MachineClient::new(channel),
+    })
+}
+
+/// The client's codec: it registers no type of its own (types come from the nodes'
+/// definitions), so every resource but a definition decodes as a dynamic one.
+fn codec() -> Codec {
+    Codec::new(Arc::new(Registry::new()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_take_the_default_port_when_they_name_none() {
+        assert_eq!(
+            split_address("10.0.0.1").unwrap(),
+            ("10.0.0.1".into(), 50000)
+        );
+        assert_eq!(split_address("10.0.0.1:7").unwrap(), ("10.0.0.1".into(), 7));
+        assert_eq!(split_address("::1").unwrap(), ("::1".into(), 50000));
+        assert_eq!(split_address("[::1]:9").unwrap(), ("::1".into(), 9));
+        assert_eq!(split_address("node-1").unwrap(), ("node-1".into(), 50000));
+        assert_eq!(split_address("node-1:80").unwrap(), ("node-1".into(), 80));
+    }
+
+    proptest::proptest! {
+        /// Every socket address, as Rust writes it, splits into its own host and port; every
+        /// bare IP address gets the default port.
+        #[test]
+        fn socket_addresses_split_into_their_host_and_port(address: SocketAddr) {
+            let (host, port) = split_address(&address.to_string()).unwrap();
+            proptest::prop_assert_eq!(host.parse::<IpAddr>().unwrap(), address.ip());
+            proptest::prop_assert_eq!(port, address.port());
+            let (bare, default) = split_address(&address.ip().to_string()).unwrap();
+            proptest::prop_assert_eq!(bare.parse::<IpAddr>().unwrap(), address.ip());
+            proptest::prop_assert_eq!(default, DEFAULT_PORT);
+        }
+
+        /// Whatever the text, splitting it answers (an address or a usage error), never panics.
+        #[test]
+        fn any_text_splits_or_is_refused(text in "\\PC{0,40}") {
+            let _ = split_address(&text);
+        }
+    }
+
+    #[test]
+    fn a_bad_port_is_a_usage_error_naming_the_address() {
+        assert_eq!(
+            split_address("node-1:http").unwrap_err().to_string(),
+            "node address \"node-1:http\": the port is not a number from 0 to 65535"
+        );
+    }
+}

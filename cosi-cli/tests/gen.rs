@@ -1,0 +1,251 @@
+//! `cosictl gen` and `cosictl config`: the files a cluster starts from, and the client config.
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use support::Cluster;
+
+fn organizations(path: &Path) -> Vec<String> {
+    let pem = std::fs::read(path).unwrap();
+    let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
+    let cert = pem.parse_x509().unwrap();
+    cert.subject()
+        .iter_organization()
+        .map(|o| o.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gen_certs_issues_one_role_per_client_certificate_and_private_keys() {
+    let cluster = Cluster::start(0).await;
+    let pki = cluster.dir.path().join("pki");
+    for (file, role) in [
+        ("admin.pem", "os:admin"),
+        ("operator.pem", "os:operator"),
+        ("reader.pem", "os:reader"),
+    ] {
+        assert_eq!(organizations(&pki.join(file)), [role]);
+    }
+    for key in [
+        "ca-key.pem",
+        "server-key.pem",
+        "admin-key.pem",
+        "reader-key.pem",
+    ] {
+        let mode = std::fs::metadata(pki.join(key))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{key}");
+    }
+    let pem = std::fs::read(pki.join("server.pem")).unwrap();
+    let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
+    let cert = pem.parse_x509().unwrap();
+    let san = cert.subject_alternative_name().unwrap().unwrap();
+    assert_eq!(
+        format!("{:?}", san.value.general_names),
+        "[IPAddress([127, 0, 0, 1])]"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gen_never_overwrites_without_force() {
+    let cluster = Cluster::start(0).await;
+    let pki = cluster.dir.path().join("pki");
+    let before = std::fs::read_to_string(pki.join("ca.pem")).unwrap();
+    let out = cluster
+        .cosictl(&["gen", "ca", "--out", pki.to_str().unwrap()])
+        .await;
+    assert_eq!((out.code, out.stdout.as_str()), (1, ""));
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: {}/ca.pem exists: remove it or pass --force to overwrite\n",
+            pki.display()
+        )
+    );
+    assert_eq!(std::fs::read_to_string(pki.join("ca.pem")).unwrap(), before);
+    let out = cluster
+        .cosictl(&["gen", "ca", "--out", pki.to_str().unwrap(), "--force"])
+        .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_ne!(std::fs::read_to_string(pki.join("ca.pem")).unwrap(), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_starter_configs_are_valid_machine_configs_of_their_role() {
+    let cluster = Cluster::start(0).await;
+    for (file, role) in [
+        ("controlplane.yaml", "controlplane"),
+        ("worker.yaml", "worker"),
+    ] {
+        let text = std::fs::read_to_string(cluster.dir.path().join(file)).unwrap();
+        let config = cosi_node::config::MachineConfig::from_text(&text).unwrap();
+        let validation = cosi_node::config::validate::validate(config.config());
+        assert!(validation.is_ok(), "{file}: {:?}", validation.errors);
+        assert_eq!(validation.warnings, [], "{file}");
+        assert_eq!(
+            config.config().machine().machine_type.unwrap().as_str(),
+            role
+        );
+        assert_eq!(config.config().cluster().name.as_deref(), Some("demo"));
+        assert_eq!(
+            config.config().machine().network.hostname.as_deref(),
+            Some("node-1")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_contexts_lists_one_context_per_role_with_the_current_one_marked() {
+    let cluster = Cluster::start(0).await;
+    let out = cluster.cosictl(&["config", "contexts"]).await;
+    assert_eq!((out.code, out.stderr.as_str()), (0, ""));
+    assert_eq!(
+        out.stdout,
+        "CURRENT   NAME            ENDPOINTS         NODES\n\
+         *         demo            127.0.0.1:50000\n\
+         \x20         demo-operator   127.0.0.1:50000\n\
+         \x20         demo-reader     127.0.0.1:50000\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn use_context_changes_the_current_context() {
+    let cluster = Cluster::start(0).await;
+    let out = cluster
+        .cosictl(&["config", "use-context", "demo-reader"])
+        .await;
+    assert_eq!(
+        (out.code, out.stderr.as_str(), out.stdout.as_str()),
+        (0, "", "")
+    );
+    let out = cluster.cosictl(&["config", "info"]).await;
+    assert!(
+        out.stdout.starts_with("Current context:     demo-reader\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("\nRoles:               os:reader\n"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn use_context_of_an_unknown_name_lists_the_known_ones() {
+    let cluster = Cluster::start(0).await;
+    let out = cluster.cosictl(&["config", "use-context", "prod"]).await;
+    assert_eq!(out.code, 1);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: client config {}: has no context \"prod\" (contexts: demo, demo-operator, demo-reader)\n",
+            cluster.config_path().display()
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_info_describes_the_context_and_its_certificate() {
+    let cluster = Cluster::start(0).await;
+    let out = cluster.cosictl(&["config", "info"]).await;
+    assert_eq!((out.code, out.stderr.as_str()), (0, ""));
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        lines[..4],
+        [
+            "Current context:     demo",
+            "Nodes:               not defined",
+            "Endpoints:           127.0.0.1:50000",
+            "Roles:               os:admin"
+        ]
+    );
+    assert!(
+        lines[4].starts_with("Certificate expires: 365 days from now ("),
+        "{}",
+        lines[4]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_added_with_inline_certificates_reaches_the_node() {
+    let cluster = Cluster::start(1).await;
+    let pki = cluster.dir.path().join("pki");
+    let node = &cluster.nodes[0].name;
+    let file = |name: &str| pki.join(name).to_str().unwrap().to_string();
+    let out = cluster
+        .cosictl(&[
+            "config",
+            "add",
+            "inline-reader",
+            "--ca",
+            &file("ca.pem"),
+            "--crt",
+            &file("reader.pem"),
+            "--key",
+            &file("reader-key.pem"),
+            "--default-nodes",
+            node,
+            "--inline",
+        ])
+        .await;
+    assert_eq!((out.code, out.stderr.as_str()), (0, ""));
+    let text = std::fs::read_to_string(cluster.config_path()).unwrap();
+    assert!(text.contains("-----BEGIN CERTIFICATE-----"), "{text}");
+    let out = cluster
+        .cosictl(&[
+            "--context",
+            "inline-reader",
+            "get",
+            "notes",
+            "a",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!((out.code, out.stderr.as_str()), (0, ""));
+    assert!(
+        out.stdout
+            .starts_with(&format!("{{\n  \"node\": \"{node}\",")),
+        "{}",
+        out.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_client_config_says_how_to_make_one() {
+    let cluster = Cluster::start(0).await;
+    let out = cluster
+        .cosictl(&[
+            "--config",
+            "/nonexistent/config",
+            "-n",
+            "127.0.0.1",
+            "get",
+            "mc",
+        ])
+        .await;
+    assert_eq!(out.code, 1);
+    assert_eq!(
+        out.stderr,
+        "error: client config /nonexistent/config: does not exist: make one with `cosictl gen \
+         config --pki DIR` or `cosictl config add`, or name another with --config or $COSICONFIG\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_usage_error_exits_with_one() {
+    let cluster = Cluster::start(0).await;
+    let out = cluster.cosictl(&["get"]).await;
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stderr
+            .starts_with("error: the following required arguments were not provided:"),
+        "{}",
+        out.stderr
+    );
+}
