@@ -250,3 +250,56 @@ async fn a_log_follow_ends_when_a_reboot_stops_its_service() {
     assert_eq!(text, "demo-kubelet: received SIGTERM, shutting down\n");
     booted(&admin, 2).await;
 }
+
+#[tokio::test]
+async fn a_reboot_is_told_by_two_config_events_the_apply_and_the_start() {
+    // Given a reader of the node's events from now on
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+    let node = configured(&pki, state.path(), &config("node-1", "worker"), &[]).await;
+    let admin = mtls(&pki, node.address(), Role::Admin);
+    let mut events = admin
+        .machine
+        .events(cosi_api::machine::EventTail::None)
+        .await
+        .unwrap()
+        .boxed();
+
+    // When a label is applied in reboot mode
+    let applied = apply(&admin, LABEL_PATCH, ApplyMode::Reboot).await;
+
+    // Then the stream, which goes on across the reboot, tells the apply (the persisted
+    // version it wrote) and then the start that made it active
+    let mut configs = Vec::new();
+    while configs.len() < 2 {
+        let event = tokio::time::timeout(PATIENCE, events.next())
+            .await
+            .expect("an event")
+            .expect("the event stream goes on across the reboot")
+            .unwrap();
+        if let cosi_api::machine::MachineEventPayload::Config {
+            version,
+            mode,
+            message,
+        } = event.payload
+        {
+            configs.push((version, mode, message));
+        }
+    }
+    let active = config_of(&admin, ACTIVE).await.metadata.version().get();
+    assert_eq!(
+        configs,
+        [
+            (
+                applied.version,
+                ApplyMode::Reboot,
+                "reboot by admin (os:admin): +2 -0: machine.nodeLabels".to_string()
+            ),
+            (
+                active,
+                ApplyMode::Reboot,
+                "start by node: +2 -0: machine.nodeLabels".to_string()
+            ),
+        ]
+    );
+}

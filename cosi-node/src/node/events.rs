@@ -39,8 +39,9 @@ pub enum NodeEventKind {
         mode: String,
         /// Who.
         actor: String,
-        /// The version the change made current: the persisted config's for `staged` (the
-        /// active one did not change), the active config's otherwise.
+        /// The version the change made current: the persisted config's for `staged` and
+        /// `reboot` (the active one follows at the next start, with its own `start` event),
+        /// the active config's otherwise.
         version: Option<u64>,
         /// One line: the size of the change and the changed fields.
         summary: String,

@@ -226,7 +226,9 @@ async fn follow_history(mut entries: Watch, events: NodeEvents) {
             NodeEventKind::Config {
                 mode: spec.mode.clone(),
                 actor: spec.actor.clone(),
-                version: if spec.mode == "staged" {
+                // What the change made current: the persisted config for the modes that
+                // write only it, the active one otherwise.
+                version: if matches!(spec.mode.as_str(), "staged" | "reboot") {
                     spec.persisted_version
                 } else {
                     spec.active_version.or(spec.persisted_version)
