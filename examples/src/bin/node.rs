@@ -3,12 +3,24 @@
 //! copy it; every decision it makes is written down here.
 //!
 //! ```text
-//! node --state-dir DIR --ca ca.pem --cert node.pem --key node-key.pem
+//! node --state-dir DIR --ca pki/ca.pem --cert pki/server.pem --key pki/server-key.pem
 //!      [--listen 127.0.0.1:50000] [--hostname NAME]
 //!      [--registry-dir DIR [--registry-ttl 30s]] [--etcd URL ... [--etcd-prefix KEY]]
 //!      [--network memory [--link NAME ...] | --network netlink] [--cmdline 'ip=...']
 //!      [--image REPOSITORY=PROGRAM ...]
 //! node --print-graph dot|text [same node flags]
+//! ```
+//!
+//! A node's first minutes with `cosictl` (whose `gen` writes the files above):
+//!
+//! ```text
+//! cosictl gen ca --out pki && cosictl gen certs --out pki --address 127.0.0.1
+//! cosictl gen config demo https://127.0.0.1:6443 --hostname node-1 --pki pki
+//! node --state-dir state --ca pki/ca.pem --cert pki/server.pem --key pki/server-key.pem
+//! #  listening on 127.0.0.1:50000 (maintenance, fingerprint 7e7d…)
+//! cosictl -n 127.0.0.1 apply-config --insecure --cert-fingerprint 7e7d… -f controlplane.yaml
+//! #  listening on 127.0.0.1:50000 (mutual TLS)
+//! COSICONFIG=$PWD/cosiconfig cosictl -n 127.0.0.1 services
 //! ```
 //!
 //! # What it prints
