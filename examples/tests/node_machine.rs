@@ -242,10 +242,8 @@ async fn a_log_reader_that_stops_reading_never_slows_the_service_and_learns_what
     // Given a kubelet that logs two lines a millisecond
     let pki = Pki::new();
     let state = tempfile::tempdir().unwrap();
-    let chatty = config("node-1", "worker").replace(
-        "      healthz-port: '0'\n",
-        "      healthz-port: '0'\n      sync-frequency: 1ms\n      v: '2'\n",
-    );
+    let chatty =
+        config("node-1", "worker").replace(QUIET_SYNC, "sync-frequency: 1ms\n      v: '2'");
     let node = configured(&pki, state.path(), &chatty, &[]).await;
     let address = node.address();
     let follow = || LogRequest {

@@ -91,12 +91,13 @@ async fn a_configured_node_grants_what_each_role_may_do() {
     // A reader reads services and their statuses, not the sensitive machine config, and
     // changes nothing
     let reader = mtls(&pki, address, Role::Reader);
+    // (the config's services start once the controllers have read it)
+    running_pid(&reader, "kubelet").await;
     let services = reader.machine.services().await.unwrap();
     assert_eq!(
         services.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
         ["kubelet"]
     );
-    running_pid(&reader, "kubelet").await;
     let statuses = reader
         .state
         .list(&ServiceStatus::kind(), &ListOptions::default())

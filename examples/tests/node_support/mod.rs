@@ -273,8 +273,12 @@ pub async fn configure(daemon: &mut Daemon, pki: &Pki, config: &str) {
     assert_eq!((switched, mode), (address, Mode::MutualTls));
 }
 
-/// A valid config: a worker named `hostname` with the demo kubelet (its health endpoint on a
-/// free port, so parallel nodes do not collide), plus `extra` appended to `machine:`.
+/// The kubelet flag that keeps its sync loop quiet in [`config`] (its log is then exactly its
+/// start and stop lines).
+pub const QUIET_SYNC: &str = "sync-frequency: 1h";
+
+/// A valid config: a node named `hostname` of `machine_type` with the demo kubelet (its health
+/// endpoint on a free port, so parallel nodes do not collide; its sync loop quiet).
 pub fn config(hostname: &str, machine_type: &str) -> String {
     format!(
         "version: v1alpha1
@@ -288,6 +292,7 @@ machine:
     extraArgs:
       healthz-port: '0'
       hostname-override: {hostname}
+      {QUIET_SYNC}
 cluster:
   name: demo
   controlPlane:
