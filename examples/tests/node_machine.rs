@@ -246,6 +246,8 @@ async fn a_log_reader_that_stops_reading_never_slows_the_service_and_learns_what
         config("node-1", "worker").replace(QUIET_SYNC, "sync-frequency: 1ms\n      v: '2'");
     let node = configured(&pki, state.path(), &chatty, &[]).await;
     let address = node.address();
+    let reader = mtls(&pki, address, Role::Reader);
+    running_pid(&reader, "kubelet").await;
     let follow = || LogRequest {
         service: "kubelet".into(),
         tail: Some(0),
@@ -272,7 +274,6 @@ async fn a_log_reader_that_stops_reading_never_slows_the_service_and_learns_what
         .boxed();
 
     // When a reader that keeps up sees the kubelet go on far past every buffer
-    let reader = mtls(&pki, address, Role::Reader);
     let mut fast = reader
         .machine
         .logs(follow())

@@ -79,6 +79,9 @@ async fn a_killed_daemons_services_are_killed_at_its_next_start() {
     let node = configured(&pki, state.path(), &config("node-1", "worker"), &[]).await;
     let admin = mtls(&pki, node.address(), Role::Admin);
     let kubelet = running_pid(&admin, "kubelet").await;
+    // Its first line read: with its sync loop quiet, it writes nothing more (writing to the
+    // pipe of a dead daemon would end it before the sweep could)
+    first_log_line(&admin, "kubelet").await;
 
     // When the daemon is SIGKILLed, its kubelet is left running, an orphan
     let status = node.signal(Signal::SIGKILL).await;

@@ -55,8 +55,10 @@
 //! config is active** — at start, or when the first apply makes it so — it serves
 //! `Security::MutualTls` on the same address: clients present a certificate signed by `--ca`,
 //! and their roles come from it (reader, operator, admin). The switch stops the maintenance
-//! server gracefully (the apply's answer is delivered first), binds the same address again and
-//! prints the new ready line. A node never goes back to maintenance.
+//! server gracefully (the apply's answer is delivered first) and serves mutual TLS on the same
+//! listening socket — it is never closed, so the port cannot be taken meanwhile, and clients
+//! that connect during the switch are answered by the new server — then prints the new ready
+//! line. A node never goes back to maintenance.
 //!
 //! The State service serves the whole store with [`cosi_api::auth::StatePolicy`]: the machine
 //! config and its history are written only by `ApplyConfiguration` (so validation cannot be
@@ -570,8 +572,19 @@ async fn serve(
 ) -> Result<(), String> {
     let state = node.state().clone();
     let mut configured = has_active_config(&*state).await?;
-    let address = listener.local_addr().map_err(|e| e.to_string())?;
-    let mut server = Some(api.serve(listener, configured)?);
+    // The maintenance server gets a second descriptor of the listening socket, and the
+    // mutual-TLS server this one: the port is never released between the two (a port given
+    // back, even for a moment, can be taken by any outgoing connection on the machine), and
+    // connections made during the switch wait in the socket's queue for the second server.
+    let (mut spare, first) = if configured {
+        (None, listener)
+    } else {
+        let listener = listener.into_std().map_err(|e| e.to_string())?;
+        let spare = listener.try_clone().map_err(|e| e.to_string())?;
+        let first = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+        (Some(spare), first)
+    };
+    let mut server = Some(api.serve(first, configured)?);
     let mut config_applied = Box::pin(active_config_exists(state));
 
     let outcome = loop {
@@ -598,9 +611,11 @@ async fn serve(
                 if let Some(maintenance) = server.take() {
                     stop_server(maintenance).await;
                 }
-                let listener = match TcpListener::bind(address).await {
+                // Invariant: a node that started without a config kept a spare descriptor.
+                let spare = spare.take().expect("a maintenance start keeps a spare listener");
+                let listener = match TcpListener::from_std(spare) {
                     Ok(listener) => listener,
-                    Err(error) => break Err(format!("--listen {address}: {error}")),
+                    Err(error) => break Err(format!("the API's listening socket: {error}")),
                 };
                 match api.serve(listener, true) {
                     Ok(mutual) => server = Some(mutual),
@@ -617,8 +632,8 @@ async fn serve(
 
 /// Stops a server gracefully: open streams end with `Unavailable`, calls in flight finish. A
 /// client that keeps its connection open past [`SERVER_GRACE`] is left behind (its
-/// connection ends with the process, or stays on the old server's task); the listener is
-/// released either way, as the accept loop ends on the stop signal.
+/// connection ends with the process, or stays on the old server's task); the server stops
+/// accepting either way, as its accept loop ends on the stop signal.
 async fn stop_server(server: ServerHandle) {
     let address = server.local_addr();
     match tokio::time::timeout(SERVER_GRACE, server.shutdown()).await {

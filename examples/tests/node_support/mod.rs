@@ -341,6 +341,27 @@ pub async fn running_pid_except(client: &Client, id: &str, old: Option<u32>) -> 
     status.spec.pid.unwrap()
 }
 
+/// Waits for the first line of `service`'s output; returns it.
+pub async fn first_log_line(client: &Client, service: &str) -> String {
+    use futures::StreamExt;
+    let mut lines = client
+        .machine
+        .logs(cosi_api::machine::LogRequest {
+            service: service.into(),
+            tail: None,
+            follow: true,
+        })
+        .await
+        .unwrap();
+    let chunk = tokio::time::timeout(PATIENCE, lines.next())
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {service}'s first line"))
+        .unwrap_or_else(|| panic!("{service}'s log ended before its first line"))
+        .unwrap();
+    let text = String::from_utf8(chunk).unwrap();
+    text.lines().next().unwrap().to_string()
+}
+
 /// Waits until the node runs its `boot`-th start with a config.
 pub async fn booted(client: &Client, boot: u64) -> Arc<cosi_core::Resource<MachineStatus>> {
     wait_for::<MachineStatus>(client, MachineStatus::ID, "the boot", |s| {
