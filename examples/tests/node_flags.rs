@@ -15,6 +15,7 @@ async fn run(pki: &Pki, state: &std::path::Path, extra: &[&str]) -> Output {
 async fn run_on(pki: &Pki, state: &std::path::Path, listen: &str, extra: &[&str]) -> Output {
     let child = command(pki, state, listen, extra)
         .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
         .spawn()
         .unwrap();
     tokio::time::timeout(PATIENCE, child.wait_with_output())

@@ -126,7 +126,8 @@ pub enum Mode {
 }
 
 /// The command that runs `node` on `state` with the certificates of `pki`, stdout piped,
-/// stderr inherited (the test's output shows the daemon's logs), killed with its handle.
+/// stderr inherited (the test's output shows the daemon's logs). Not killed with its handle:
+/// a [`Daemon`] stops it with SIGTERM, so that its services stop with it.
 pub fn command(pki: &Pki, state: &Path, listen: &str, extra: &[&str]) -> Command {
     let mut command = Command::new(NODE);
     command
@@ -142,8 +143,7 @@ pub fn command(pki: &Pki, state: &Path, listen: &str, extra: &[&str]) -> Command
         .arg(&pki.key_path)
         .args(extra)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true);
+        .stdout(Stdio::piped());
     command
 }
 
@@ -244,6 +244,19 @@ impl Daemon {
     /// Whether the process still runs.
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Daemon {
+    /// Stops a daemon the test left running with SIGTERM, not SIGKILL: it then stops its
+    /// services itself (a SIGKILLed one would leave them running), even after the test ends.
+    fn drop(&mut self) {
+        if let (Ok(None), Some(pid)) = (self.child.try_wait(), self.child.id()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
     }
 }
 
