@@ -224,6 +224,7 @@ async fn a_log_follow_ends_when_a_reboot_stops_its_service() {
     let node = configured(&pki, state.path(), &config("node-1", "worker"), &[]).await;
     let admin = mtls(&pki, node.address(), Role::Admin);
     running_pid(&admin, "kubelet").await;
+    first_log_line(&admin, "kubelet").await;
     let mut lines = admin
         .machine
         .logs(cosi_api::machine::LogRequest {
