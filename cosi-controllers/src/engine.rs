@@ -380,7 +380,8 @@ impl Engine {
     }
 
     /// Stops every controller: no new reconcile starts, running ones finish, bounded by
-    /// [`EngineOptions::shutdown_timeout`]; tasks still running then are aborted.
+    /// [`EngineOptions::shutdown_timeout`]; tasks still running then are aborted. The shared
+    /// kind watches have ended too when it returns.
     pub async fn shutdown(&self) -> ShutdownReport {
         let shared = &self.shared;
         shared.shutdown_tx.send_replace(true);
@@ -392,8 +393,18 @@ impl Engine {
                 Ok(_) => report.stopped += 1,
                 Err(_) => {
                     task.abort();
+                    // Resolves once the task is dropped, with what it held.
+                    let _ = task.await;
                     report.aborted += 1;
                 }
+            }
+        }
+        // The shared kind watches end on the same signal; once they have, the engine holds
+        // the state only through its own handle, so the caller can close the store.
+        for mut feed in shared.feeds.take_tasks() {
+            if tokio::time::timeout_at(deadline, &mut feed).await.is_err() {
+                feed.abort();
+                let _ = feed.await;
             }
         }
         report

@@ -16,6 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use cosi_core::{AnyResource, Event, Kind, Phase, State, Watch, WatchKindOptions};
 use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
 
 use crate::runner::{FeedTarget, Subscriptions};
 use crate::{Backoff, Input, InputStrength};
@@ -74,6 +75,10 @@ pub(crate) struct KindFeeds {
     feeds: Mutex<HashMap<Kind, Arc<Feed>>>,
     shutdown: watch::Receiver<bool>,
     activity: Arc<AtomicU64>,
+    /// The feeds' tasks, so that the engine's shutdown can wait for them: each holds the
+    /// state, which its owner may want to close once the engine is down. Finished ones are
+    /// dropped as new ones start.
+    tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl KindFeeds {
@@ -87,6 +92,7 @@ impl KindFeeds {
             feeds: Mutex::new(HashMap::new()),
             shutdown,
             activity,
+            tasks: Mutex::new(Vec::new()),
         }
     }
 
@@ -184,8 +190,16 @@ impl KindFeeds {
             shutdown: self.shutdown.clone(),
             activity: self.activity.clone(),
         };
-        tokio::spawn(runner.run(watch));
+        let task = tokio::spawn(runner.run(watch));
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
         Ok(())
+    }
+
+    /// The feed tasks started so far (they end on the engine's shutdown signal).
+    pub(crate) fn take_tasks(&self) -> Vec<JoinHandle<()>> {
+        std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 

@@ -800,6 +800,105 @@ async fn shutdown_aborts_a_reconcile_that_outlives_the_timeout() {
     assert_eq!(finished.load(Ordering::SeqCst), 0);
 }
 
+/// A memory state whose kind watches end at once, and whose second `watch_kind` call never
+/// returns: a feed is then stuck re-establishing its watch, holding the state.
+struct StuckWatches {
+    inner: cosi_state::MemoryState,
+    calls: AtomicUsize,
+}
+
+struct Ended;
+
+#[async_trait]
+impl cosi_core::EventSource for Ended {
+    async fn next(&mut self) -> Option<cosi_core::Event> {
+        None
+    }
+}
+
+#[async_trait]
+impl State for StuckWatches {
+    async fn get(&self, pointer: &cosi_core::Pointer) -> Result<cosi_core::SharedResource> {
+        self.inner.get(pointer).await
+    }
+    async fn list(
+        &self,
+        kind: &cosi_core::Kind,
+        options: &ListOptions,
+    ) -> Result<Vec<cosi_core::SharedResource>> {
+        self.inner.list(kind, options).await
+    }
+    async fn create(
+        &self,
+        resource: cosi_core::SharedResource,
+        options: cosi_core::CreateOptions,
+    ) -> Result<cosi_core::SharedResource> {
+        self.inner.create(resource, options).await
+    }
+    async fn update(
+        &self,
+        resource: cosi_core::SharedResource,
+        options: cosi_core::UpdateOptions,
+    ) -> Result<cosi_core::SharedResource> {
+        self.inner.update(resource, options).await
+    }
+    async fn destroy(
+        &self,
+        pointer: &cosi_core::Pointer,
+        options: cosi_core::DestroyOptions,
+    ) -> Result<()> {
+        self.inner.destroy(pointer, options).await
+    }
+    async fn watch(
+        &self,
+        pointer: &cosi_core::Pointer,
+        options: cosi_core::WatchOptions,
+    ) -> Result<cosi_core::Watch> {
+        self.inner.watch(pointer, options).await
+    }
+    async fn watch_kind(
+        &self,
+        _kind: &cosi_core::Kind,
+        _options: cosi_core::WatchKindOptions,
+    ) -> Result<cosi_core::Watch> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Ok(cosi_core::Watch::new(Ended));
+        }
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_shutdown_no_task_of_the_engine_holds_the_state() {
+    // Given an engine whose only kind watch is stuck being re-established
+    let stuck = Arc::new(StuckWatches {
+        inner: cosi_state::MemoryState::default(),
+        calls: AtomicUsize::new(0),
+    });
+    let state: Arc<dyn State> = stuck.clone();
+    let engine = cosi_controllers::Engine::with_options(
+        state,
+        EngineOptions {
+            status_namespace: None,
+            ..EngineOptions::default()
+        },
+    );
+    let (c, _) = copier("Copier");
+    engine.register(c).unwrap();
+    engine.start();
+    // (the feed retries after a backoff: move the paused clock until it has)
+    while stuck.calls.load(Ordering::SeqCst) < 2 {
+        tokio::time::advance(Duration::from_millis(10)).await;
+    }
+
+    // When it shuts down (the stuck feed is aborted at the timeout) and its handle goes
+    engine.shutdown().await;
+    drop(engine);
+
+    // Then nothing of it holds the state any more: its owner may close the store
+    assert_eq!(Arc::strong_count(&stuck), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_graph_exports_as_dot_and_text() {
     let h = Harness::new();

@@ -5,10 +5,12 @@
 //!
 //! Every type name uses the project's one domain, `cosi.dev`, and lives in one of the
 //! [`namespaces`] below. The families arrive one module each: the machine config, services and
-//! their process supervisor ([`services`]), network addresses, and cluster members.
+//! their process supervisor ([`services`]), network addresses, and cluster members; [`node`]
+//! composes them into the node a daemon runs.
 
 pub mod cluster;
 pub mod config;
 pub mod namespaces;
 pub mod network;
+pub mod node;
 pub mod services;

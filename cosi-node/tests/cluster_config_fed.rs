@@ -90,3 +90,51 @@ async fn the_local_node_follows_the_config_hostname_and_machine_type() {
     harness.expect_absent::<LocalNode>(LOCAL).await;
     harness.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_default_hostname_names_the_local_node_until_the_config_names_one() {
+    // Given a node whose daemon was given a default hostname, and no config
+    let harness = Harness::new();
+    harness
+        .engine()
+        .register(LocalNodeController::with_default_hostname("node-from-flag"))
+        .unwrap();
+    cluster::register(harness.engine(), vec![]).unwrap();
+    harness.start().await;
+
+    // Then the local node carries the default, with an unknown machine type
+    let node = harness.expect::<LocalNode>(LOCAL).await;
+    assert_eq!(node.spec.hostname, "node-from-flag");
+    assert_eq!(node.spec.machine_type, "unknown");
+
+    // When the config names a hostname, it wins
+    let hostname = Hostname {
+        hostname: "node-from-config".into(),
+    };
+    harness
+        .state()
+        .create(
+            Resource::new(Hostname::ID, hostname).into_shared(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    harness.settle().await;
+    assert_eq!(
+        harness.expect::<LocalNode>(LOCAL).await.spec.hostname,
+        "node-from-config"
+    );
+
+    // When the config stops naming one, the default is back
+    harness
+        .state()
+        .destroy(&Hostname::kind().pointer(Hostname::ID), Default::default())
+        .await
+        .unwrap();
+    harness.settle().await;
+    assert_eq!(
+        harness.expect::<LocalNode>(LOCAL).await.spec.hostname,
+        "node-from-flag"
+    );
+    harness.shutdown().await;
+}

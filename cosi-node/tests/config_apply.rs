@@ -706,6 +706,37 @@ async fn a_restart_reverts_a_pending_try() {
     assert_eq!(node.history().await.last().unwrap().spec.mode, "start");
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_closed_applier_refuses_applies_and_never_rolls_back_its_pending_try() {
+    // Given a pending try
+    let node = Node::with_base().await;
+    node.applier
+        .apply(ApplyRequest::patches([LIVE_PATCH], ApplyMode::Try, "admin"))
+        .await
+        .unwrap();
+    let before = node.snapshot().await;
+
+    // When the applier is closed (its runtime stops) and the try's timeout passes
+    node.applier.close().await;
+    tokio::time::advance(Duration::from_secs(120)).await;
+    settle().await;
+
+    // Then nothing was rolled back, nothing is pending, and a later apply is refused as closed
+    assert_eq!(node.snapshot().await, before);
+    assert!(node.applier.pending_try().is_none());
+    let refused = node
+        .applier
+        .apply(ApplyRequest::patches(
+            [LIVE_PATCH],
+            ApplyMode::NoReboot,
+            "admin",
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, ApplyError::Closed), "{refused:?}");
+    assert_eq!(node.snapshot().await, before);
+}
+
 #[tokio::test]
 async fn the_start_makes_a_staged_config_active() {
     let node = Node::with_base().await;

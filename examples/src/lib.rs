@@ -3,10 +3,20 @@
 //! Runnable programs that show the runtime in use. Each is a binary under `examples/src/bin/`
 //! (run one with `cargo run -p examples --bin NAME`):
 //!
+//! - `node`: the reference node daemon — every family of `cosi-node` on the disk backend,
+//!   served over the API with mutual TLS, maintenance mode, restarts in place and clean
+//!   shutdown. Its docs (`src/bin/node.rs`) record every decision a daemon author copying it
+//!   should know; `cargo run -p examples --bin node -- --help` lists its flags.
+//! - `node-kubelet`: the workload the daemon runs for the config's kubelet image.
 //! - `demo`: watches a kind, creates, updates and destroys resources, then prints what the
 //!   watcher saw, the resources as a table and one as YAML, on the in-memory state.
+//!
+//! The library holds what joins `cosi-node` to `cosi-api`, for the daemon and its tests:
+//! [`machine::NodeMachine`], the node behind the API's machine service.
 //!
 //! The rest of this page is the project's README; its tour is compiled and run as a doc test of
 //! this crate, so it cannot drift from the API.
 //!
 #![doc = include_str!("../../README.md")]
+
+pub mod machine;

@@ -106,6 +106,9 @@ async fn serve(flags: Flags) -> Result<(), String> {
         .hostname_override
         .clone()
         .unwrap_or_else(|| "localhost".to_string());
+    // Before the first line: whoever reads it may stop the kubelet and expect a clean exit.
+    let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     println!("demo-kubelet: node {node}: serving healthz on {local}");
     if let Some(labels) = &flags.node_labels {
         println!("demo-kubelet: registering node {node} with labels {labels}");
@@ -113,8 +116,6 @@ async fn serve(flags: Flags) -> Result<(), String> {
     if let Some(ip) = flags.node_ip {
         println!("demo-kubelet: node IP {ip}");
     }
-    let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let mut sync = tokio::time::interval(flags.sync_frequency);
     sync.tick().await;
     let mut syncs = 0u64;

@@ -139,13 +139,24 @@ impl Controller for LocalAffiliateController {
 }
 
 /// Writes [`LocalNode`] from the config's [`Hostname`] and [`MachineType`] (the machine type is
-/// `unknown` while the config names none; there is no local node without a hostname).
+/// `unknown` while the config names none). Without a hostname in the config the node uses its
+/// default hostname, if it was given one (what a platform or the daemon's command line names
+/// it, as Talos falls back to a platform hostname); with neither there is no local node.
 #[derive(Debug, Default, Clone)]
-pub struct LocalNodeController;
+pub struct LocalNodeController {
+    default_hostname: Option<String>,
+}
 
 impl LocalNodeController {
     /// The controller's name (the owner of the local node).
     pub const NAME: &'static str = "LocalNodeController";
+
+    /// A controller that falls back to `hostname` while the config names none.
+    pub fn with_default_hostname(hostname: impl Into<String>) -> Self {
+        LocalNodeController {
+            default_hostname: Some(hostname.into()),
+        }
+    }
 }
 
 #[async_trait]
@@ -176,10 +187,13 @@ impl Controller for LocalNodeController {
                 .get_typed::<MachineType>(&MachineType::kind().pointer(MachineType::ID))
                 .await,
         )?;
+        let hostname = hostname
+            .map(|h| h.spec.hostname.clone())
+            .or_else(|| self.default_hostname.clone());
         state.start_tracking();
         if let Some(hostname) = hostname {
             let node = LocalNode {
-                hostname: hostname.spec.hostname.clone(),
+                hostname,
                 nodename: String::new(),
                 machine_type: machine_type
                     .map(|m| m.spec.machine_type.as_str().to_string())

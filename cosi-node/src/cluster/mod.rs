@@ -78,6 +78,6 @@ pub fn register_with_config(
     engine: &Engine,
     registries: Vec<Arc<dyn AffiliateRegistry>>,
 ) -> Result<(), RegistrationError> {
-    engine.register(LocalNodeController)?;
+    engine.register(LocalNodeController::default())?;
     register(engine, registries)
 }

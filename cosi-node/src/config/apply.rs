@@ -44,7 +44,7 @@ use std::time::Duration;
 use cosi_core::{
     downcast, Error, Pointer, Resource, SharedResource, State, StateExt, UpdateOptions, Version,
 };
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, TryAcquireError};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -252,6 +252,10 @@ pub enum ApplyError {
     /// Another apply is running.
     #[error("MachineConfig: another apply is in progress")]
     InProgress,
+    /// The applier was closed: the node runtime it belongs to is stopping (see
+    /// [`ConfigApplier::close`]).
+    #[error("MachineConfig: the node runtime is restarting or stopping; apply again once it runs")]
+    Closed,
     /// The base config is not at the expected version.
     #[error("{pointer}: version conflict: expected {expected}, stored {}", actual.map_or("none".to_string(), |v| v.to_string()))]
     VersionConflict {
@@ -271,7 +275,9 @@ impl ApplyError {
     /// Whether trying again later (after re-reading, for a conflict) can succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            ApplyError::InProgress | ApplyError::VersionConflict { .. } => true,
+            ApplyError::InProgress | ApplyError::Closed | ApplyError::VersionConflict { .. } => {
+                true
+            }
             ApplyError::State(e) => e.is_retryable(),
             _ => false,
         }
@@ -279,7 +285,7 @@ impl ApplyError {
 
     /// The runtime's error for this refusal (what the API maps to a status): invalid input
     /// and restart refusals are invalid-argument errors with the field paths; a conflict is a
-    /// version conflict; "in progress" is a retryable backend error.
+    /// version conflict; "in progress" and "closed" are retryable backend errors.
     pub fn to_state_error(&self) -> Error {
         match self {
             ApplyError::Invalid(errors) => errors.to_invalid_argument(),
@@ -291,6 +297,13 @@ impl ApplyError {
             ApplyError::InProgress => Error::Backend {
                 subject: super::MACHINE_CONFIG_SUBJECT.into(),
                 message: "another apply is in progress".into(),
+                retryable: true,
+                source: None,
+            },
+            ApplyError::Closed => Error::Backend {
+                subject: super::MACHINE_CONFIG_SUBJECT.into(),
+                message: "the node runtime is restarting or stopping; apply again once it runs"
+                    .into(),
                 retryable: true,
                 source: None,
             },
@@ -406,11 +419,10 @@ impl ConfigApplier {
 
     /// Applies a config or patches. See the module docs for every rule.
     pub async fn apply(&self, request: ApplyRequest) -> Result<ApplyOutcome, ApplyError> {
-        let _permit = self
-            .inner
-            .applying
-            .try_acquire()
-            .map_err(|_| ApplyError::InProgress)?;
+        let _permit = self.inner.applying.try_acquire().map_err(|e| match e {
+            TryAcquireError::Closed => ApplyError::Closed,
+            TryAcquireError::NoPermits => ApplyError::InProgress,
+        })?;
         let state = &*self.inner.state;
         let stored = read_stored(state).await?;
 
@@ -540,6 +552,37 @@ impl ConfigApplier {
         }
         outcome.details = words.join("\n");
         Ok(outcome)
+    }
+
+    /// Closes the applier, for a node runtime that stops: waits for a running apply or
+    /// rollback to finish, then refuses every later apply with [`ApplyError::Closed`] and
+    /// cancels the pending try's rollback. The try is not lost: the next start reverts it
+    /// ([`load_at_start`] makes the persisted config active), and a rollback firing after
+    /// that start would overwrite what the new runtime made active.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use cosi_node::config::apply::{ApplyError, ApplyMode, ApplyRequest, ConfigApplier};
+    /// use cosi_node::config::restart::RestartSignal;
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let (signal, _restarts) = RestartSignal::new();
+    /// let applier = ConfigApplier::new(Arc::new(cosi_state::MemoryState::default()), Arc::new(signal));
+    /// applier.close().await;
+    /// let refused = applier
+    ///     .apply(ApplyRequest::patches(["machine: {nodeLabels: {a: b}}"], ApplyMode::Auto, "admin"))
+    ///     .await
+    ///     .unwrap_err();
+    /// assert!(matches!(refused, ApplyError::Closed));
+    /// assert!(refused.is_retryable());
+    /// # });
+    /// ```
+    pub async fn close(&self) {
+        // Waiting for the permit lets a running apply or rollback finish its writes.
+        if let Ok(permit) = self.inner.applying.acquire().await {
+            permit.forget();
+        }
+        self.inner.applying.close();
+        self.cancel_pending_try();
     }
 
     /// Cancels the pending try's rollback; returns whether one was pending.

@@ -1,0 +1,129 @@
+//! Bad input to the `node` daemon: each is refused at start, with exit code 1 and a message
+//! that names the flag, before anything is served or written.
+
+mod node_support;
+
+use std::process::Output;
+
+use node_support::*;
+
+/// Runs the daemon to its exit with `pki`'s files, `state` and `extra` flags.
+async fn run(pki: &Pki, state: &std::path::Path, extra: &[&str]) -> Output {
+    run_on(pki, state, "127.0.0.1:0", extra).await
+}
+
+async fn run_on(pki: &Pki, state: &std::path::Path, listen: &str, extra: &[&str]) -> Output {
+    let child = command(pki, state, listen, extra)
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    tokio::time::timeout(PATIENCE, child.wait_with_output())
+        .await
+        .expect("the daemon exits")
+        .unwrap()
+}
+
+fn refused(output: &Output) -> String {
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(output.stdout.is_empty(), "nothing served: {output:?}");
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+#[tokio::test]
+async fn a_missing_certificate_file_is_named_by_its_flag() {
+    let mut pki = Pki::new();
+    pki.cert_path = pki.dir.path().join("missing.pem");
+    let state = tempfile::tempdir().unwrap();
+
+    let stderr = refused(&run(&pki, state.path(), &[]).await);
+
+    assert_eq!(
+        stderr,
+        format!(
+            "node: --cert {}: No such file or directory (os error 2)\n",
+            pki.cert_path.display()
+        )
+    );
+    assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
+}
+
+#[tokio::test]
+async fn a_key_that_does_not_match_the_certificate_is_refused_at_start() {
+    let mut pki = Pki::new();
+    let other = pki
+        .ca
+        .issue_server(
+            &["127.0.0.1".parse().unwrap()],
+            &[],
+            cosi_api::pki::CERT_VALIDITY,
+        )
+        .unwrap();
+    let (_, other_key) = other.write_pem(pki.dir.path(), "other").unwrap();
+    pki.key_path = other_key;
+    let state = tempfile::tempdir().unwrap();
+
+    let stderr = refused(&run(&pki, state.path(), &[]).await);
+
+    assert!(
+        stderr.starts_with(&format!(
+            "node: --cert {}, --key {}, --ca {}: ",
+            pki.cert_path.display(),
+            pki.key_path.display(),
+            pki.ca_path.display()
+        )),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_command_line_address_is_refused_naming_the_flag() {
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+
+    let stderr = refused(
+        &run(
+            &pki,
+            state.path(),
+            &["--cmdline", "ip=300.1.2.3:::24::eth0:off"],
+        )
+        .await,
+    );
+
+    assert!(stderr.starts_with("node: --cmdline: "), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_state_directory_in_use_by_another_daemon_is_refused() {
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+    let mut first = Daemon::start(&pki, state.path(), &[]);
+    first.ready().await;
+
+    let stderr = refused(&run(&pki, state.path(), &[]).await);
+
+    assert!(
+        stderr.starts_with(&format!("node: --state-dir {}: ", state.path().display())),
+        "{stderr}"
+    );
+    assert!(first.is_running());
+}
+
+#[tokio::test]
+async fn a_listen_address_in_use_is_refused_before_anything_starts() {
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+
+    let stderr = refused(&run_on(&pki, state.path(), &address, &[]).await);
+    assert!(
+        stderr.starts_with(&format!("node: --listen {address}: ")),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(state.path()).unwrap().count(),
+        0,
+        "no state was opened"
+    );
+}

@@ -1,0 +1,198 @@
+//! The daemon's API security, end to end with real `node` processes: maintenance mode until
+//! the first config, then mutual TLS with roles from client certificates, and every other
+//! client refused.
+
+mod node_support;
+
+use cosi_api::auth::Role;
+use cosi_api::client::ClientSecurity;
+use cosi_api::machine::{ApplyMode, ApplyRequest, ServiceAction};
+use cosi_api::pki::{CertificateAuthority, CERT_VALIDITY};
+use cosi_core::{Error, ListOptions, ResourceSpec, State, StateExt};
+use cosi_node::config::{MachineConfig, ACTIVE};
+use cosi_node::services::ServiceStatus;
+use node_support::*;
+
+/// An apply of a node label, in auto mode.
+fn label() -> ApplyRequest {
+    ApplyRequest {
+        patches: vec![b"machine: {nodeLabels: {a: b}}".to_vec()],
+        ..ApplyRequest::default()
+    }
+}
+
+fn assert_not_authorized<T: std::fmt::Debug>(what: &str, result: cosi_core::Result<T>) {
+    match result {
+        Err(Error::AccessDenied { .. }) => {}
+        other => panic!("{what}: expected a permission denial, got {other:?}"),
+    }
+}
+
+fn assert_refused_connection<T: std::fmt::Debug>(what: &str, result: cosi_core::Result<T>) {
+    match result {
+        Err(Error::Backend {
+            retryable: true, ..
+        }) => {}
+        other => panic!("{what}: expected the connection to be refused, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_node_without_config_serves_maintenance_and_accepts_only_an_apply() {
+    // Given a node started with no config
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+    let mut node = Daemon::start(&pki, state.path(), &[]);
+
+    // Then it serves maintenance, naming its server key's fingerprint
+    let (address, mode) = node.ready().await;
+    assert_eq!(
+        mode,
+        Mode::Maintenance {
+            fingerprint: pki.fingerprint().to_string()
+        }
+    );
+
+    // And a pinned client may not read or call anything but apply
+    let client = pinned(&pki, address);
+    assert_not_authorized("version", client.machine.version().await);
+    assert_not_authorized("services", client.machine.services().await);
+    assert_not_authorized(
+        "get",
+        client
+            .state
+            .get(&MachineConfig::pointer(ACTIVE))
+            .await
+            .map(|_| ()),
+    );
+
+    // When it applies a config
+    let applied = client
+        .machine
+        .apply_configuration(ApplyRequest {
+            data: config("node-1", "worker").into_bytes(),
+            ..ApplyRequest::default()
+        })
+        .await
+        .unwrap();
+
+    // Then the apply succeeds live, and the node switches to mutual TLS on the same address
+    assert_eq!((applied.mode, applied.version), (ApplyMode::NoReboot, 1));
+    assert_eq!(node.ready().await, (address, Mode::MutualTls));
+}
+
+#[tokio::test]
+async fn a_configured_node_grants_what_each_role_may_do() {
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+    let node = configured(&pki, state.path(), &config("node-1", "worker"), &[]).await;
+    let address = node.address();
+
+    // A reader reads services and their statuses, not the sensitive machine config, and
+    // changes nothing
+    let reader = mtls(&pki, address, Role::Reader);
+    // (the config's services start once the controllers have read it)
+    running_pid(&reader, "kubelet").await;
+    let services = reader.machine.services().await.unwrap();
+    assert_eq!(
+        services.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+        ["kubelet"]
+    );
+    let statuses = reader
+        .state
+        .list(&ServiceStatus::kind(), &ListOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(statuses.len(), 1);
+    assert_not_authorized(
+        "reader get mc",
+        reader
+            .state
+            .get(&MachineConfig::pointer(ACTIVE))
+            .await
+            .map(|_| ()),
+    );
+    assert_not_authorized(
+        "reader restart",
+        reader
+            .machine
+            .service_action("kubelet", ServiceAction::Restart)
+            .await,
+    );
+    assert_not_authorized(
+        "reader apply",
+        reader.machine.apply_configuration(label()).await,
+    );
+
+    // An operator manages services, and may not apply
+    let operator = mtls(&pki, address, Role::Operator);
+    assert_eq!(
+        operator
+            .machine
+            .service_action("kubelet", ServiceAction::Restart)
+            .await
+            .unwrap(),
+        "Service \"kubelet\" restarted"
+    );
+    assert_not_authorized(
+        "operator apply",
+        operator.machine.apply_configuration(label()).await,
+    );
+
+    // An admin reads the machine config and applies
+    let admin = mtls(&pki, address, Role::Admin);
+    let active = admin
+        .state
+        .get_typed::<MachineConfig>(&MachineConfig::pointer(ACTIVE))
+        .await
+        .unwrap();
+    assert_eq!(active.metadata.version().get(), 1);
+    let applied = admin.machine.apply_configuration(label()).await.unwrap();
+    assert_eq!((applied.mode, applied.version), (ApplyMode::NoReboot, 2));
+}
+
+#[tokio::test]
+async fn a_configured_node_refuses_clients_without_a_certificate_of_its_ca() {
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+    let node = configured(&pki, state.path(), &config("node-1", "worker"), &[]).await;
+    let address = node.address();
+
+    // No client certificate
+    let anonymous = client(
+        address,
+        ClientSecurity::ServerOnly {
+            ca_pem: pki.ca.cert_pem().to_string(),
+        },
+    );
+    assert_refused_connection("no certificate", anonymous.machine.version().await);
+
+    // An admin certificate of another CA
+    let other = CertificateAuthority::generate("other").unwrap();
+    let stranger = client(
+        address,
+        ClientSecurity::MutualTls {
+            ca_pem: pki.ca.cert_pem().to_string(),
+            identity: other
+                .issue_client("mallory", Role::Admin, CERT_VALIDITY)
+                .unwrap(),
+        },
+    );
+    assert_refused_connection("another CA", stranger.machine.version().await);
+
+    // The maintenance way in is closed
+    let maintenance = pinned(&pki, address);
+    assert_refused_connection(
+        "pinned",
+        maintenance.machine.apply_configuration(label()).await,
+    );
+
+    // And nothing changed
+    let admin = mtls(&pki, address, Role::Admin);
+    let active = admin
+        .state
+        .get_typed::<MachineConfig>(&MachineConfig::pointer(ACTIVE))
+        .await
+        .unwrap();
+    assert_eq!(active.metadata.version().get(), 1);
+}
