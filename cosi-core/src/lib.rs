@@ -18,6 +18,8 @@
 //!   [`validate_label_key`] and [`validate_label_value`] check Kubernetes label syntax.
 //! - [`Registry`] knows the resource types by name and alias; [`dynamic`] writes any resource as
 //!   `{metadata, spec}` YAML or JSON and decodes such documents back into typed resources;
+//!   [`yaml`] holds YAML from outside to size, nesting and alias-expansion limits (every YAML
+//!   entry point of the workspace checks with it);
 //!   [`Columns`] turns a resource into the cells of its definition's print columns, and (with
 //!   the `table` feature) `table` prints resources as a text table.
 
@@ -39,6 +41,7 @@ mod state;
 mod state_ext;
 #[cfg(feature = "table")]
 pub mod table;
+pub mod yaml;
 
 pub use bookmark::Bookmark;
 pub use columns::Columns;
