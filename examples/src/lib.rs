@@ -5,6 +5,9 @@
 //!
 //! - `demo`: watches a kind, creates, updates and destroys resources, then prints what the
 //!   watcher saw, the resources as a table and one as YAML, on the in-memory state.
+//! - `controllers STATE_DIR`: a transform and a queue controller under the `Engine` on the
+//!   disk store, until Ctrl-C or SIGTERM; then a graceful shutdown and the store closed
+//!   (`DiskState::close`), so the next start finds what this one derived.
 //!
 //! The rest of this page is the project's README; its tour is compiled and run as a doc test of
 //! this crate, so it cannot drift from the API.
