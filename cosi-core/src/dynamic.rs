@@ -2,7 +2,7 @@
 //! and the way back into typed resources through a [`Registry`].
 //!
 //! YAML goes through [`crate::yaml`], the crate's one YAML module: text is held to its
-//! [`Limits`](crate::yaml::Limits) before anything of it is decoded.
+//! [`Limits`] before anything of it is decoded.
 //!
 //! # The document
 //!

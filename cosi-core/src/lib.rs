@@ -2,7 +2,9 @@
 //!
 //! The resource model of a COSI-style runtime: typed, versioned resources identified by
 //! `(namespace, type, id)`, the [`State`] trait that every backend implements, the helpers derived
-//! from it ([`StateExt`]), label and id queries, resource definitions and the error type.
+//! from it ([`StateExt`]), label and id queries, resource definitions and their [`Registry`], the
+//! `{metadata, spec}` YAML and JSON form tools work on, the limits YAML from outside is held to,
+//! and the error type.
 //!
 //! This crate knows no backend and no runtime: backends live in `cosi-state`, controllers in
 //! `cosi-controllers`.
