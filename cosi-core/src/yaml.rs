@@ -129,7 +129,7 @@ impl Limits {
     /// let shallow = Limits { max_depth: 2, ..Limits::default() };
     /// assert!(shallow.check("a: {b: 1}").is_ok());
     /// let err = shallow.check("a:\n  b:\n    c: [1]\n").unwrap_err();
-    /// assert_eq!(err.to_string(), "line 3 column 8: more than 2 levels of nesting");
+    /// assert_eq!(err.to_string(), "line 3 column 5: more than 2 levels of nesting");
     /// ```
     pub fn check(&self, text: &str) -> Result<(), LimitError> {
         self.scan(text).map(drop)
