@@ -374,7 +374,10 @@ async fn definitions_of_sensitive_types_stay_listable_for_readers() {
     codec().registry().publish(&*node.store).await.unwrap();
     let (reader, _) = node.client(Role::Reader);
     let definitions = reader
-        .list_typed::<ResourceDefinition>(&ResourceDefinition::kind(), &ListOptions::default())
+        .list_typed::<ResourceDefinition>(
+            &ResourceDefinition::definition().kind(),
+            &ListOptions::default(),
+        )
         .await
         .unwrap();
     let secret = definitions

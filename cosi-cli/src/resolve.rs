@@ -20,7 +20,10 @@ const LIST: &str = "/cosi.resource.State/List";
 pub async fn definitions(node: &Node) -> Result<Vec<ResourceDefinition>, CliError> {
     let listed = node
         .state
-        .list(&ResourceDefinition::kind(), &ListOptions::default())
+        .list(
+            &ResourceDefinition::definition().kind(),
+            &ListOptions::default(),
+        )
         .await
         .map_err(|e| {
             CliError::node(

@@ -21,6 +21,7 @@ use cosi_core::{
     WatchOptions,
 };
 
+use crate::status::{Failure, FailureSink};
 use crate::{Input, InputStrength, Output};
 
 /// Where a controller's run-time input changes go (the engine).
@@ -72,6 +73,8 @@ pub struct ControllerState {
     tracked: Arc<Mutex<Option<foldhash::HashSet<Pointer>>>>,
     /// Schedules a reconcile of this controller (its scheduling state's resync).
     wake: Arc<dyn Fn() + Send + Sync>,
+    /// Told of every access violation (the test harness).
+    failures: Option<FailureSink>,
 }
 
 /// Wakes one controller from outside the state: a kernel subscription, a remote watch, a
@@ -114,6 +117,7 @@ impl ControllerState {
         access: Arc<RwLock<Arc<Access>>>,
         registry: Arc<dyn InputRegistry>,
         wake: Arc<dyn Fn() + Send + Sync>,
+        failures: Option<FailureSink>,
     ) -> Self {
         ControllerState {
             name,
@@ -122,6 +126,7 @@ impl ControllerState {
             registry,
             tracked: Arc::new(Mutex::new(None)),
             wake,
+            failures,
         }
     }
 
@@ -204,6 +209,73 @@ impl ControllerState {
         }
     }
 
+    /// Destroys an output this controller owns; one that is already gone is not an error, so a
+    /// reconcile that runs again (a queue item retried or requeued after its primary went
+    /// away) can destroy what it would have destroyed without checking first. An output that
+    /// others hold finalizers on is not destroyed ([`Error::PendingFinalizers`]): tear those
+    /// down with [`Self::teardown_output`], which destroys them once the finalizers are gone.
+    ///
+    /// ```
+    /// # use cosi_controllers::ControllerState;
+    /// # use cosi_core::{ResourceSpec, Result};
+    /// # #[derive(Clone, PartialEq, Debug, Default, serde::Serialize, serde::Deserialize)]
+    /// # struct LinkStatus { up: bool }
+    /// # impl ResourceSpec for LinkStatus { const TYPE: &'static str = "LinkStatuses.net.cosi.dev"; const DEFAULT_NAMESPACE: &'static str = "network"; }
+    /// // In a queue controller's reconcile, when the item's primary is gone:
+    /// async fn forget(state: &ControllerState, id: &str) -> Result<()> {
+    ///     state.destroy_output(&LinkStatus::kind().pointer(id.to_string())).await
+    /// }
+    /// ```
+    pub async fn destroy_output(&self, pointer: &Pointer) -> Result<()> {
+        match self.destroy(pointer, self.destroy_options()).await {
+            Err(e) if e.is_not_found() => Ok(()),
+            other => other,
+        }
+    }
+
+    /// The pointers of every resource `input` covers, in id order: the whole kind, or the one
+    /// id of a single-id input (whether it exists or not). It is what a queue controller's
+    /// [`map_input`](crate::QueueController::map_input) returns when a change of a secondary
+    /// input concerns every item:
+    ///
+    /// ```
+    /// # use async_trait::async_trait;
+    /// # use cosi_controllers::{ControllerState, Input, Output, QueueController, Reconciled};
+    /// # use cosi_core::{Pointer, ResourceSpec, Result, SharedResource};
+    /// # #[derive(Clone, PartialEq, Debug, Default, serde::Serialize, serde::Deserialize)]
+    /// # struct Link { up: bool }
+    /// # impl ResourceSpec for Link { const TYPE: &'static str = "Links.net.cosi.dev"; const DEFAULT_NAMESPACE: &'static str = "network"; }
+    /// # #[derive(Clone, PartialEq, Debug, Default, serde::Serialize, serde::Deserialize)]
+    /// # struct LinkConfig { mtu: u32 }
+    /// # impl ResourceSpec for LinkConfig { const TYPE: &'static str = "LinkConfigs.net.cosi.dev"; const DEFAULT_NAMESPACE: &'static str = "network"; }
+    /// struct LinkController;
+    ///
+    /// #[async_trait]
+    /// impl QueueController for LinkController {
+    ///     fn name(&self) -> &str { "LinkController" }
+    ///     fn primary(&self) -> Input { Input::weak_of::<Link>() }
+    ///     fn secondary(&self) -> Vec<Input> { vec![Input::weak_of::<LinkConfig>()] }
+    ///     fn outputs(&self) -> Vec<Output> { Vec::new() }
+    ///     async fn map_input(&self, state: &ControllerState, _: &SharedResource) -> Result<Vec<Pointer>> {
+    ///         // Any change of the config concerns every link.
+    ///         state.items_of(&self.primary()).await
+    ///     }
+    ///     async fn reconcile(&self, _: &ControllerState, _: &Pointer) -> Result<Reconciled> {
+    ///         Ok(Reconciled::Done)
+    ///     }
+    /// }
+    /// ```
+    pub async fn items_of(&self, input: &Input) -> Result<Vec<Pointer>> {
+        if let Some(id) = &input.id {
+            return Ok(vec![input.kind.pointer(id.clone())]);
+        }
+        let resources = self.list(&input.kind, &ListOptions::default()).await?;
+        Ok(resources
+            .iter()
+            .map(|r| r.metadata().pointer().clone())
+            .collect())
+    }
+
     /// Starts tracking the outputs this reconcile touches (creates, updates and
     /// [`Self::modify_output`] calls, including no-op ones), forgetting earlier marks.
     pub fn start_tracking(&self) {
@@ -270,10 +342,14 @@ impl ControllerState {
     }
 
     fn denied(&self, subject: impl ToString, message: impl std::fmt::Display) -> Error {
-        Error::AccessDenied {
+        let error = Error::AccessDenied {
             subject: subject.to_string(),
             message: format!("controller {:?} {message}", &*self.name),
+        };
+        if let Some(sink) = &self.failures {
+            sink(&self.name, &Failure::Error(error.clone()));
         }
+        error
     }
 
     fn is_output_type(access: &Access, resource_type: &str) -> bool {

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-/// Doubling delays from `initial` up to `max`; [`Backoff::reset`] after a success.
+/// Doubling delays from `initial` up to `max`; [`Backoff::reset`] after a success. The
+/// default is 100 ms doubling up to 30 s.
 ///
 /// ```
 /// use std::time::Duration;

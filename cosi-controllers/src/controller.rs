@@ -84,6 +84,11 @@ pub enum Reconciled {
 ///     }
 /// }
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a `Controller` (a level-triggered controller)",
+    label = "not a `Controller`",
+    note = "if `{Self}` is a `QueueController`, register it with `register_queue`, not `register`"
+)]
 #[async_trait]
 pub trait Controller: Send + 'static {
     /// The unique name; also the owner of everything the controller writes.

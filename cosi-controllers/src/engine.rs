@@ -23,7 +23,7 @@ use crate::access::{Access, InputRegistry};
 use crate::feed::KindFeeds;
 use crate::level::LevelActivity;
 use crate::runner::{FeedTarget, IdleProbe, Signals, TaskContext};
-use crate::status::{Publisher, StatusCell, StatusCells};
+use crate::status::{FailureSink, Publisher, StatusCell, StatusCells};
 use crate::wake::WakeSignal;
 use crate::work_queue::WorkQueue;
 use crate::{
@@ -32,14 +32,42 @@ use crate::{
 };
 
 /// Tuning of an [`Engine`].
+///
+/// The defaults ([`Engine::new`] and the test harness use them):
+///
+/// | option | default |
+/// |---|---|
+/// | [`restart_backoff`](Self::restart_backoff) | 100 ms, doubling up to 30 s ([`Backoff::default`]) |
+/// | [`status_namespace`](Self::status_namespace) | `Some("runtime")`: one [`ControllerStatus`] per controller in `runtime` |
+/// | [`shutdown_timeout`](Self::shutdown_timeout) | 30 s |
+///
+/// ```
+/// use std::time::Duration;
+/// use cosi_controllers::{Backoff, EngineOptions};
+/// let defaults = EngineOptions::default();
+/// let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
+/// assert_eq!(defaults.restart_backoff, backoff);
+/// assert_eq!(defaults.status_namespace.as_deref(), Some("runtime"));
+/// assert_eq!(defaults.shutdown_timeout, Duration::from_secs(30));
+///
+/// // Faster restarts, no status resources:
+/// let options = EngineOptions {
+///     restart_backoff: Backoff::new(Duration::from_millis(10), Duration::from_secs(1)),
+///     status_namespace: None,
+///     ..EngineOptions::default()
+/// };
+/// # let _ = options;
+/// ```
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
     /// Backoff between restarts of a failing controller (and between retries of a failing
-    /// queue item). Reset after a successful reconcile.
+    /// queue item). Reset after a successful reconcile. Default: 100 ms doubling up to 30 s.
     pub restart_backoff: Backoff,
     /// Namespace of the published [`ControllerStatus`] resources; `None` publishes none.
+    /// Default: `runtime`.
     pub status_namespace: Option<String>,
     /// How long [`Engine::shutdown`] waits for running reconciles before aborting them.
+    /// Default: 30 s.
     pub shutdown_timeout: Duration,
 }
 
@@ -92,6 +120,7 @@ pub(crate) struct Shared {
     waiting: Mutex<Vec<(Arc<Slot>, Launcher)>>,
     status_signal: Arc<WakeSignal>,
     publishing: Arc<AtomicBool>,
+    failures: Mutex<Option<FailureSink>>,
 }
 
 impl Shared {
@@ -105,6 +134,11 @@ impl Shared {
     }
 
     fn spawn(self: &Arc<Self>, slot: Arc<Slot>, launcher: Launcher) {
+        let failures = self
+            .failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let state = ControllerState::new(
             slot.name.clone(),
             self.state.clone(),
@@ -114,6 +148,7 @@ impl Shared {
                 let target = slot.target.clone();
                 Arc::new(move || target.resync())
             },
+            failures.clone(),
         );
         let cx = TaskContext {
             id: slot.id,
@@ -125,6 +160,7 @@ impl Shared {
             signals: self.signals(),
             restart_backoff: self.options.restart_backoff.clone(),
             shutdown: self.shutdown_tx.subscribe(),
+            failures,
         };
         let handle = tokio::spawn(launcher(cx));
         self.tasks
@@ -239,6 +275,7 @@ impl Engine {
                 waiting: Mutex::new(Vec::new()),
                 status_signal: Arc::new(WakeSignal::default()),
                 publishing: Arc::new(AtomicBool::new(false)),
+                failures: Mutex::new(None),
             }),
         }
     }
@@ -250,6 +287,28 @@ impl Engine {
 
     /// Registers a level-triggered controller. Allowed before and after [`Engine::start`]; a
     /// controller registered after start begins running at once.
+    ///
+    /// A [`QueueController`] goes to [`Engine::register_queue`]; giving one to `register` does
+    /// not compile, and the compiler's note says so:
+    ///
+    /// ```compile_fail,E0277
+    /// use async_trait::async_trait;
+    /// use cosi_controllers::{ControllerState, Engine, Input, Output, QueueController, Reconciled};
+    /// use cosi_core::{Pointer, Result};
+    /// struct PerItem;
+    /// #[async_trait]
+    /// impl QueueController for PerItem {
+    ///     fn name(&self) -> &str { "PerItem" }
+    ///     fn primary(&self) -> Input { Input::weak(cosi_core::Kind::new("ns", "Items.test.cosi.dev")) }
+    ///     fn outputs(&self) -> Vec<Output> { Vec::new() }
+    ///     async fn reconcile(&self, _: &ControllerState, _: &Pointer) -> Result<Reconciled> {
+    ///         Ok(Reconciled::Done)
+    ///     }
+    /// }
+    /// # fn register(engine: &Engine) {
+    /// engine.register(PerItem).unwrap(); // note: register it with `register_queue`
+    /// # }
+    /// ```
     pub fn register<C: Controller>(&self, controller: C) -> Result<(), RegistrationError> {
         let name: Arc<str> = controller.name().into();
         let inputs = controller.inputs();
@@ -454,6 +513,17 @@ impl Engine {
     /// started or finished, statuses published).
     pub fn activity(&self) -> u64 {
         self.shared.activity.load(Ordering::SeqCst)
+    }
+
+    /// Tells `sink` of every controller failure from now on (controllers started later; the
+    /// harness installs it before anything starts).
+    #[cfg(feature = "testing")]
+    pub(crate) fn on_failure(&self, sink: FailureSink) {
+        *self
+            .shared
+            .failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(sink);
     }
 
     /// The kinds the engine watches (one shared watch each).

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::catch_panic::CatchPanic;
-use crate::status::{Failure, StatusCell};
+use crate::status::{Failure, FailureSink, StatusCell};
 use crate::wake::WakeSignal;
 use crate::{Backoff, ControllerState, Input, Reconciled};
 
@@ -94,11 +94,15 @@ pub(crate) struct TaskContext {
     pub(crate) signals: Signals,
     pub(crate) restart_backoff: Backoff,
     pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) failures: Option<FailureSink>,
 }
 
 impl TaskContext {
     /// Records a reconcile's outcome in the controller's counters.
     pub(crate) fn record(&self, elapsed: Duration, outcome: &Outcome, restart: bool) {
+        if let (Some(sink), Some(failure)) = (&self.failures, outcome.failure()) {
+            sink(&self.name, failure);
+        }
         self.status.record(elapsed, outcome.failure(), restart);
         self.signals.status_changed();
         self.signals.bump();
@@ -106,6 +110,9 @@ impl TaskContext {
 
     /// Records a failure outside a reconcile (subscribing, a hook, a relist, a mapping).
     pub(crate) fn record_failure(&self, failure: &Failure, restart: bool) {
+        if let Some(sink) = &self.failures {
+            sink(&self.name, failure);
+        }
         if restart {
             self.status.record_restart(failure);
         } else {

@@ -77,6 +77,12 @@ impl Failure {
     }
 }
 
+/// Told of every failure of every controller as it happens, with the controller's name (a
+/// failed reconcile, hook, mapping or subscription, and every access violation, even one the
+/// controller goes on from): how the test harness fails a test on a failure it did not expect.
+/// The engine has none unless the harness installs one.
+pub(crate) type FailureSink = Arc<dyn Fn(&str, &Failure) + Send + Sync>;
+
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

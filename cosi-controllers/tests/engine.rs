@@ -466,6 +466,8 @@ fn test_options() -> EngineOptions {
 async fn retryable_failures_restart_with_growing_backoff_while_others_run() {
     // Given a controller failing with a retryable error, and a healthy one
     let h = Harness::with_options(test_options());
+    // The test provokes these failures.
+    h.expect_errors("Failing");
     let fail = Arc::new(Mutex::new(true));
     let failing_runs = register_flaky(&h, "Failing", Failing::Retryable, &fail);
     let (healthy, healthy_runs) = copier("Healthy");
@@ -522,6 +524,9 @@ async fn retryable_failures_restart_with_growing_backoff_while_others_run() {
 async fn non_retryable_failures_and_panics_retry_at_the_next_input_change() {
     // Given a controller failing with an invalid argument and one that panics
     let h = Harness::with_options(test_options());
+    // The test provokes these failures.
+    h.expect_errors("Invalid");
+    h.expect_errors("Panicking");
     let fail = Arc::new(Mutex::new(true));
     let invalid_runs = register_flaky(&h, "Invalid", Failing::Invalid, &fail);
     let panicking_runs = register_flaky(&h, "Panicking", Failing::Panic, &fail);
@@ -560,6 +565,8 @@ async fn non_retryable_failures_and_panics_retry_at_the_next_input_change() {
 #[tokio::test(start_paused = true)]
 async fn non_retryable_failures_retry_after_the_longest_backoff_when_nothing_changes() {
     let h = Harness::with_options(test_options());
+    // The test provokes these failures.
+    h.expect_errors("Invalid");
     let fail = Arc::new(Mutex::new(true));
     let runs = register_flaky(&h, "Invalid", Failing::Invalid, &fail);
     h.start().await;
@@ -704,6 +711,8 @@ impl Controller for Trespasser {
 #[tokio::test(start_paused = true)]
 async fn access_violations_are_errors_returned_to_the_controller_and_change_nothing() {
     let h = Harness::new();
+    // The test provokes these failures.
+    h.expect_errors("Trespasser");
     create(&h.state(), "a1", A { value: 1 }).await;
     let errors = Arc::new(Mutex::new(Vec::new()));
     h.register(Trespasser {
@@ -1016,6 +1025,8 @@ async fn statuses_can_be_watched_like_any_resource() {
 #[tokio::test(start_paused = true)]
 async fn inputs_that_cannot_be_watched_are_rejected_and_the_old_ones_kept() {
     let h = Harness::with_options(test_options());
+    // The test provokes these failures.
+    h.expect_errors("Follower");
     register_follower(&h);
     h.start().await;
     create(&h.state(), "a1", A { value: 10 }).await;

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::*;
-use cosi_controllers::testing::Harness;
+use cosi_controllers::testing::{ControllerFailure, Harness};
 use cosi_controllers::{
     Backoff, Controller, ControllerState, EngineOptions, Input, Output, Reconciled, Transform,
 };
-use cosi_core::{Resource, ResourceSpec, Result, StateExt};
+use cosi_core::{Resource, ResourceSpec, Result, State, StateExt};
 use cosi_state::MemoryOptions;
 
 fn plus_one() -> Transform<A, B> {
@@ -63,6 +63,8 @@ async fn settle_does_not_move_the_clock() {
 async fn a_failed_write_restarts_the_controller_which_then_converges() {
     // Given the second write of B will fail
     let h = Harness::with_options(fast_backoff());
+    // The test provokes these failures.
+    h.expect_errors("PlusOne");
     h.register(plus_one()).unwrap();
     h.start().await;
     h.faults().fail_nth_write(B::TYPE, 2);
@@ -93,6 +95,8 @@ async fn a_failed_write_restarts_the_controller_which_then_converges() {
 #[tokio::test(start_paused = true)]
 async fn failing_reads_keep_a_controller_restarting_until_cleared() {
     let h = Harness::with_options(fast_backoff());
+    // The test provokes these failures.
+    h.expect_errors("PlusOne");
     h.register(plus_one()).unwrap();
     h.start().await;
     create(&h.state(), "x", A { value: 1 }).await;
@@ -110,6 +114,109 @@ async fn failing_reads_keep_a_controller_restarting_until_cleared() {
     h.faults().clear();
     h.advance(Duration::from_secs(4)).await;
     assert_eq!(h.expect::<B>("x").await.spec.value, 6);
+}
+
+#[tokio::test(start_paused = true)]
+#[should_panic(expected = "settle: controller \"PlusOne\" failed (backend): \
+    test/Bs.test.cosi.dev/x: backend failure: injected fault: write failed\n\
+    The test did not expect this failure.")]
+async fn a_controller_error_the_test_did_not_expect_fails_settle_with_the_error() {
+    let h = Harness::new();
+    h.register(plus_one()).unwrap();
+    h.start().await;
+    h.faults().fail_nth_write(B::TYPE, 1);
+    create(&h.state(), "x", A { value: 1 }).await;
+    h.settle().await;
+}
+
+/// Reads a kind it did not declare, and goes on as if nothing happened.
+struct Snoop;
+
+#[async_trait]
+impl Controller for Snoop {
+    fn name(&self) -> &str {
+        "Snoop"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak_of::<A>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        Vec::new()
+    }
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        let _ = state.get(&b("secret")).await;
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+#[should_panic(expected = "settle: controller \"Snoop\" failed (accessDenied): \
+    test/Bs.test.cosi.dev/secret: access denied: controller \"Snoop\" may not read it")]
+async fn an_access_violation_the_controller_goes_on_from_fails_settle() {
+    let h = Harness::new();
+    h.register(Snoop).unwrap();
+    h.start().await;
+}
+
+#[tokio::test(start_paused = true)]
+#[should_panic(expected = "controller \"PlusOne\" failed (backend)")]
+async fn expected_errors_of_one_controller_do_not_excuse_another() {
+    let h = Harness::new();
+    h.expect_errors("Snoop");
+    h.register(plus_one()).unwrap();
+    h.start().await;
+    h.faults().fail_nth_write(B::TYPE, 1);
+    create(&h.state(), "x", A { value: 1 }).await;
+    h.settle().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_errors_allowed_any_controller_may_fail_and_each_failure_is_listed() {
+    let h = Harness::with_options(fast_backoff());
+    h.allow_errors();
+    h.register(plus_one()).unwrap();
+    h.register(Snoop).unwrap();
+    h.start().await;
+    h.faults().fail_nth_write(B::TYPE, 1);
+    create(&h.state(), "x", A { value: 1 }).await;
+    h.settle().await;
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(
+        h.failures(),
+        [
+            ControllerFailure {
+                controller: "Snoop".into(),
+                kind: "accessDenied".into(),
+                message: "test/Bs.test.cosi.dev/secret: access denied: controller \"Snoop\" \
+                          may not read it: not a declared input or output"
+                    .into(),
+            },
+            ControllerFailure {
+                controller: "PlusOne".into(),
+                kind: "backend".into(),
+                message: "test/Bs.test.cosi.dev/x: backend failure: injected fault: write failed"
+                    .into(),
+            },
+            ControllerFailure {
+                controller: "Snoop".into(),
+                kind: "accessDenied".into(),
+                message: "test/Bs.test.cosi.dev/secret: access denied: controller \"Snoop\" \
+                          may not read it: not a declared input or output"
+                    .into(),
+            },
+        ]
+    );
+    assert_eq!(h.expect::<B>("x").await.spec.value, 2);
+}
+
+#[tokio::test]
+#[should_panic(
+    expected = "advance: the tokio clock is not paused (time is not frozen). Run the \
+    test on a paused clock: `#[tokio::test(start_paused = true)]`"
+)]
+async fn advance_on_a_clock_that_is_not_paused_says_to_run_on_a_paused_one() {
+    let h = Harness::new();
+    h.advance(Duration::from_secs(1)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -204,6 +311,8 @@ async fn a_destroy_ready_input_wakes_only_when_ready_to_destroy() {
 async fn a_controller_whose_inputs_cannot_be_watched_retries_until_they_can() {
     // Given the input kind cannot be read (so not watched either)
     let h = Harness::with_options(fast_backoff());
+    // The test provokes these failures.
+    h.expect_errors("PlusOne");
     h.register(plus_one()).unwrap();
     create(h.faults().inner(), "x", A { value: 1 }).await;
     h.faults().fail_reads(A::kind());

@@ -83,6 +83,8 @@ async fn every_reconcile_has_a_span_with_controller_trigger_duration_outcome_and
         restart_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(1)),
         ..EngineOptions::default()
     });
+    // The test provokes these failures.
+    h.expect_errors("PlusOne");
     h.register(Transform::<A, B>::same_id("PlusOne", |a: &A| {
         Some(B { value: a.value + 1 })
     }))

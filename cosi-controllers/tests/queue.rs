@@ -14,7 +14,9 @@ use cosi_controllers::testing::Harness;
 use cosi_controllers::{
     Backoff, ControllerState, EngineOptions, Input, Output, QueueController, Reconciled,
 };
-use cosi_core::{Error, Phase, Pointer, Resource, Result, SharedResource, State, StateExt};
+use cosi_core::{
+    Error, Phase, Pointer, Resource, ResourceSpec, Result, SharedResource, State, StateExt,
+};
 
 #[derive(Default)]
 struct Log {
@@ -263,6 +265,8 @@ fn scripted(concurrency: usize) -> (Harness, Arc<Log>, Arc<tokio::sync::Notify>)
 #[tokio::test(start_paused = true)]
 async fn failing_items_retry_with_their_own_growing_backoff() {
     let (h, log, _) = scripted(4);
+    // The test provokes failures of its items.
+    h.expect_errors("Scripted");
     h.start().await;
     let state = h.state();
     create(&state, "fail-2", A { value: 1 }).await;
@@ -302,6 +306,8 @@ async fn failing_items_retry_with_their_own_growing_backoff() {
 #[tokio::test(start_paused = true)]
 async fn a_change_during_a_retryable_failure_backoff_does_not_cut_it_short() {
     let (h, log, _) = scripted(1);
+    // The test provokes failures of its items.
+    h.expect_errors("Scripted");
     h.start().await;
     let state = h.state();
     create(&state, "fail-1", A { value: 1 }).await;
@@ -317,6 +323,8 @@ async fn a_change_during_a_retryable_failure_backoff_does_not_cut_it_short() {
 #[tokio::test(start_paused = true)]
 async fn items_failing_non_retryably_or_panicking_retry_at_their_next_change() {
     let (h, log, _) = scripted(2);
+    // The test provokes failures of its items.
+    h.expect_errors("Scripted");
     h.start().await;
     let state = h.state();
     create(&state, "invalid-1", A { value: 1 }).await;
@@ -342,6 +350,8 @@ async fn items_failing_non_retryably_or_panicking_retry_at_their_next_change() {
 #[tokio::test(start_paused = true)]
 async fn an_item_failing_non_retryably_retries_after_the_longest_backoff_without_changes() {
     let (h, log, _) = scripted(1);
+    // The test provokes failures of its items.
+    h.expect_errors("Scripted");
     h.start().await;
     create(&h.state(), "invalid-1", A { value: 1 }).await;
     h.settle().await;
@@ -441,6 +451,8 @@ async fn a_failing_run_hook_restarts_the_queue_controller_with_backoff() {
         restart_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
         ..EngineOptions::default()
     });
+    // The test provokes these failures.
+    h.expect_errors("HookFails");
     let attempts = Arc::new(AtomicUsize::new(0));
     h.register_queue(HookFails {
         attempts: attempts.clone(),
@@ -460,4 +472,116 @@ async fn a_failing_run_hook_restarts_the_queue_controller_with_backoff() {
         (status.reconciles, status.errors, status.restarts),
         (1, 2, 2)
     );
+}
+
+/// C/x = A/x + the value of Config/offset; every item re-runs when the offset changes; the
+/// output of an item whose primary is gone is destroyed, and that item runs once more 10 s
+/// later (the first time) with nothing left to destroy.
+struct Offset {
+    runs: Arc<AtomicUsize>,
+    gone_runs: AtomicUsize,
+}
+
+impl Offset {
+    fn new(runs: &Arc<AtomicUsize>) -> Self {
+        Offset {
+            runs: runs.clone(),
+            gone_runs: AtomicUsize::new(0),
+        }
+    }
+}
+
+#[async_trait]
+impl QueueController for Offset {
+    fn name(&self) -> &str {
+        "Offset"
+    }
+    fn primary(&self) -> Input {
+        Input::weak_of::<A>()
+    }
+    fn secondary(&self) -> Vec<Input> {
+        vec![Input::weak_of::<Config>().with_id("offset")]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive_of::<C>()]
+    }
+    async fn map_input(
+        &self,
+        state: &ControllerState,
+        _resource: &SharedResource,
+    ) -> Result<Vec<Pointer>> {
+        state.items_of(&self.primary()).await
+    }
+    async fn reconcile(&self, state: &ControllerState, item: &Pointer) -> Result<Reconciled> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        let output = C::kind().pointer(item.id().to_string());
+        let input = match state.get_typed::<A>(item).await {
+            Ok(input) => input,
+            Err(e) if e.is_not_found() => {
+                state.destroy_output(&output).await?;
+                if self.gone_runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                    return Ok(Reconciled::RequeueAfter(Duration::from_secs(10)));
+                }
+                return Ok(Reconciled::Done);
+            }
+            Err(e) => return Err(e),
+        };
+        let offset = match state
+            .get_typed::<Config>(&Config::kind().pointer("offset"))
+            .await
+        {
+            Ok(config) => config.spec.value,
+            Err(e) if e.is_not_found() => 0,
+            Err(e) => return Err(e),
+        };
+        state
+            .modify_output(Resource::new(item.id().to_string(), C::default()), |r| {
+                r.spec.value = input.spec.value + offset;
+                Ok(())
+            })
+            .await?;
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_secondary_change_mapped_to_items_of_the_primary_reruns_every_item() {
+    let h = Harness::new();
+    let state = h.state();
+    for (id, value) in [("x", 1), ("y", 2), ("z", 3)] {
+        create(&state, id, A { value }).await;
+    }
+    let runs = Arc::new(AtomicUsize::new(0));
+    h.register_queue(Offset::new(&runs)).unwrap();
+    h.start().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+
+    create(&state, "offset", Config { value: 100 }).await;
+    h.settle().await;
+
+    assert_eq!(runs.load(Ordering::SeqCst), 6);
+    let values: Vec<i64> = h.list::<C>().await.iter().map(|c| c.spec.value).collect();
+    assert_eq!(values, [101, 102, 103]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn destroying_an_output_that_is_already_gone_succeeds() {
+    let h = Harness::new();
+    let state = h.state();
+    create(&state, "x", A { value: 1 }).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    h.register_queue(Offset::new(&runs)).unwrap();
+    h.start().await;
+    h.expect::<C>("x").await;
+
+    // The primary goes: its output is destroyed; the item runs again, with nothing left to
+    // destroy.
+    state.destroy(&a("x"), Default::default()).await.unwrap();
+    h.settle().await;
+    h.expect_absent::<C>("x").await;
+    h.advance(Duration::from_secs(10)).await;
+
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    assert!(h.failures().is_empty());
+    assert_eq!(h.status("Offset").await.errors, 0);
 }

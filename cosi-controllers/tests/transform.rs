@@ -286,6 +286,8 @@ async fn a_transform_maps_to_other_ids_and_namespaces() {
 #[tokio::test(start_paused = true)]
 async fn a_queue_transform_rejects_a_mapping_that_changes_the_id() {
     let h = Harness::new();
+    // The test provokes these failures.
+    h.expect_errors("Renamer");
     let t = Transform::<A, B>::new("Renamer", |a| {
         Some((
             Arc::from(format!("{}-renamed", a.metadata.id())),

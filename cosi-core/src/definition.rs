@@ -9,6 +9,8 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
+use crate::Kind;
+
 /// Whether readers need a special role to see resources of a type.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -90,6 +92,21 @@ impl ResourceDefinition {
     pub fn with_sensitivity(mut self, sensitivity: Sensitivity) -> Self {
         self.sensitivity = sensitivity;
         self
+    }
+
+    /// The kind of this type in its default namespace: where resources of a type found by name
+    /// are listed and watched.
+    ///
+    /// ```
+    /// use cosi_core::{Kind, ResourceDefinition};
+    /// let definition = ResourceDefinition::new("MachineConfigs.config.cosi.dev", "config");
+    /// assert_eq!(definition.kind(), Kind::new("config", "MachineConfigs.config.cosi.dev"));
+    /// ```
+    ///
+    /// Definitions are resources too: their own kind, as a [`ResourceSpec`](crate::ResourceSpec),
+    /// is `ResourceDefinition::definition().kind()`.
+    pub fn kind(&self) -> Kind {
+        Kind::new(&self.default_namespace, &self.resource_type)
     }
 
     /// The plural name: the type up to the first dot (`MachineConfigs`).

@@ -1,8 +1,8 @@
 //! The dynamic form of resources: every resource as a `{metadata, spec}` document in YAML or JSON,
 //! and the way back into typed resources through a [`Registry`].
 //!
-//! This is the only module of the workspace that touches YAML (`serde_yaml`, the maintained
-//! `serde_norway` fork), so a change of YAML library is a change of this file.
+//! YAML goes through [`crate::yaml`], the crate's one YAML module: text is held to its
+//! [`Limits`] before anything of it is decoded.
 //!
 //! # The document
 //!
@@ -44,6 +44,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::registry::spec_field;
+use crate::yaml::{self, Limits};
 use crate::{
     Annotations, AnyResource, DynamicResource, Error, Finalizers, Labels, Metadata, Phase, Pointer,
     Registry, Result, SharedResource, Version,
@@ -326,7 +327,7 @@ pub fn to_value(resource: &dyn AnyResource) -> Result<serde_json::Value> {
 /// ");
 /// ```
 pub fn to_yaml(resource: &dyn AnyResource) -> Result<String> {
-    serde_yaml::to_string(&document(resource)?).map_err(|e| write_error(resource, "YAML", e))
+    yaml::to_string(&document(resource)?).map_err(|e| write_error(resource, "YAML", e))
 }
 
 /// The resource as pretty-printed JSON.
@@ -385,6 +386,7 @@ pub enum UnknownTypes {
 pub struct Decoder<'r> {
     registry: &'r Registry,
     unknown_types: UnknownTypes,
+    limits: Limits,
 }
 
 impl<'r> Decoder<'r> {
@@ -399,6 +401,7 @@ impl<'r> Decoder<'r> {
         Decoder {
             registry,
             unknown_types: UnknownTypes::Reject,
+            limits: Limits::default(),
         }
     }
 
@@ -409,9 +412,30 @@ impl<'r> Decoder<'r> {
         self
     }
 
+    /// Sets the limits YAML text is held to ([`Limits::default`] unless set): text over a
+    /// limit is refused before anything of it is decoded.
+    ///
+    /// ```
+    /// use cosi_core::dynamic::Decoder;
+    /// use cosi_core::yaml::Limits;
+    /// let registry = cosi_core::Registry::new();
+    /// let tiny = Decoder::new(&registry).limits(Limits { max_bytes: 8, ..Limits::default() });
+    /// let err = tiny.decode_yaml("metadata: {}").unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "YAML document 1: invalid document: the YAML text is 12 bytes, more than the 8 accepted"
+    /// );
+    /// ```
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     /// Decodes a YAML stream: one or more documents separated by `---`; empty documents are
     /// skipped. Errors name the document (`YAML document 2`, counting from 1) or, once its
-    /// identity is known, the resource.
+    /// identity is known, the resource. Text over the decoder's [limits](Self::limits) and
+    /// text that is not YAML are reported by line and column; a value that does not fit by its
+    /// path.
     ///
     /// ```
     /// use cosi_core::dynamic::{Decoder, UnknownTypes};
@@ -426,29 +450,14 @@ impl<'r> Decoder<'r> {
     /// ```
     pub fn decode_yaml(&self, text: &str) -> Result<Vec<SharedResource>> {
         let mut resources = Vec::new();
-        for (i, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-            let subject = format!("YAML document {}", i + 1);
-            let parsed: Option<input::Document> = serde_path_to_error::deserialize(document)
-                .map_err(|err| {
-                    let path = err.path().to_string();
-                    let inner = err.into_inner();
-                    // A syntax error has no meaningful path (`.` or one ending in `?`): its
-                    // position says more.
-                    let pathless = path == "." || path.ends_with('?');
-                    let field = match inner.location() {
-                        Some(at) if pathless => {
-                            format!("line {} column {}", at.line(), at.column())
-                        }
-                        None if pathless => "document".to_string(),
-                        _ => path,
-                    };
-                    let message = without_path_prefix(&field, inner.to_string());
-                    Error::invalid(subject.as_str(), field, message)
-                })?;
+        yaml::read_documents(text, &self.limits, |index, read| {
+            let subject = format!("YAML document {}", index + 1);
+            let parsed: Option<input::Document> = read.map_err(|err| read_error(&subject, err))?;
             if let Some(parsed) = parsed {
                 resources.push(self.build(&subject, parsed)?);
             }
-        }
+            Ok::<_, Error>(())
+        })?;
         Ok(resources)
     }
 
@@ -559,20 +568,33 @@ impl<'r> Decoder<'r> {
     }
 }
 
-/// `serde_yaml` starts its messages with its own idea of the path (`metadata.version: ...`);
-/// the error's field already says where, so that prefix goes.
-fn without_path_prefix(field: &str, message: String) -> String {
-    let Some((prefix, rest)) = message.split_once(": ") else {
-        return message;
+/// A YAML reading error as an invalid argument of `subject`: a limit or a document that is not
+/// YAML at all is reported at its line and column; a value that does not fit at its path
+/// (or its position, where the path says nothing).
+fn read_error(subject: &str, err: yaml::ReadError) -> Error {
+    let at = |location: Option<yaml::Location>| match location {
+        Some(at) => format!("line {} column {}", at.line, at.column),
+        None => "document".to_string(),
     };
-    let is_path_prefix = field == prefix
-        || field
-            .strip_prefix(prefix)
-            .is_some_and(|tail| tail.starts_with(['.', '[']));
-    if is_path_prefix {
-        rest.to_string()
-    } else {
-        message
+    match err {
+        yaml::ReadError::Limit(limit) => Error::invalid(subject, at(limit.location), limit.message),
+        yaml::ReadError::Unreadable {
+            location, message, ..
+        } => Error::invalid(subject, at(location), message),
+        yaml::ReadError::Value {
+            path,
+            location,
+            message,
+            ..
+        } => {
+            // A path of `.` or one ending in `?` names nothing: the position says more.
+            let field = if path == "." || path.ends_with('?') {
+                at(location)
+            } else {
+                path
+            };
+            Error::invalid(subject, field, message)
+        }
     }
 }
 

@@ -49,7 +49,27 @@ pub enum Error {
         actual: Version,
     },
     /// The writer is not the resource's owner.
-    #[error("{pointer}: owner conflict: owned by {}, written by {}", display_owner(.owner), display_owner(.writer))]
+    ///
+    /// ```
+    /// use cosi_core::{Error, Pointer};
+    /// let pointer = Pointer::new("runtime", "Services.runtime.cosi.dev", "etcd");
+    /// let user_write = Error::OwnerConflict {
+    ///     pointer: pointer.clone(),
+    ///     owner: Some("ServiceController".into()),
+    ///     writer: None,
+    /// };
+    /// assert_eq!(
+    ///     user_write.to_string(),
+    ///     "runtime/Services.runtime.cosi.dev/etcd: owner conflict: owned by ServiceController; \
+    ///      this write has no owner — change ServiceController's inputs instead"
+    /// );
+    /// let other = Error::OwnerConflict { pointer, owner: Some("A".into()), writer: Some("B".into()) };
+    /// assert_eq!(
+    ///     other.to_string(),
+    ///     "runtime/Services.runtime.cosi.dev/etcd: owner conflict: owned by \"A\", written by \"B\""
+    /// );
+    /// ```
+    #[error("{pointer}: owner conflict: {}", owner_conflict(.owner, .writer))]
     OwnerConflict {
         /// The resource.
         pointer: Pointer,
@@ -69,7 +89,21 @@ pub enum Error {
         actual: Phase,
     },
     /// A destroy found finalizers still present.
-    #[error("{pointer}: finalizers pending: {}", finalizers.iter().cloned().collect::<Vec<_>>().join(", "))]
+    ///
+    /// ```
+    /// use cosi_core::{Error, Finalizers, Pointer};
+    /// let err = Error::PendingFinalizers {
+    ///     pointer: Pointer::new("ns", "Volumes.test.cosi.dev", "v"),
+    ///     finalizers: Finalizers::from(["MountController".to_string()]),
+    /// };
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "ns/Volumes.test.cosi.dev/v: finalizers pending: MountController; tear it down first \
+    ///      (StateExt::teardown) and destroy it once they are removed, or let \
+    ///      StateExt::teardown_and_destroy do both, waiting for them"
+    /// );
+    /// ```
+    #[error("{pointer}: finalizers pending: {}; tear it down first (StateExt::teardown) and destroy it once they are removed, or let StateExt::teardown_and_destroy do both, waiting for them", finalizers.iter().cloned().collect::<Vec<_>>().join(", "))]
     PendingFinalizers {
         /// The resource.
         pointer: Pointer,
@@ -123,6 +157,21 @@ pub enum Error {
         #[source]
         source: Option<Source>,
     },
+}
+
+/// An owner conflict in words; a write without an owner (a user's) to a controller's resource
+/// says what to do instead: the controller rewrites it from its inputs.
+fn owner_conflict(owner: &Option<String>, writer: &Option<String>) -> String {
+    match (owner, writer) {
+        (Some(owner), None) => {
+            format!("owned by {owner}; this write has no owner — change {owner}'s inputs instead")
+        }
+        _ => format!(
+            "owned by {}, written by {}",
+            display_owner(owner),
+            display_owner(writer)
+        ),
+    }
 }
 
 fn display_owner(owner: &Option<String>) -> String {

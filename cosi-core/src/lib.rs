@@ -2,7 +2,9 @@
 //!
 //! The resource model of a COSI-style runtime: typed, versioned resources identified by
 //! `(namespace, type, id)`, the [`State`] trait that every backend implements, the helpers derived
-//! from it ([`StateExt`]), label and id queries, resource definitions and the error type.
+//! from it ([`StateExt`]), label and id queries, resource definitions and their [`Registry`], the
+//! `{metadata, spec}` YAML and JSON form tools work on, the limits YAML from outside is held to,
+//! and the error type.
 //!
 //! This crate knows no backend and no runtime: backends live in `cosi-state`, controllers in
 //! `cosi-controllers`.
@@ -18,6 +20,8 @@
 //!   [`validate_label_key`] and [`validate_label_value`] check Kubernetes label syntax.
 //! - [`Registry`] knows the resource types by name and alias; [`dynamic`] writes any resource as
 //!   `{metadata, spec}` YAML or JSON and decodes such documents back into typed resources;
+//!   [`yaml`] holds YAML from outside to size, nesting and alias-expansion limits (every YAML
+//!   entry point of the workspace checks with it);
 //!   [`Columns`] turns a resource into the cells of its definition's print columns, and (with
 //!   the `table` feature) `table` prints resources as a text table.
 
@@ -39,6 +43,7 @@ mod state;
 mod state_ext;
 #[cfg(feature = "table")]
 pub mod table;
+pub mod yaml;
 
 pub use bookmark::Bookmark;
 pub use columns::Columns;

@@ -405,7 +405,7 @@ impl Registry {
     /// # let state = cosi_state::MemoryState::default();
     /// let registry = Registry::new();
     /// registry.publish(&state).await.unwrap();
-    /// let published = state.list(&ResourceDefinition::kind(), &ListOptions::default()).await.unwrap();
+    /// let published = state.list(&ResourceDefinition::definition().kind(), &ListOptions::default()).await.unwrap();
     /// assert_eq!(published[0].metadata().id(), "ResourceDefinitions.meta.cosi.dev");
     /// # });
     /// ```
@@ -425,10 +425,7 @@ impl Registry {
                 })
                 .await?;
         }
-        for stale in state
-            .list(&ResourceDefinition::kind(), &ListOptions::default())
-            .await?
-        {
+        for stale in state.list(&own.kind(), &ListOptions::default()).await? {
             let metadata = stale.metadata();
             let id = metadata.id();
             if metadata.owner() == Some(PUBLISHER) && id != own.resource_type && !self.contains(id)

@@ -269,6 +269,32 @@ fn yaml_syntax_error_names_where_it_is() {
 }
 
 #[test]
+fn yaml_scan_error_inside_metadata_is_reported_at_its_position() {
+    let yaml = "metadata:\n  type: svc\n  id: a\n  labels: {app: web\nspec: {}\n";
+    let (subject, field, message) = invalid_parts(registry().decode_yaml(yaml).unwrap_err());
+    assert_eq!(subject, "YAML document 1");
+    assert_eq!(field, "line 5 column 5");
+    assert_eq!(
+        message,
+        "did not find expected ',' or '}' at line 5 column 5, while parsing a flow mapping at \
+         line 4 column 11"
+    );
+}
+
+#[test]
+fn yaml_scan_error_in_a_later_document_is_reported_at_its_position() {
+    let yaml =
+        "metadata: {type: hostname, id: a}\nspec: x\n---\nmetadata: {type: hostname, id: 'b}\n";
+    let (subject, field, message) = invalid_parts(registry().decode_yaml(yaml).unwrap_err());
+    assert_eq!(subject, "YAML document 2");
+    assert_eq!(field, "line 5 column 1");
+    assert!(
+        message.starts_with("found unexpected end of stream"),
+        "{message}"
+    );
+}
+
+#[test]
 fn bad_document_anywhere_in_the_stream_fails_the_whole_decode() {
     let yaml = "metadata: {type: hostname, id: a}\nspec: x\n---\nmetadata: {type: hostname, id: ''}\nspec: y\n";
     let (subject, field, message) = invalid_parts(registry().decode_yaml(yaml).unwrap_err());

@@ -23,7 +23,10 @@ impl ResourceSpec for Hostname {
 
 async fn published(state: &MemoryState) -> Vec<(String, u64, Vec<String>)> {
     state
-        .list_typed::<ResourceDefinition>(&ResourceDefinition::kind(), &ListOptions::default())
+        .list_typed::<ResourceDefinition>(
+            &ResourceDefinition::definition().kind(),
+            &ListOptions::default(),
+        )
         .await
         .unwrap()
         .iter()

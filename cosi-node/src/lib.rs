@@ -4,9 +4,9 @@
 //! in, each split into plain resource types and the controllers that derive them.
 //!
 //! Every type name uses the project's one domain, `cosi.dev`, and lives in one of the
-//! [`namespaces`] below. The families arrive one module each: the machine config, services and
-//! their process supervisor ([`services`]), network addresses, and cluster members; [`node`]
-//! composes them into the node a daemon runs.
+//! [`namespaces`] below. The families are one module each: the machine config ([`config`]),
+//! services and their process supervisor ([`services`]), network addresses ([`network`]), and
+//! cluster members ([`cluster`]); [`node`] composes them into the node a daemon runs.
 
 pub mod cluster;
 pub mod config;

@@ -134,11 +134,7 @@ async fn the_identity_survives_a_restart_on_the_disk_backend() {
                 .clone(),
         );
         engine.shutdown().await;
-        drop(engine);
-        Arc::try_unwrap(disk)
-            .expect("the engine let go of the store")
-            .close()
-            .await;
+        disk.close().await;
     }
     assert_eq!(ids[0], ids[1]);
 }

@@ -102,6 +102,23 @@ fn patch_delete_removes_a_list_item_selected_by_its_first_key() {
 }
 
 #[test]
+fn list_items_of_one_patch_apply_in_order_so_a_deleted_interface_comes_back_new() {
+    let config = ok(&["machine:\n  network:\n    interfaces:\n    - interface: eth0\n      $patch: delete\n    - interface: eth0\n      mtu: 1400\n"]);
+    let interfaces = &config.machine().network.interfaces;
+    assert_eq!(interfaces.len(), 1);
+    assert_eq!(interfaces[0].mtu, Some(1400));
+    assert!(interfaces[0].addresses.is_empty());
+}
+
+#[test]
+fn a_list_delete_selects_by_what_earlier_items_of_the_patch_merged() {
+    // The first delete finds no item with mtu 1300; the merge gives eth0 one; the second
+    // delete finds it.
+    let config = ok(&["machine:\n  network:\n    interfaces:\n    - mtu: 1300\n      $patch: delete\n    - interface: eth0\n      mtu: 1300\n    - mtu: 1300\n      $patch: delete\n"]);
+    assert!(config.machine().network.interfaces.is_empty());
+}
+
+#[test]
 fn patch_delete_removes_a_whole_named_document() {
     let config = ok(&["apiVersion: v1alpha1\nkind: ServiceConfig\nname: web\n$patch: delete\n"]);
     assert!(config.services().is_empty());

@@ -150,6 +150,7 @@ async fn a_spec_stays_tearing_down_while_its_address_cannot_be_removed() {
         .unwrap();
     harness.settle().await;
     backend.fail_next(BackendOperation::Remove, 2);
+    harness.expect_errors("AddressSpecController");
 
     // When the operator withdraws it
     operator::remove_address(&*state, "eth0", net("192.0.2.8/24"))
@@ -182,6 +183,7 @@ async fn a_failed_add_is_retried_after_backoff() {
     // Given a backend that fails the next add
     let (harness, backend) = start("").await;
     backend.fail_next(BackendOperation::Add, 1);
+    harness.expect_errors("AddressSpecController");
 
     // When the operator states an address
     operator::add_address(&*harness.state(), "eth0", net("192.0.2.9/24"))

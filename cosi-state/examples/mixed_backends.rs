@@ -74,12 +74,10 @@ async fn main() -> cosi_core::Result<()> {
         count(&state, ServiceStatus::kind()).await?
     );
 
-    // Shut down: release the store file, then drop the in-memory state with the router.
+    // Shut down: release the store file (the router still holds the store; later writes to it
+    // would fail), then drop the in-memory state with the router.
+    disk.close().await;
     drop(state);
-    Arc::try_unwrap(disk)
-        .expect("the router was dropped, so this is the last handle")
-        .close()
-        .await;
 
     // Second boot: configuration is back from disk, runtime state starts empty.
     let (_disk, state) = node_state(&path).await?;

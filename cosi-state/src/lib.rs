@@ -1,7 +1,9 @@
 //! # cosi-state
 //!
 //! Implementations of [`cosi_core::State`]: in memory, on disk (redb), a namespaced router that
-//! sends each namespace to its own backend, and (behind the `etcd` feature) a distributed backend.
+//! sends each namespace to its own backend, and (behind the `etcd` feature) a distributed backend;
+//! and (behind the `conformance` feature) the conformance suite and model test every backend
+//! passes.
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

@@ -10,6 +10,9 @@
 //! - `node-kubelet`: the workload the daemon runs for the config's kubelet image.
 //! - `demo`: watches a kind, creates, updates and destroys resources, then prints what the
 //!   watcher saw, the resources as a table and one as YAML, on the in-memory state.
+//! - `controllers STATE_DIR`: a transform and a queue controller under the `Engine` on the
+//!   disk store, until Ctrl-C or SIGTERM; then a graceful shutdown and the store closed
+//!   (`DiskState::close`), so the next start finds what this one derived.
 //!
 //! The library holds what joins `cosi-node` to `cosi-api`, for the daemon and its tests:
 //! [`machine::NodeMachine`], the node behind the API's machine service.

@@ -149,8 +149,6 @@ async fn store_load(path: &Path, writers: usize, n: usize) -> Result<Duration, W
             .map_err(|e| WorkloadError::new(format!("writer task: {e}")))??;
     }
     let elapsed = start.elapsed();
-    let state =
-        Arc::try_unwrap(state).map_err(|_| WorkloadError::new("a writer still holds the store"))?;
     state.close().await;
 
     let reopened = disk_state(path).await?;

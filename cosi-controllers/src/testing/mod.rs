@@ -15,6 +15,16 @@
 //! then assert on resources ([`Harness::expect`], [`Harness::expect_absent`], [`Harness::get`])
 //! and on counters ([`Harness::status`]). No sleeps; the result does not depend on timing.
 //!
+//! # Failures fail the test
+//!
+//! A controller failure the test did not expect — a reconcile, hook or mapping that returns an
+//! error or panics, or an access violation, even one the controller goes on from — makes the
+//! next [`Harness::settle`] (or [`Harness::quiesce`], and so `start` and `advance`) panic with
+//! the failure's message: a test cannot pass while a controller quietly fails and retries. A
+//! test that provokes failures says which controllers may fail with
+//! [`Harness::expect_errors`], or that any may with [`Harness::allow_errors`], and checks what
+//! happened with [`Harness::failures`] or the controllers' [`Harness::status`].
+//!
 //! # Settling
 //!
 //! Controller tasks, shared kind watches and the status publisher all run on the test's
@@ -26,7 +36,8 @@
 //! reaches it. A controller that never converges (every reconcile writes again) makes `settle`
 //! panic with the names of the busy controllers instead of hanging.
 //!
-//! Use `#[tokio::test(start_paused = true)]` (a current-thread runtime with a paused clock).
+//! Use `#[tokio::test(start_paused = true)]` (a current-thread runtime with a paused clock);
+//! [`Harness::advance`] on a clock that is not paused panics saying so.
 //!
 //! # Example: a complete controller test
 //!
@@ -105,6 +116,7 @@
 //! #     .block_on(fqdn_follows_hostname());
 //! ```
 
+mod failures;
 mod faults;
 
 use std::sync::Arc;
@@ -113,7 +125,11 @@ use std::time::Duration;
 use cosi_core::{AnyResource, Pointer, Resource, ResourceSpec, SharedResource, State, StateExt};
 use cosi_state::{MemoryOptions, MemoryState};
 
+pub use failures::ControllerFailure;
 pub use faults::FaultyState;
+
+use crate::catch_panic::CatchPanic;
+use failures::Failures;
 
 /// Options for a [`cosi_state::DiskState`] used under the harness's paused clock: writes wait
 /// for their commit in a blocking task ([`cosi_state::DiskOptions::paused_clock`]), so that the
@@ -142,11 +158,42 @@ const BLOCKED_PASSES: usize = 256;
 /// Scheduler passes after which `settle` gives up on a system that never goes idle.
 const MAX_PASSES: usize = 500_000;
 
-/// Runs controllers for a test. See the module docs.
+/// Runs controllers for a test on an in-memory state and a paused clock; see the
+/// [module docs](self) for how a test drives it and how controller failures fail the test.
+///
+/// ```
+/// use cosi_controllers::testing::Harness;
+/// use cosi_controllers::Transform;
+/// use cosi_core::{CreateOptions, Resource, ResourceSpec, State};
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
+/// # struct A { n: u32 }
+/// # impl ResourceSpec for A { const TYPE: &'static str = "As.test.cosi.dev"; const DEFAULT_NAMESPACE: &'static str = "test"; }
+/// # #[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
+/// # struct B { n: u32 }
+/// # impl ResourceSpec for B { const TYPE: &'static str = "Bs.test.cosi.dev"; const DEFAULT_NAMESPACE: &'static str = "test"; }
+/// // In a test file: #[tokio::test(start_paused = true)]
+/// async fn a_failing_controller_is_expected() {
+///     let harness = Harness::new();
+///     harness.register(Transform::<A, B>::same_id("AtoB", |a: &A| Some(B { n: a.n }))).unwrap();
+///     harness.start().await;
+///     // The test provokes failures of AtoB: its writes of B fail once.
+///     harness.expect_errors("AtoB");
+///     harness.faults().fail_nth_write(B::TYPE, 1);
+///     let a = Resource::new("x", A { n: 1 });
+///     harness.state().create(a.into_shared(), CreateOptions::default()).await.unwrap();
+///     harness.settle().await;
+///     assert_eq!(harness.failures()[0].kind, "backend");
+///     harness.shutdown().await;
+/// }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap()
+/// #     .block_on(a_failing_controller_is_expected());
+/// ```
 #[derive(Debug)]
 pub struct Harness {
     state: Arc<FaultyState>,
     engine: Engine,
+    failures: Arc<Failures>,
 }
 
 impl Default for Harness {
@@ -172,7 +219,30 @@ impl Harness {
         let memory: Arc<dyn State> = Arc::new(MemoryState::new(memory));
         let state = Arc::new(FaultyState::new(memory));
         let engine = Engine::with_options(state.clone(), options);
-        Harness { state, engine }
+        let failures = Failures::new();
+        engine.on_failure(failures.sink());
+        Harness {
+            state,
+            engine,
+            failures,
+        }
+    }
+
+    /// Says that the test provokes failures of `controller`: they no longer fail
+    /// [`Harness::settle`] (they are still recorded, see [`Harness::failures`]). Call it before
+    /// the failures happen; a failure of another controller still fails the test.
+    pub fn expect_errors(&self, controller: &str) {
+        self.failures.expect_of(controller);
+    }
+
+    /// Says that any controller may fail: no failure fails [`Harness::settle`] from now on.
+    pub fn allow_errors(&self) {
+        self.failures.expect_all();
+    }
+
+    /// Every controller failure seen so far, in order (the first 1,024).
+    pub fn failures(&self) -> Vec<ControllerFailure> {
+        self.failures.seen()
     }
 
     /// The state as a user sees it (no access rules; faults apply).
@@ -209,13 +279,15 @@ impl Harness {
         self.settle().await;
     }
 
-    /// Returns once every controller is idle and nothing is due now. See the module docs.
+    /// Returns once every controller is idle and nothing is due now (see the
+    /// [module docs](self#settling)).
     ///
     /// # Panics
     ///
-    /// If the controllers do not go idle within a generous number of scheduler passes (a
-    /// reconcile loop that never converges, or a reconcile waiting for something only the test
-    /// can provide).
+    /// With the failure's message, if a controller failed in a way the test did not expect
+    /// ([`Harness::expect_errors`]); if the controllers do not go idle within a generous number
+    /// of scheduler passes (a reconcile loop that never converges, or a reconcile waiting for
+    /// something only the test can provide).
     pub async fn settle(&self) {
         let mut quiet = 0;
         let mut last = self.engine.activity();
@@ -225,6 +297,7 @@ impl Harness {
             if self.engine.is_idle() && now == last {
                 quiet += 1;
                 if quiet >= QUIET_PASSES {
+                    self.failures.check("settle");
                     return;
                 }
             } else {
@@ -232,6 +305,7 @@ impl Harness {
                 last = now;
             }
         }
+        self.failures.check("settle");
         panic!(
             "settle: the engine did not go idle after {MAX_PASSES} scheduler passes; \
              statuses: {:?}",
@@ -261,6 +335,7 @@ impl Harness {
             }
             quiet += 1;
             if (quiet >= QUIET_PASSES && self.engine.is_idle()) || quiet >= BLOCKED_PASSES {
+                self.failures.check("quiesce");
                 return;
             }
         }
@@ -268,15 +343,24 @@ impl Harness {
 
     /// Advances the paused clock by `duration`, firing every timer that becomes due, then
     /// settles (strictly: every controller must end up idle).
+    ///
+    /// # Panics
+    ///
+    /// If the clock is not paused (the test needs `#[tokio::test(start_paused = true)]`), and
+    /// as [`Harness::settle`] does.
     pub async fn advance(&self, duration: Duration) {
-        tokio::time::advance(duration).await;
+        advance_paused_clock(duration).await;
         self.settle().await;
     }
 
     /// Advances the paused clock by `duration`, then [`Harness::quiesce`]s: for tests whose
     /// reconciles span virtual time.
+    ///
+    /// # Panics
+    ///
+    /// As [`Harness::advance`].
     pub async fn advance_quiesce(&self, duration: Duration) {
-        tokio::time::advance(duration).await;
+        advance_paused_clock(duration).await;
         self.quiesce().await;
     }
 
@@ -358,6 +442,18 @@ impl Harness {
             .unwrap_or_else(|e| panic!("status of {controller}: {e}"))
             .spec
             .clone()
+    }
+}
+
+/// Moves tokio's paused clock, or panics with what the test must change: tokio's own message
+/// ("time is not frozen") does not say.
+async fn advance_paused_clock(duration: Duration) {
+    if let Err(message) = CatchPanic::new(tokio::time::advance(duration)).await {
+        panic!(
+            "advance: the tokio clock is not paused ({message}). Run the test on a paused \
+             clock: `#[tokio::test(start_paused = true)]`, or a current-thread runtime built \
+             with `.start_paused(true)`."
+        );
     }
 }
 

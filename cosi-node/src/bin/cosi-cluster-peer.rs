@@ -168,10 +168,7 @@ async fn run(args: Args) -> Result<(), String> {
     engine.start();
     let outcome = report(identity, members).await;
     engine.shutdown().await;
-    drop(engine);
-    if let Ok(disk) = Arc::try_unwrap(disk) {
-        disk.close().await;
-    }
+    disk.close().await;
     outcome
 }
 

@@ -30,6 +30,8 @@
 //! The result is decoded strictly: a patch that makes the config ill-formed is rejected with
 //! the offending field's path.
 
+use std::collections::HashMap;
+
 use json_patch::PatchOperation;
 
 use super::document::{self, DocumentId, Documents, API_VERSION};
@@ -269,27 +271,128 @@ fn merge_list(
         *base = replaced;
         return Ok(());
     }
+    // Items are worked on in place, a deleted one leaving a hole, so that positions stay valid
+    // for the lookup; the holes close at the end.
+    let mut items: Vec<Option<Node>> = std::mem::take(base).into_iter().map(Some).collect();
+    let mut lookup = ItemLookup::default();
     for (i, item) in patch.into_iter().enumerate() {
         let item_at = join_index(&at, i);
         if delete_directive(&item, &item_at)? {
             let (key, value) = selector(&item, &item_at)?;
-            base.retain(|b| b.as_map().and_then(|m| m.get(&key)) != Some(&value));
+            for position in lookup.take(&items, &key, &value) {
+                items[position] = None;
+            }
             continue;
         }
         if let ListRule::Keyed(key) = rule {
             let wanted = item.as_map().and_then(|m| m.get(key)).cloned();
-            let existing = wanted.as_ref().and_then(|wanted| {
-                base.iter_mut()
-                    .find(|b| b.as_map().and_then(|m| m.get(key)) == Some(wanted))
-            });
-            if let Some(existing) = existing {
-                merge(existing, item, id, path)?;
+            if let Some(position) = wanted.and_then(|wanted| lookup.first(&items, key, &wanted)) {
+                let before = lookup.values_of(&items, position);
+                if let Some(existing) = items[position].as_mut() {
+                    merge(existing, item, id, path)?;
+                }
+                lookup.moved(&items, position, before);
                 continue;
             }
         }
-        base.push(strip(item, &item_at)?);
+        items.push(Some(strip(item, &item_at)?));
+        lookup.added(&items, items.len() - 1);
     }
+    *base = items.into_iter().flatten().collect();
     Ok(())
+}
+
+/// Where the items of a list are, by the value they hold under a key: a keyed merge or a
+/// `$patch: delete` finds its items without a scan, so a long patch of a long list stays
+/// linear. A key's index is built when first asked for and kept current through every change.
+#[derive(Default)]
+struct ItemLookup {
+    /// Key → the exact text of a value ([`value_key`]) → positions of the items holding it
+    /// under that key, in list order. A position may be a hole (a deleted item).
+    by_key: HashMap<String, HashMap<String, Vec<usize>>>,
+}
+
+/// An exact text of a value: equal texts for equal values only.
+fn value_key(value: &Node) -> String {
+    format!("{value:?}")
+}
+
+impl ItemLookup {
+    fn index(&mut self, items: &[Option<Node>], key: &str) -> &mut HashMap<String, Vec<usize>> {
+        self.by_key.entry(key.to_string()).or_insert_with(|| {
+            let mut index: HashMap<String, Vec<usize>> = HashMap::new();
+            for (position, item) in items.iter().enumerate() {
+                if let Some(value) = item.as_ref().and_then(|i| i.as_map()?.get(key)) {
+                    index.entry(value_key(value)).or_default().push(position);
+                }
+            }
+            index
+        })
+    }
+
+    /// The first item holding `value` under `key`.
+    fn first(&mut self, items: &[Option<Node>], key: &str, value: &Node) -> Option<usize> {
+        let positions = self.index(items, key).get(&value_key(value))?;
+        positions.iter().copied().find(|&p| items[p].is_some())
+    }
+
+    /// Every item holding `value` under `key`, forgotten under that key (the caller deletes
+    /// them; other keys skip the holes).
+    fn take(&mut self, items: &[Option<Node>], key: &str, value: &Node) -> Vec<usize> {
+        let positions = self.index(items, key).remove(&value_key(value));
+        positions
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|&p| items[p].is_some())
+            .collect()
+    }
+
+    /// The values the item at `position` holds under every indexed key.
+    fn values_of(&self, items: &[Option<Node>], position: usize) -> Vec<(String, Option<String>)> {
+        let map = items[position].as_ref().and_then(Node::as_map);
+        self.by_key
+            .keys()
+            .map(|key| (key.clone(), map.and_then(|m| m.get(key)).map(value_key)))
+            .collect()
+    }
+
+    /// The item at `position` changed (it was merged into): file it under its new values.
+    fn moved(
+        &mut self,
+        items: &[Option<Node>],
+        position: usize,
+        before: Vec<(String, Option<String>)>,
+    ) {
+        let after = self.values_of(items, position);
+        for ((key, old), (_, new)) in before.into_iter().zip(after) {
+            if old == new {
+                continue;
+            }
+            let Some(index) = self.by_key.get_mut(&key) else {
+                continue;
+            };
+            if let Some(positions) = old.and_then(|old| index.get_mut(&old)) {
+                positions.retain(|&p| p != position);
+            }
+            if let Some(new) = new {
+                let positions = index.entry(new).or_default();
+                let at = positions.partition_point(|&p| p < position);
+                positions.insert(at, position);
+            }
+        }
+    }
+
+    /// An item was appended at `position`.
+    fn added(&mut self, items: &[Option<Node>], position: usize) {
+        let Some(map) = items[position].as_ref().and_then(Node::as_map) else {
+            return;
+        };
+        for (key, index) in &mut self.by_key {
+            if let Some(value) = map.get(key) {
+                index.entry(value_key(value)).or_default().push(position);
+            }
+        }
+    }
 }
 
 /// The `key: value` a `$patch: delete` list item selects by: its first other entry.

@@ -28,10 +28,20 @@ pub enum Node {
 }
 
 /// A map with string keys that keeps its order. Keys are unique (reading enforces it, and
-/// [`Map::insert`] replaces in place).
-#[derive(Clone, PartialEq, Debug, Default)]
+/// [`Map::insert`] replaces in place). Two maps are equal when they hold the same entries in
+/// the same order.
+///
+/// Lookups take constant time: a config or patch from outside may hold a map with a hundred
+/// thousand keys, and reading or merging it must stay linear.
+#[derive(Clone, Debug, Default)]
 pub struct Map {
-    entries: Vec<(String, Node)>,
+    entries: indexmap::IndexMap<String, Node>,
+}
+
+impl PartialEq for Map {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries.len() == other.entries.len() && self.entries.iter().eq(other.entries.iter())
+    }
 }
 
 impl Map {
@@ -42,29 +52,22 @@ impl Map {
 
     /// The value under `key`.
     pub fn get(&self, key: &str) -> Option<&Node> {
-        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+        self.entries.get(key)
     }
 
     /// The value under `key`, mutably.
     pub fn get_mut(&mut self, key: &str) -> Option<&mut Node> {
-        self.entries
-            .iter_mut()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v)
+        self.entries.get_mut(key)
     }
 
     /// Sets `key` (in place when present, at the end otherwise).
     pub fn insert(&mut self, key: String, value: Node) {
-        match self.get_mut(&key) {
-            Some(slot) => *slot = value,
-            None => self.entries.push((key, value)),
-        }
+        self.entries.insert(key, value);
     }
 
     /// Removes `key`, returning its value.
     pub fn remove(&mut self, key: &str) -> Option<Node> {
-        let at = self.entries.iter().position(|(k, _)| k == key)?;
-        Some(self.entries.remove(at).1)
+        self.entries.shift_remove(key)
     }
 
     /// The entries in order.
@@ -85,7 +88,7 @@ impl Map {
 
 impl IntoIterator for Map {
     type Item = (String, Node);
-    type IntoIter = std::vec::IntoIter<(String, Node)>;
+    type IntoIter = indexmap::map::IntoIter<String, Node>;
     fn into_iter(self) -> Self::IntoIter {
         self.entries.into_iter()
     }
@@ -240,7 +243,7 @@ impl<'de> Visitor<'de> for NodeVisitor {
                 return Err(de::Error::custom(format!("duplicate key {key:?}")));
             }
             let value = access.next_value()?;
-            map.entries.push((key, value));
+            map.entries.insert(key, value);
         }
         Ok(Node::Map(map))
     }

@@ -2,9 +2,11 @@
 //! `serde_norway` fork): a stream of documents read into [`Node`] trees, and serde values
 //! written back as a stream. A change of YAML library is a change of this file.
 //!
-//! Reading is bounded: the text may hold at most [`MAX_DOCUMENTS`] documents, nesting and alias
-//! expansion are bounded by the library (a "billion laughs" is an error), and an empty document
-//! (`---` alone, or only comments) is skipped.
+//! Reading is bounded: the text is first held to the workspace's YAML limits
+//! ([`cosi_core::yaml::check`]: size, nesting depth, and values with aliases expanded, so deep
+//! nesting and a "billion laughs" are refused before anything is built), it may hold at most
+//! [`MAX_DOCUMENTS`] documents, and an empty document (`---` alone, or only comments) is
+//! skipped.
 
 use serde::Serialize;
 
@@ -25,6 +27,10 @@ pub struct YamlError {
 /// Reads every non-empty document of `text`.
 pub fn read_documents(text: &str) -> Result<Vec<Node>, YamlError> {
     use serde::Deserialize;
+    cosi_core::yaml::check(text).map_err(|e| YamlError {
+        document: e.document,
+        message: e.to_string(),
+    })?;
     let mut documents = Vec::new();
     for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
         if index >= MAX_DOCUMENTS {

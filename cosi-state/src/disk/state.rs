@@ -2,7 +2,7 @@
 //! in-memory collections; writes go to the committer and return once it acknowledges them.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use async_trait::async_trait;
 use cosi_core::{
@@ -54,7 +54,9 @@ use crate::memory::Collections;
 pub struct DiskState {
     path: PathBuf,
     collections: Arc<Collections>,
-    queue: mpsc::Sender<WriteRequest>,
+    /// Where writes go; `None` once [`DiskState::close`] began (the committer ends when the
+    /// last sender is gone, so a writer holds a clone only while it hands its write over).
+    queue: RwLock<Option<mpsc::Sender<WriteRequest>>>,
     /// Resolves (with an error: its sender is dropped, never used) once the committer thread
     /// has finished the accepted writes and released the file.
     committer_done: Mutex<Option<oneshot::Receiver<()>>>,
@@ -124,7 +126,7 @@ impl DiskState {
         Ok(DiskState {
             path,
             collections,
-            queue,
+            queue: RwLock::new(Some(queue)),
             committer_done: Mutex::new(Some(committer_done)),
             paused_clock,
         })
@@ -136,21 +138,51 @@ impl DiskState {
     }
 
     /// Finishes the writes already accepted, then releases the file (and its lock), so that it
-    /// can be reopened in this process. Dropping the store releases it too, but asynchronously.
-    pub async fn close(self) {
-        let DiskState {
-            queue,
-            committer_done,
-            paused_clock,
-            ..
-        } = self;
-        drop(queue);
-        let done = committer_done
-            .into_inner()
-            .unwrap_or_else(PoisonError::into_inner);
+    /// can be reopened in this process. Later writes fail with a non-retryable
+    /// [`Error::Backend`] saying the store is closed; reads and watches still see the contents.
+    ///
+    /// It takes `&self`, so a store shared with an engine or a server is closed through any of
+    /// its handles once they stop writing; a second call returns at once. Dropping the last
+    /// handle releases the file too, but without waiting for it.
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// use std::sync::Arc;
+    /// use cosi_core::{CreateOptions, DynamicResource, Metadata, Pointer, Registry, State};
+    /// use cosi_state::{DiskOptions, DiskState};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("state.redb");
+    /// let registry = Arc::new(Registry::new());
+    /// let state = Arc::new(DiskState::open(&path, DiskOptions::default(), registry.clone()).await.unwrap());
+    /// let shared: Arc<dyn State> = state.clone();
+    /// state.close().await;
+    ///
+    /// let note = DynamicResource {
+    ///     metadata: Metadata::new(Pointer::new("ns", "Notes.test.cosi.dev", "n")),
+    ///     spec: serde_json::json!("hi"),
+    /// };
+    /// let err = shared.create(std::sync::Arc::new(note), CreateOptions::default()).await.unwrap_err();
+    /// assert!(err.to_string().ends_with("is closed"), "{err}");
+    /// // The file is free again while the old handles live on.
+    /// let reopened = DiskState::open(&path, DiskOptions::default(), registry).await.unwrap();
+    /// reopened.close().await;
+    /// # });
+    /// ```
+    pub async fn close(&self) {
+        drop(
+            self.queue
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        let done = self
+            .committer_done
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         if let Some(done) = done {
             // Resolves when the thread ends, also by a panic (which unwinds and drops the file).
-            let _ = wait_for_committer(done, paused_clock).await;
+            let _ = wait_for_committer(done, self.paused_clock).await;
         }
     }
 
@@ -162,10 +194,17 @@ impl DiskState {
             retryable: false,
             source: None,
         };
-        self.queue
+        let queue = self
+            .queue
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(closed)?;
+        queue
             .send(WriteRequest { op, reply })
             .await
             .map_err(|_| closed())?;
+        drop(queue);
         wait_for_committer(outcome, self.paused_clock)
             .await
             .map_err(|_| closed())?
