@@ -25,6 +25,7 @@ async fn disk_with(options: DiskOptions) -> Subject {
         memory: MemoryOptions {
             history: HISTORY_WINDOW,
             max_destroy_markers: MIN_DESTROY_MARKERS,
+            ..MemoryOptions::default()
         },
         ..options
     };

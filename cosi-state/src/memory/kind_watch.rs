@@ -3,9 +3,11 @@
 //! A watcher is a cursor into its kind's history window, not a queue: it remembers the last
 //! sequence number it has taken and a small buffer of events ready to hand out (the bootstrap,
 //! a catch-up, or a prefetched batch). On each call it takes what the window holds after its
-//! cursor, under the kind's read lock, filtered. When its cursor fell out of the window it
+//! cursor, under the kind's read lock, filtered, and publishes its new position to the kind (so
+//! the window keeps what it has not read yet). When its cursor fell out of the window it
 //! computes a compacted catch-up (or a resync) from the contents instead; in strict mode it ends
-//! with `WatchOverrun`.
+//! with `WatchOverrun`. A label-filtered watcher also keeps the ids its consumer holds
+//! ([`Delivered`]), so that its catch-up is relative to what the consumer saw.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -14,6 +16,9 @@ use async_trait::async_trait;
 use cosi_core::{Error, Event, EventSource, Pointer, Result, WatchKindOptions};
 
 use super::collection::{check_watch_options, tombstone, Collection, WaitingGuard};
+use super::contents::KindContents;
+use super::cursors::Cursor;
+use super::delivered::Delivered;
 use super::watch_filter::{IdFilter, WatchFilter};
 
 /// How many events a single-event `next` prefetches, so that per-event calls do not take the
@@ -26,6 +31,10 @@ pub(crate) struct KindWatcher {
     filter: WatchFilter,
     /// The last sequence number whose event (if it passed the filter) is in `ready`.
     position: u64,
+    /// `position`, as the kind's writers see it.
+    cursor: Arc<Cursor>,
+    /// What the consumer holds once it has taken `ready`.
+    delivered: Delivered,
     /// Events taken from the collection and not handed out yet.
     ready: VecDeque<Event>,
     strict: bool,
@@ -34,17 +43,26 @@ pub(crate) struct KindWatcher {
 }
 
 impl KindWatcher {
-    pub(crate) fn new(
-        collection: Arc<Collection>,
+    /// A watcher at `position` that first hands out `ready`, registered with the kind whose
+    /// `contents` the caller holds locked.
+    fn new(
+        collection: &Arc<Collection>,
+        contents: &KindContents,
         filter: WatchFilter,
         position: u64,
         ready: VecDeque<Event>,
+        mut delivered: Delivered,
         strict: bool,
     ) -> Self {
+        for event in &ready {
+            delivered.apply(event);
+        }
         KindWatcher {
-            collection,
+            collection: collection.clone(),
             filter,
             position,
+            cursor: contents.register_watcher(position),
+            delivered,
             ready,
             strict,
             failed: false,
@@ -79,12 +97,24 @@ impl KindWatcher {
             }
             head
         };
-        drop(contents);
+        // A label-filtered consumer holds what matched where it starts: nothing before its
+        // bootstrap's events, else what matched at its position (as its exact events assume).
+        let delivered = if !filter.has_labels() {
+            Delivered::Untracked
+        } else if options.bootstrap {
+            Delivered::Ids(Default::default())
+        } else {
+            contents
+                .matching_at(position, &filter)
+                .map_or(Delivered::Unknown, Delivered::Ids)
+        };
         Ok(KindWatcher::new(
-            collection.clone(),
+            collection,
+            &contents,
             filter,
             position,
             pending,
+            delivered,
             options.strict,
         ))
     }
@@ -114,12 +144,13 @@ impl KindWatcher {
                 compacted: false,
             },
         };
-        drop(contents);
         KindWatcher::new(
-            collection.clone(),
+            collection,
+            &contents,
             filter,
             head,
             VecDeque::from([first]),
+            Delivered::Untracked,
             strict,
         )
     }
@@ -141,10 +172,23 @@ impl KindWatcher {
                     },
                 });
                 self.failed = true;
+                self.cursor.release();
+                return true;
             }
             None => {
-                self.position = contents.catch_up(self.position, &self.filter, &mut self.ready);
+                self.position = contents.catch_up(
+                    self.position,
+                    &self.filter,
+                    &self.delivered,
+                    &mut self.ready,
+                );
             }
+        }
+        // Published under the read lock, so the next writer sees it.
+        self.cursor.advance(self.position);
+        drop(contents);
+        for event in self.ready.range(before..) {
+            self.delivered.apply(event);
         }
         self.ready.len() > before
     }
