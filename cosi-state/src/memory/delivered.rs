@@ -41,6 +41,11 @@ impl Delivered {
         }
     }
 
+    /// Whether events change it (it is not [`Delivered::Untracked`]).
+    pub(crate) fn is_tracked(&self) -> bool {
+        !matches!(self, Delivered::Untracked)
+    }
+
     /// Whether a catch-up cannot be computed and must resync.
     pub(crate) fn is_unknown(&self) -> bool {
         matches!(self, Delivered::Unknown)

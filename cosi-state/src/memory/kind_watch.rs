@@ -187,8 +187,10 @@ impl KindWatcher {
         // Published under the read lock, so the next writer sees it.
         self.cursor.advance(self.position);
         drop(contents);
-        for event in self.ready.range(before..) {
-            self.delivered.apply(event);
+        if self.delivered.is_tracked() {
+            for event in self.ready.range(before..) {
+                self.delivered.apply(event);
+            }
         }
         self.ready.len() > before
     }

@@ -118,7 +118,19 @@ pub(crate) use kind_watch::KindWatcher;
 #[allow(unused_imports)]
 pub(crate) use watch_filter::WatchFilter;
 
-/// Sizing of the in-memory backend's watch machinery.
+/// Sizing of the in-memory backend's watch machinery (also the disk backend's, which serves
+/// reads and watches from the same in-memory collections).
+///
+/// Each kind keeps an exact history window of its latest changes, sized by demand: it starts at
+/// `history_min` changes and doubles, up to `history`, while a live watcher has not read its
+/// oldest change; once its watchers have caught up it shrinks back as the kind keeps changing.
+/// So every live watcher within `history` changes of the head gets every event exactly, and a
+/// kind whose watchers keep up holds a few changes (and the old values they keep alive) rather
+/// than thousands. A kind that stops changing keeps what its last changes needed. A `tail`, or
+/// a watch resumed from a bookmark, is served exactly from what the window holds when it
+/// starts, and by a compacted catch-up beyond it. Destroy markers, which a catch-up needs to
+/// report destructions, follow the same rule: the newest `history_min` are kept, older ones
+/// only while a live watcher is behind them, never more than `max_destroy_markers`.
 ///
 /// ```
 /// use cosi_state::{MemoryOptions, MemoryState};
@@ -131,9 +143,8 @@ pub struct MemoryOptions {
     ///
     /// Default 4096: a live watcher may lag that many changes of one kind and still see every
     /// intermediate version; beyond that it gets a compacted catch-up, which is cheap and
-    /// correct. The window grows to this only while a watcher lags (see the [module
-    /// docs](self)); it holds `Arc`s of old values, so a full one costs the values it keeps
-    /// alive (a few MiB per busy kind).
+    /// correct. The window grows to this only while a watcher lags; it holds `Arc`s of old
+    /// values, so a full one costs the values it keeps alive (a few MiB per busy kind).
     pub history: usize,
     /// The fewest events per kind the window keeps, and the newest destroy markers kept when
     /// no live watcher needs them (at most `history`; 0 is read as 1).
