@@ -126,6 +126,16 @@ impl KindContents {
         self.window.len()
     }
 
+    /// Whether the window holds every change after `position`.
+    pub(crate) fn window_reaches(&self, position: u64) -> bool {
+        self.window.after(position).is_some()
+    }
+
+    /// The store instance its bookmarks name.
+    pub(crate) fn origin(&self) -> u64 {
+        self.origin
+    }
+
     /// The stored value of `id`.
     pub(crate) fn get(&self, id: &str) -> Option<&SharedResource> {
         self.resources.get(id).map(|e| &e.resource)

@@ -112,9 +112,11 @@ pub(crate) use collections::Collections;
 #[allow(unused_imports)]
 pub(crate) use contents::KindContents;
 #[allow(unused_imports)]
+pub(crate) use history::{Change, ChangeOp};
+#[allow(unused_imports)]
 pub(crate) use kind_map::KindMap;
 #[allow(unused_imports)]
-pub(crate) use kind_watch::KindWatcher;
+pub(crate) use kind_watch::{Gap, KindWatcher};
 #[allow(unused_imports)]
 pub(crate) use watch_filter::WatchFilter;
 
@@ -128,7 +130,8 @@ pub(crate) use watch_filter::WatchFilter;
 /// kind whose watchers keep up holds a few changes (and the old values they keep alive) rather
 /// than thousands. A kind that stops changing keeps what its last changes needed. A `tail`, or
 /// a watch resumed from a bookmark, is served exactly from what the window holds when it
-/// starts, and by a compacted catch-up beyond it. Destroy markers, which a catch-up needs to
+/// starts, and by a compacted catch-up beyond it (the disk backend reads such a watch's missed
+/// changes back from its durable log instead). Destroy markers, which a catch-up needs to
 /// report destructions, follow the same rule: the newest `history_min` are kept, older ones
 /// only while a live watcher is behind them, never more than `max_destroy_markers`.
 ///
@@ -150,8 +153,9 @@ pub struct MemoryOptions {
     /// no live watcher needs them (at most `history`; 0 is read as 1).
     ///
     /// Default 8: what a `tail` or a resume from a bookmark can count on when no watcher holds
-    /// the window open; beyond it they get a catch-up. Raise it to keep more history for
-    /// watches that come and go.
+    /// the window open; beyond it they get a catch-up (from the in-memory backend; the disk
+    /// backend reads what they missed back from its durable log). Raise it to keep more
+    /// history in memory for watches that come and go.
     pub history_min: usize,
     /// The most destroy markers kept per kind to compute catch-ups.
     ///
