@@ -18,7 +18,9 @@
 //! position to their kind after each batch they take; writers read the positions only when a
 //! decision depends on them (see `cursors`). A kind that stops changing keeps the window its last
 //! changes needed. Positions no live watcher holds — a `tail`, a resume from a bookmark — are
-//! served exactly from what the window holds then, and by a catch-up (or a resync) beyond it.
+//! served exactly from what the window holds then, and by a catch-up (or a resync) beyond it,
+//! unless the backend supplies the missing changes from elsewhere: the disk backend reads them
+//! from its durable log (`KindWatcher::of_kind_with_gap` and `fill_gap`).
 //!
 //! # Watch delivery
 //!
