@@ -105,6 +105,23 @@ fn catch_up_checks_its_result_and_prints_every_figure() {
 }
 
 #[test]
+fn many_kinds_checks_its_result_and_prints_every_figure() {
+    let names = figure_names(
+        env!("CARGO_BIN_EXE_many_kinds"),
+        &["--n", "3", "--runs", "1"],
+    );
+    assert_eq!(
+        names,
+        [
+            "many_kinds.rss",
+            "many_kinds.per_kind",
+            "many_kinds.peak_rss",
+            "many_kinds.writes",
+        ]
+    );
+}
+
+#[test]
 fn catch_up_refuses_sizes_that_would_not_overrun_the_window() {
     let output = Command::new(env!("CARGO_BIN_EXE_catch_up"))
         .args(["--n", "4999"])

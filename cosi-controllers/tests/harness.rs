@@ -227,6 +227,7 @@ async fn a_lagging_watch_catches_up_and_controllers_converge() {
         MemoryOptions {
             history: 2,
             max_destroy_markers: 4,
+            ..MemoryOptions::default()
         },
     );
     h.register(plus_one()).unwrap();

@@ -8,10 +8,69 @@ use crate::{Bookmark, Error, SharedResource};
 
 /// One thing a watcher learns.
 ///
-/// `compacted` is set on events of a catch-up: the watcher fell behind the exact history window
-/// and receives one event per changed resource carrying its latest state; intermediate versions
-/// were skipped. A compacted `Updated` has no `old` (the store no longer knows which version the
-/// watcher last saw).
+/// Events are relative to what the watcher *holds*: the resources its earlier events built (a
+/// `Created` adds one, a `Destroyed` removes one, a `Resync` drops them all). A watch with a
+/// bootstrap starts holding nothing and builds its view from the bootstrap; one without starts
+/// holding what matched its filter where it starts (the current contents, or the contents at
+/// its `since` or `tail` position), which is what its exact events assume. So a consumer can
+/// apply every event to a map by id without ever meeting a `Created` for an id it has, or an
+/// `Updated` or `Destroyed` for one it has not.
+///
+/// # Catch-ups
+///
+/// `compacted` is set on the events of a catch-up: the watcher fell behind the exact history
+/// window, and instead of every change it missed it receives, at once and in id order, one event
+/// per resource that changed since its position, carrying the latest state, relative to what it
+/// holds and to its label and id filters:
+///
+/// - `Created` for a resource it does not hold that exists and matches now (created, or entered
+///   the filter, while it lagged);
+/// - `Updated { old: None }` for one it holds that still matches (the store no longer knows
+///   which version it last saw);
+/// - `Destroyed` for one it holds that is gone (with its last state) or no longer matches (with
+///   the current state, which does not match);
+/// - nothing for one it does not hold and that does not match now — it never matched while the
+///   watcher looked, or it was created and destroyed within the gap.
+///
+/// Intermediate versions are skipped. Every event of a catch-up carries the bookmark of the head
+/// it was computed at: the batch is resumable from its end, not from its middle. Then live
+/// events follow. When a catch-up cannot be computed (the destroy markers it needs were
+/// dropped, or a filtered watch resumed from a position older than the window, where what it
+/// held is unknown), the watcher receives [`Event::Resync`] instead.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use std::sync::Arc;
+/// use cosi_core::{Bookmark, DynamicResource, Event, Metadata, Pointer, SharedResource};
+///
+/// /// What a consumer holds, kept from the events alone.
+/// fn apply(view: &mut BTreeMap<String, SharedResource>, event: Event) {
+///     match event {
+///         Event::Created { resource, .. } | Event::Updated { resource, .. } => {
+///             view.insert(resource.metadata().id().to_string(), resource);
+///         }
+///         Event::Destroyed { resource, .. } => {
+///             view.remove(resource.metadata().id());
+///         }
+///         Event::Resync { .. } => view.clear(),
+///         _ => {}
+///     }
+/// }
+///
+/// let resource = |id: &str| -> SharedResource {
+///     Arc::new(DynamicResource {
+///         metadata: Metadata::new(Pointer::new("ns", "Things.test.cosi.dev", id)),
+///         spec: serde_json::Value::Null,
+///     })
+/// };
+/// let mut view = BTreeMap::new();
+/// let at = Bookmark::from_bytes(b"head");
+/// apply(&mut view, Event::Created { resource: resource("a"), bookmark: at.clone(), compacted: false });
+/// // A catch-up: `b` entered the filter while the watcher lagged, `a` left it.
+/// apply(&mut view, Event::Destroyed { resource: resource("a"), bookmark: at.clone(), compacted: true });
+/// apply(&mut view, Event::Created { resource: resource("b"), bookmark: at, compacted: true });
+/// assert_eq!(view.keys().collect::<Vec<_>>(), ["b"]);
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum Event {
@@ -49,8 +108,9 @@ pub enum Event {
         /// Position of the contents just delivered.
         bookmark: Bookmark,
     },
-    /// The watcher's view cannot be repaired by a catch-up: drop it. A full set of `Created`
-    /// events follows, then `Bootstrapped`, then live events.
+    /// The watcher's view cannot be repaired by a catch-up: drop it. A `Created` event for
+    /// every resource that matches the watch's filters now follows (in id order), then
+    /// `Bootstrapped`, then live events relative to that new view.
     Resync {
         /// Position of the contents that follow.
         bookmark: Bookmark,

@@ -76,16 +76,42 @@ pub struct WatchOptions {
 }
 
 /// Options of [`State::watch_kind`].
+///
+/// Where the watch starts decides what it holds at first, which its events are relative to
+/// (see [`crate::Event`]): nothing with `bootstrap` (the bootstrap then delivers the matching
+/// contents); otherwise what matched the filters at its starting position — the head, the
+/// `tail` position or the `since` bookmark.
+///
+/// A watcher that falls behind the backend's exact history window is not ended: it receives a
+/// compacted catch-up relative to what it holds, exact under the filters too (a resource that
+/// entered the filter meanwhile arrives as `Created`, one that left it or was destroyed as
+/// `Destroyed`, one it never held and that does not match now not at all), or, when that
+/// cannot be computed, a `Resync` and a bootstrap of the resources matching now — unless it is
+/// `strict`.
+///
+/// ```
+/// use cosi_core::{LabelOp, LabelQuery, LabelTerm, WatchKindOptions};
+/// let web = LabelQuery::new().with(LabelTerm::new("app", LabelOp::Equal("web".into())));
+/// let options = WatchKindOptions {
+///     bootstrap: true,
+///     labels: web.into(),
+///     ..WatchKindOptions::default()
+/// };
+/// assert!(options.since.is_none());
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct WatchKindOptions {
     /// First deliver a `Created` event per existing (matching) resource in id order, then
     /// `Bootstrapped`, then live events.
     pub bootstrap: bool,
-    /// First deliver up to this many of the most recent events from the history window.
+    /// First deliver up to this many of the most recent events the history window holds.
     pub tail: Option<usize>,
-    /// Resume after this bookmark: deliver every later event (or a catch-up if it is too old).
+    /// Resume after this bookmark: deliver every later event, or a catch-up if the window no
+    /// longer holds them (or a resync, from a backend that cannot tell what a label-filtered
+    /// watch held that far back: the in-memory and disk ones).
     pub since: Option<Bookmark>,
-    /// Label filter; a change into or out of the filter arrives as `Created` / `Destroyed`.
+    /// Label filter; a change into or out of the filter arrives as `Created` / `Destroyed`,
+    /// in a catch-up too.
     pub labels: LabelQueries,
     /// Id filter.
     pub ids: Option<IdQuery>,

@@ -10,6 +10,7 @@ fn memory_state() -> MemoryState {
     MemoryState::new(MemoryOptions {
         history: HISTORY_WINDOW,
         max_destroy_markers: MIN_DESTROY_MARKERS,
+        ..MemoryOptions::default()
     })
 }
 

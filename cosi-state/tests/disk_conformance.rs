@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use cosi_state::conformance::{Subject, HISTORY_WINDOW, MIN_DESTROY_MARKERS};
+use cosi_state::conformance::{Gadget, Subject, Widget, HISTORY_WINDOW, MIN_DESTROY_MARKERS};
 use cosi_state::{DiskOptions, DiskState, MemoryOptions};
 
 async fn disk() -> Subject {
@@ -25,13 +25,21 @@ async fn disk_with(options: DiskOptions) -> Subject {
         memory: MemoryOptions {
             history: HISTORY_WINDOW,
             max_destroy_markers: MIN_DESTROY_MARKERS,
+            ..MemoryOptions::default()
         },
         ..options
     };
     let state = DiskState::open(
         dir.path().join("store.redb"),
         options,
-        std::sync::Arc::new(cosi_core::Registry::new()),
+        // Typed, as the suite requires of a backend that decodes from bytes: a watch resumed
+        // from before the in-memory window reads its changes back from the durable log.
+        std::sync::Arc::new(
+            cosi_core::Registry::new()
+                .with::<Widget>()
+                .and_then(|r| r.with::<Gadget>())
+                .expect("the fixture types register"),
+        ),
     )
     .await
     .expect("open a fresh store");

@@ -29,6 +29,7 @@ pub fn conformance_memory() -> Arc<MemoryState> {
     Arc::new(MemoryState::new(MemoryOptions {
         history: HISTORY_WINDOW,
         max_destroy_markers: MIN_DESTROY_MARKERS,
+        ..MemoryOptions::default()
     }))
 }
 

@@ -176,6 +176,14 @@ impl Seen {
         }
     }
 
+    /// A compacted event (part of a catch-up) of `kind` about `id` at `version`.
+    pub fn compacted(kind: &'static str, id: &str, version: u64) -> Self {
+        Seen {
+            compacted: true,
+            ..Self::exact(kind, id, version)
+        }
+    }
+
     /// A `Created` event.
     pub fn created(id: &str, version: u64) -> Self {
         Self::exact("created", id, version)

@@ -22,7 +22,11 @@
 //! use cosi_state::{MemoryOptions, MemoryState};
 //!
 //! async fn memory() -> Subject {
-//!     let options = MemoryOptions { history: HISTORY_WINDOW, max_destroy_markers: MIN_DESTROY_MARKERS };
+//!     let options = MemoryOptions {
+//!         history: HISTORY_WINDOW,
+//!         max_destroy_markers: MIN_DESTROY_MARKERS,
+//!         ..MemoryOptions::default()
+//!     };
 //!     Subject::new(Arc::new(MemoryState::new(options)))
 //! }
 //! cosi_state::conformance_tests!(memory);
@@ -34,10 +38,13 @@
 //! so a backend can also call one directly (`conformance::update_checks_owner(&subject).await`).
 //!
 //! Requirements on the backend under test:
-//! - its per-kind exact history window is [`HISTORY_WINDOW`] events (the catch-up rules write
-//!   past it on purpose; every other rule stays well inside it);
-//! - it keeps at least [`MIN_DESTROY_MARKERS`] destroy markers per kind, so that a watcher that
-//!   fell behind gets a compacted catch-up rather than a full resync;
+//! - its per-kind exact history window holds at most [`HISTORY_WINDOW`] events (the catch-up
+//!   rules write past it on purpose), keeps every event a live watcher has not read up to that
+//!   limit, and keeps at least the last 8 events even when no watcher needs them (the tail and
+//!   resume rules replay up to 8 events to a watch opened after them);
+//! - it keeps up to [`MIN_DESTROY_MARKERS`] destroy markers per kind while a live watcher may
+//!   need them, and the newest few otherwise, so that a watcher that fell behind gets a
+//!   compacted catch-up rather than a full resync;
 //! - it hands back the fixture types ([`Widget`], [`Gadget`]) as their Rust types, because
 //!   typed access is part of the contract (a backend that decodes from bytes registers them).
 //!
@@ -55,7 +62,9 @@ use std::sync::Arc;
 use cosi_core::State;
 
 mod concurrency;
+mod consumer_view;
 mod crud;
+mod filtered_catch_up;
 mod fixture;
 mod lifecycle;
 mod model;
@@ -65,16 +74,17 @@ mod watch;
 
 pub use concurrency::*;
 pub use crud::*;
+pub use filtered_catch_up::*;
 pub use fixture::{Gadget, Widget};
 pub use lifecycle::*;
 pub use model::{model_agrees_with_backend, DEFAULT_MODEL_CASES};
 pub use query::*;
 pub use watch::*;
 
-/// The per-kind exact history window (in events) backends under test are built with.
+/// The most events per kind the exact history window of a backend under test holds.
 pub const HISTORY_WINDOW: usize = 32;
 
-/// The fewest destroy markers per kind a backend under test must keep.
+/// The destroy markers per kind a backend under test must be able to keep for a live watcher.
 pub const MIN_DESTROY_MARKERS: usize = 16;
 
 /// A backend under test: the state, plus whatever must stay alive as long as it is used (a
@@ -155,7 +165,13 @@ macro_rules! conformance_tests {
             watch_resumed_from_bookmark_behind_window_converges,
             strict_watcher_behind_window_gets_overrun_error,
             single_watch_behind_window_catches_up_to_latest_state,
-            strict_single_watch_behind_window_gets_overrun_error
+            strict_single_watch_behind_window_gets_overrun_error,
+            lagging_filtered_watch_gets_a_resource_that_entered_as_created,
+            lagging_filtered_watch_gets_a_resource_that_left_as_destroyed,
+            lagging_filtered_watch_gets_a_held_resource_destroyed_meanwhile_as_destroyed,
+            lagging_filtered_watch_gets_an_update_of_a_held_resource_as_updated,
+            lagging_filtered_watch_hears_nothing_of_resources_it_never_saw,
+            lagging_filtered_watch_builds_a_view_equal_to_the_matching_contents
         );
         $crate::conformance_tests!(@rules $factory,
             [::tokio::test(flavor = "multi_thread", worker_threads = 2)];
@@ -198,6 +214,7 @@ mod tests {
         let rule_files = [
             include_str!("concurrency.rs"),
             include_str!("crud.rs"),
+            include_str!("filtered_catch_up.rs"),
             include_str!("lifecycle.rs"),
             include_str!("query.rs"),
             include_str!("watch.rs"),

@@ -3,6 +3,11 @@
 //! (the stored value, the readiness of a teardown, or the error) and on every event a kind
 //! watcher opened before the sequence receives.
 //!
+//! A second watcher, filtered by a label that follows the value (`tier=1`), reads only when the
+//! sequence says so and falls behind the history window when bursts of writes pass it: every
+//! event it receives — exact or part of a catch-up — must be relative to what it holds, and the
+//! view its events build must end equal to the model's matching resources.
+//!
 //! Where the rules leave the order of checks open (an update that is both stale and from the
 //! wrong owner), the model accepts any one of the violated rules, reported exactly.
 
@@ -10,26 +15,40 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 
 use cosi_core::{
-    downcast_ref, CreateOptions, DestroyOptions, Error, Event, ListOptions, Phase, Resource,
-    SharedResource, State, StateExt, UpdateOptions, Version, Watch, WatchKindOptions,
+    downcast_ref, CreateOptions, DestroyOptions, Error, Event, LabelOp, LabelQueries, LabelQuery,
+    LabelTerm, ListOptions, Phase, Resource, SharedResource, State, StateExt, UpdateOptions,
+    Version, Watch, WatchKindOptions,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
+use super::consumer_view::{ready_events, ConsumerView};
 use super::fixture::{widget, widget_pointer, widgets, Widget, TIMEOUT};
-use super::Subject;
+use super::{Subject, HISTORY_WINDOW};
 
 /// Cases run when `PROPTEST_CASES` is not set.
 pub const DEFAULT_MODEL_CASES: u32 = 64;
 
-/// The longest operation sequence: at most one event per operation, so with the sentinel the
-/// whole sequence stays inside the history window and the watcher never needs a catch-up.
+/// The longest operation sequence.
 const MAX_OPS: usize = 24;
-const _: () = assert!(MAX_OPS < super::HISTORY_WINDOW);
 
-// Two ids keep most operations on existing resources while still mixing creates and conflicts.
-const IDS: [&str; 2] = ["a", "b"];
+/// Writes of one burst: fewer than the history window, so the exact watcher, which reads after
+/// every operation, never falls behind; two bursts, or one and a few writes, put the filtered
+/// watcher behind if it does not read in between.
+const BURST: usize = 3 * HISTORY_WINDOW / 4;
+const _: () = assert!(BURST < HISTORY_WINDOW && 2 * BURST > HISTORY_WINDOW);
+
+// Two ids keep most operations on existing resources while still mixing creates and conflicts;
+// the third is written only by bursts, the fourth only to mark how far the exact watcher reads.
+const IDS: [&str; 4] = ["a", "b", "pad", "sync"];
+const RANDOM_IDS: usize = 2;
+const PAD: usize = 2;
+const SYNC: usize = 3;
+
+/// Events the exact watcher may leave unread before a step: with a burst and a sync write
+/// after them, still fewer than the history window.
+const MAX_UNREAD: usize = HISTORY_WINDOW - BURST - 2;
 const OWNERS: [Option<&str>; 3] = [None, Some("ctrl"), Some("other")];
 const FINALIZERS: [&str; 2] = ["f1", "f2"];
 
@@ -93,12 +112,32 @@ enum Op {
     },
 }
 
+/// One step of a sequence.
+#[derive(Clone, Debug)]
+enum Step {
+    /// One write.
+    Write(Op),
+    /// [`BURST`] modifies of `pad`: the first six make the filtered watcher select it and drop
+    /// it three times, the others it does not select.
+    Burst,
+    /// The filtered watcher takes the events it has ready, without waiting.
+    Observe,
+}
+
 fn writer() -> impl Strategy<Value = Writer> {
     prop_oneof![3 => Just(Writer::Stored), 1 => (0..OWNERS.len()).prop_map(Writer::Fixed)]
 }
 
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        17 => op().prop_map(Step::Write),
+        1 => Just(Step::Burst),
+        2 => Just(Step::Observe),
+    ]
+}
+
 fn op() -> impl Strategy<Value = Op> {
-    let id = 0..IDS.len();
+    let id = 0..RANDOM_IDS;
     let value = 0..3u64;
     let finalizer = 0..FINALIZERS.len();
     let carried = prop_oneof![
@@ -490,6 +529,27 @@ fn outcome(id: &str, result: Result<SharedResource, Error>) -> Result<Outcome, S
     }
 }
 
+/// The label the filtered watcher selects on: every write sets it to the value, so the model
+/// knows what matches from the values alone.
+const TIER: &str = "tier";
+
+fn set_tier(widget: &mut Resource<Widget>) {
+    let tier = widget.spec.value.to_string();
+    widget.metadata.labels_mut().insert(TIER.into(), tier);
+}
+
+fn tiered(mut widget: Resource<Widget>) -> Resource<Widget> {
+    set_tier(&mut widget);
+    widget
+}
+
+/// The filtered watcher's selector: value 1.
+fn tier_one() -> LabelQueries {
+    LabelQuery::new()
+        .with(LabelTerm::new(TIER, LabelOp::Equal("1".into())))
+        .into()
+}
+
 /// Applies `op` to the backend, building writes from the model's view before the operation.
 async fn apply_to_backend(state: &dyn State, model: &Model, op: &Op) -> Result<Outcome, String> {
     match *op {
@@ -499,7 +559,7 @@ async fn apply_to_backend(state: &dyn State, model: &Model, op: &Op) -> Result<O
             value,
             finalizer,
         } => {
-            let mut fresh = widget(IDS[id], value);
+            let mut fresh = tiered(widget(IDS[id], value));
             if let Some(f) = finalizer {
                 fresh
                     .metadata
@@ -519,7 +579,7 @@ async fn apply_to_backend(state: &dyn State, model: &Model, op: &Op) -> Result<O
             value,
         } => {
             let stored = model.resources.get(IDS[id]);
-            let mut next: Resource<Widget> = widget(IDS[id], value);
+            let mut next: Resource<Widget> = tiered(widget(IDS[id], value));
             next.metadata
                 .set_version(Version::new(carried_version(carried, stored)));
             if let Some(stored) = stored {
@@ -576,6 +636,7 @@ async fn apply_to_backend(state: &dyn State, model: &Model, op: &Op) -> Result<O
                     UpdateOptions::owned_by(owner.as_deref()),
                     |r| {
                         r.spec.value = value;
+                        set_tier(r);
                         Ok(())
                     },
                 )
@@ -606,48 +667,145 @@ async fn next_change(watch: &mut Watch) -> Result<Change, String> {
     }
 }
 
-/// Runs one sequence against a fresh backend; `Err` describes the first disagreement.
+/// The writes a step makes.
+fn writes(step: &Step) -> Vec<Op> {
+    match step {
+        Step::Write(op) => vec![op.clone()],
+        // `pad` enters the filter and leaves it again three times first: six events for the
+        // filtered watcher, which fill whatever buffers sit before it, then the rest pass it.
+        Step::Burst => (0..BURST as u64)
+            .map(|i| Op::Modify {
+                id: PAD,
+                writer: Writer::Stored,
+                value: if i < 6 && i % 2 == 0 { 1 } else { 10 + i },
+            })
+            .collect(),
+        Step::Observe => vec![],
+    }
+}
+
+/// Applies events to the filtered watcher's view, naming the step on a broken rule.
+fn observe(view: &mut ConsumerView, events: &[Event], when: &str) -> Result<(), String> {
+    for event in events {
+        view.apply(event)
+            .map_err(|broken| format!("filtered watcher, {when}: {broken}"))?;
+    }
+    Ok(())
+}
+
+/// Applies `op` to the backend and the model; checks they agree and queues the events the model
+/// predicts.
+async fn write(
+    state: &dyn State,
+    model: &mut Model,
+    op: &Op,
+    cause: String,
+    predicted: &mut Vec<(String, Change)>,
+) -> Result<(), String> {
+    let actual = apply_to_backend(state, model, op).await?;
+    let (expected, changes) = model.apply(op);
+    if !agree(&expected, &actual) {
+        return Err(format!(
+            "{cause}: the model expects {expected:?}, the backend returned {actual:?}"
+        ));
+    }
+    predicted.extend(changes.into_iter().map(|c| (cause.clone(), c)));
+    Ok(())
+}
+
+/// Reads the exact watcher's events and compares them with the predicted ones, which end with a
+/// change the watcher must see (a sync or the sentinel): a lost or extra event then shows as a
+/// mismatch at once.
+async fn expect_predicted(
+    watch: &mut Watch,
+    predicted: &mut Vec<(String, Change)>,
+) -> Result<(), String> {
+    for (cause, change) in predicted.drain(..) {
+        let got = next_change(watch)
+            .await
+            .map_err(|e| format!("{cause}: waiting for {change:?}: {e}"))?;
+        if got != change {
+            return Err(format!(
+                "{cause}: the model expects {change:?}, the watcher got {got:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Runs one sequence against a fresh backend; `Err` describes the first disagreement. Returns
+/// whether the filtered watcher had to catch up.
 ///
-/// Events are compared after the sequence, up to a sentinel's creation: a lost or extra event
-/// then shows as a mismatch at once. The sequence and the sentinel fit in the history window.
-async fn run_case(subject: &Subject, ops: &[Op]) -> Result<(), String> {
+/// The exact watcher reads whenever more than [`MAX_UNREAD`] events are due, after a sync write
+/// (and at the end after the sentinel's creation), so it never falls behind the window and a
+/// lost event shows as a mismatch instead of a wait. The filtered watcher reads at `Observe`
+/// steps and, after the sentinel's creation (which it selects), through the sentinel's event.
+async fn run_case(subject: &Subject, steps: &[Step]) -> Result<bool, String> {
     let state = subject.state();
     let mut watch = state
         .watch_kind(&widgets(), WatchKindOptions::default())
         .await
         .map_err(|e| format!("watch_kind: {e}"))?;
+    let filtered = WatchKindOptions {
+        labels: tier_one(),
+        ..WatchKindOptions::default()
+    };
+    let mut lagging = state
+        .watch_kind(&widgets(), filtered)
+        .await
+        .map_err(|e| format!("filtered watch_kind: {e}"))?;
+    let mut view = ConsumerView::default();
     let mut model = Model::default();
     let mut predicted = Vec::new();
-    for (step, op) in ops.iter().enumerate() {
-        let actual = apply_to_backend(state, &model, op).await?;
-        let (expected, changes) = model.apply(op);
-        if !agree(&expected, &actual) {
-            return Err(format!(
-                "step {step} {op:?}: the model expects {expected:?}, the backend returned {actual:?}"
-            ));
+    for (index, step) in steps.iter().enumerate() {
+        if predicted.len() > MAX_UNREAD {
+            let value = model.resources.get(IDS[SYNC]).map_or(10, |s| s.value + 1);
+            let sync = Op::Modify {
+                id: SYNC,
+                writer: Writer::Stored,
+                value,
+            };
+            let cause = format!("sync before step {index}");
+            write(state, &mut model, &sync, cause, &mut predicted).await?;
+            expect_predicted(&mut watch, &mut predicted).await?;
         }
-        predicted.extend(
-            changes
-                .into_iter()
-                .map(|c| (format!("step {step} {op:?}"), c)),
-        );
+        if let Step::Observe = step {
+            observe(
+                &mut view,
+                &ready_events(&mut lagging),
+                &format!("step {index}"),
+            )?;
+        }
+        for op in writes(step) {
+            let cause = format!("step {index} {op:?}");
+            write(state, &mut model, &op, cause, &mut predicted).await?;
+        }
     }
 
-    let sentinel = widget("sentinel", 0).into_shared();
+    let sentinel = tiered(widget("sentinel", 1)).into_shared();
     let created = state
         .create(sentinel, CreateOptions::default())
         .await
         .map_err(|e| format!("sentinel create: {e}"))?;
     let end = Change::Created("sentinel".into(), Stored::of(&created)?);
-    predicted.push(("the sentinel".into(), end.clone()));
-    for (index, (cause, change)) in predicted.iter().enumerate() {
-        let got = next_change(&mut watch)
-            .await
-            .map_err(|e| format!("event {index} of {cause}: waiting for {change:?}: {e}"))?;
-        if got != *change {
-            return Err(format!(
-                "event {index} of {cause}: the model expects {change:?}, the watcher got {got:?}"
-            ));
+    predicted.push(("the sentinel".into(), end));
+    expect_predicted(&mut watch, &mut predicted).await?;
+    loop {
+        let event = match tokio::time::timeout(TIMEOUT, lagging.recv()).await {
+            Err(_) => return Err(format!("filtered watcher: no sentinel within {TIMEOUT:?}")),
+            Ok(None) => return Err("filtered watcher: the watch ended".into()),
+            Ok(Some(event)) => event,
+        };
+        observe(
+            &mut view,
+            std::slice::from_ref(&event),
+            "after the sentinel",
+        )?;
+        if event
+            .resource()
+            .is_some_and(|r| r.metadata().id() == "sentinel")
+        {
+            break;
         }
     }
 
@@ -659,6 +817,17 @@ async fn run_case(subject: &Subject, ops: &[Op]) -> Result<(), String> {
     for resource in &listed {
         contents.insert(resource.metadata().id().to_string(), Stored::of(resource)?);
     }
+    let matching: BTreeMap<&String, &Stored> =
+        contents.iter().filter(|(_, s)| s.value == 1).collect();
+    let mut seen = BTreeMap::new();
+    for resource in view.resources() {
+        seen.insert(resource.metadata().id().to_string(), Stored::of(resource)?);
+    }
+    if seen.iter().collect::<BTreeMap<_, _>>() != matching {
+        return Err(format!(
+            "the filtered watcher's view {seen:?} is not the matching contents {matching:?}"
+        ));
+    }
     contents.remove("sentinel");
     if contents != model.resources {
         return Err(format!(
@@ -666,14 +835,17 @@ async fn run_case(subject: &Subject, ops: &[Op]) -> Result<(), String> {
             model.resources
         ));
     }
-    Ok(())
+    Ok(view.caught_up())
 }
 
 /// Random sequences of create, update (current, stale or future version; right or wrong owner;
-/// any expected phase), destroy, teardown, finalizer changes and modify, applied to the backend
+/// any expected phase), destroy, teardown, finalizer changes and modify, with bursts of writes
+/// that a label-filtered watcher reading only now and then falls behind, applied to the backend
 /// and to a reference model, agree on every result, every event of a kind watcher opened
-/// before the sequence, and the final contents. Runs `PROPTEST_CASES` cases (default
-/// [`DEFAULT_MODEL_CASES`]) of up to 24 operations; a failure reports the shrunk sequence.
+/// before the sequence, and the final contents; the filtered watcher's events are each relative
+/// to what it holds and build the model's matching contents. Runs `PROPTEST_CASES` cases
+/// (default [`DEFAULT_MODEL_CASES`]) of up to 24 steps, after one fixed sequence that must make
+/// the filtered watcher catch up; a failure reports the shrunk sequence.
 ///
 /// `factory` yields a fresh, empty [`Subject`] per case. The function builds its own tokio
 /// runtime, so it is called from a plain `#[test]`.
@@ -696,13 +868,41 @@ where
         max_shrink_iters: 1024,
         ..Config::default()
     };
+    // First a sequence that must leave the filtered watcher behind, so that every run checks
+    // a catch-up whatever the random cases happen to do.
+    let create = Op::Create {
+        id: 0,
+        owner: 0,
+        value: 1,
+        finalizer: None,
+    };
+    let behind = [
+        Step::Write(create),
+        Step::Observe,
+        Step::Burst,
+        Step::Burst,
+        Step::Burst,
+    ];
+    let caught_up = runtime.block_on(async {
+        let subject = factory().await;
+        run_case(&subject, &behind).await
+    });
+    match caught_up {
+        Ok(true) => {}
+        Ok(false) => panic!(
+            "model_agrees_with_backend: three bursts of {BURST} writes past a filtered watcher \
+             that does not read did not make it catch up"
+        ),
+        Err(failure) => panic!("model_agrees_with_backend: {behind:?}: {failure}"),
+    }
     let mut runner = TestRunner::new(config);
-    let result = runner.run(&vec(op(), 1..=MAX_OPS), |ops| {
+    let result = runner.run(&vec(step(), 1..=MAX_OPS), |steps| {
         runtime
             .block_on(async {
                 let subject = factory().await;
-                run_case(&subject, &ops).await
+                run_case(&subject, &steps).await
             })
+            .map(|_| ())
             .map_err(TestCaseError::fail)
     });
     if let Err(failure) = result {

@@ -4,11 +4,13 @@
 //! every `checkpoint_interval` changes.
 //!
 //! This module owns every byte on disk and every redb call. It does not decide what to write
-//! (validation lives in the commit log) nor serve reads (memory does).
+//! (validation lives in the commit log) nor serve reads (memory does), except one: the changes
+//! of a kind that a watch resuming from before the in-memory window needs, read back from the
+//! durable log ([`read_changes`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use cosi_core::{Error, Kind, Pointer, Result, SharedResource};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -86,10 +88,39 @@ pub(crate) struct LoadedKind {
     pub(crate) changes: Vec<LoadedChange>,
 }
 
+/// The open database, shared by the committer (which opens, reopens and closes it) with the
+/// readers of the change log; `None` while closed, and after a failed write until the next
+/// write reopens it.
+#[derive(Clone, Default)]
+pub(crate) struct Handle(Arc<Mutex<Option<Arc<Database>>>>);
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.get().is_some() {
+            "Handle(open)"
+        } else {
+            "Handle(closed)"
+        })
+    }
+}
+
+impl Handle {
+    fn get(&self) -> Option<Arc<Database>> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, db: Option<Arc<Database>>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = db;
+    }
+}
+
 /// The open file.
 pub(crate) struct StoreFile {
     path: PathBuf,
-    db: Option<Arc<Database>>,
+    db: Handle,
     /// The origin its bookmarks carry.
     origin: u64,
     /// The changes in the log that the resources table does not reflect yet.
@@ -165,9 +196,11 @@ impl StoreFile {
         } else {
             create_new(path, options)?
         };
+        let handle = Handle::default();
+        handle.set(Some(Arc::new(db)));
         let mut file = StoreFile {
             path: path.to_path_buf(),
-            db: Some(Arc::new(db)),
+            db: handle,
             origin: 0,
             unfolded: Unfolded::default(),
         };
@@ -180,25 +213,31 @@ impl StoreFile {
         self.origin
     }
 
+    /// The handle readers of the change log share.
+    pub(crate) fn handle(&self) -> Handle {
+        self.db.clone()
+    }
+
     /// The database, reopening it if a failed write closed it.
     pub(crate) fn database(&mut self, options: &DiskOptions) -> Result<Arc<Database>> {
-        if let Some(db) = &self.db {
-            return Ok(db.clone());
+        if let Some(db) = self.db.get() {
+            return Ok(db);
         }
         let db = Arc::new(open_existing(&self.path, options)?);
-        self.db = Some(db.clone());
+        self.db.set(Some(db.clone()));
         Ok(db)
     }
 
     /// Forgets the database after an I/O failure: redb refuses every later write on that handle,
     /// so the next batch reopens the file (which is exactly as the last good commit left it).
     pub(crate) fn reset(&mut self) {
-        self.db = None;
+        self.db.set(None);
     }
 
-    /// Releases the file (and its lock) once every in-flight write holding it is done.
+    /// Releases the file (and its lock) once every in-flight write or log read holding it is
+    /// done.
     pub(crate) fn close(&mut self) {
-        self.db = None;
+        self.db.set(None);
     }
 
     fn load(
@@ -329,6 +368,55 @@ impl StoreFile {
         }
         Ok(kinds)
     }
+}
+
+/// The logged changes of `kind` with sequence numbers in `(after, upto]`, oldest first, decoded
+/// with `registry` — or `None` when the log no longer holds every one of them (a checkpoint
+/// trimmed it) or the file is closed. Only changes already published to memory are asked for,
+/// so they are all committed.
+pub(crate) fn read_changes(
+    handle: &Handle,
+    path: &Path,
+    kind: &Kind,
+    after: u64,
+    upto: u64,
+    registry: &Registry,
+) -> Result<Option<Vec<LoadedChange>>> {
+    let Some(db) = handle.get() else {
+        return Ok(None);
+    };
+    if upto <= after {
+        return Ok(Some(Vec::new()));
+    }
+    let read_err = |e: redb::StorageError| storage_error(path, "reading the change log", e);
+    let read = db
+        .begin_read()
+        .map_err(|e| storage_error(path, "reading the change log", e))?;
+    let Some(table) = open_read_table(&read, CHANGES, path)? else {
+        return Ok(None);
+    };
+    let (namespace, resource_type) = (kind.namespace(), kind.resource_type());
+    let range = table
+        .range((namespace, resource_type, after + 1)..=(namespace, resource_type, upto))
+        .map_err(read_err)?;
+    let mut changes = Vec::with_capacity((upto - after).min(1 << 16) as usize);
+    for (expected, row) in (after + 1..).zip(range) {
+        let (key, value) = row.map_err(read_err)?;
+        let seq = key.value().2;
+        if seq != expected {
+            return Ok(None);
+        }
+        let entry = record::decode_change(value.value(), &format!("{kind} change {seq}"))?;
+        let pointer = kind.pointer(entry.id.as_str());
+        changes.push(LoadedChange {
+            seq,
+            op: entry.op,
+            resource: entry.resource.into_resource(pointer.clone(), registry),
+            old: entry.old.map(|old| old.into_resource(pointer, registry)),
+        });
+    }
+    let complete = changes.len() as u64 == upto - after;
+    Ok(complete.then_some(changes))
 }
 
 fn open_read_table<K: redb::Key + 'static, V: redb::Value + 'static>(

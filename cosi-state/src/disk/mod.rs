@@ -2,7 +2,8 @@
 //!
 //! The file is the source of truth at open: [`DiskState::open`] loads every resource and the
 //! retained change log into the in-memory machinery of this crate, which then serves every read
-//! and watch. Writes go through a single committer ([`commit_log`]): it validates each write in
+//! and watch — except the changes a watch starting before the in-memory window missed, which
+//! are read back from the durable log (`file::read_changes`). Writes go through a single committer ([`commit_log`]): it validates each write in
 //! arrival order against the committed state plus the writes before it in the same batch, writes
 //! the whole batch as one redb transaction, and only after the commit is durable publishes the
 //! batch to memory (and so to watchers) and acknowledges each writer. Concurrent writers thus
@@ -55,8 +56,9 @@ pub enum DiskDurability {
 pub struct DiskOptions {
     /// When a write is acknowledged. Default: [`DiskDurability::Immediate`].
     pub durability: DiskDurability,
-    /// How many changes per kind the durable change log keeps, so that a watch can resume after
-    /// a bookmark taken before a restart. An older bookmark gets a resync. Default: 4096.
+    /// How many changes per kind the durable change log keeps, so that a watch can resume
+    /// exactly after a bookmark taken before a restart, or older than what the in-memory
+    /// window keeps. An older bookmark gets a catch-up or a resync. Default: 4096.
     pub retained_changes: usize,
     /// The most writes one transaction takes. Default: 1024.
     pub max_batch: usize,

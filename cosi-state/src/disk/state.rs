@@ -1,5 +1,7 @@
 //! [`DiskState`]: the [`State`] implementation of the disk backend. Reads and watches go to the
-//! in-memory collections; writes go to the committer and return once it acknowledges them.
+//! in-memory collections; writes go to the committer and return once it acknowledges them. A
+//! watch resuming from before the in-memory window is first given the changes it missed from the
+//! durable log.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -12,10 +14,11 @@ use cosi_core::{
 use tokio::sync::{mpsc, oneshot};
 
 use super::commit_log::{Committer, WriteOp, WriteRequest};
-use super::file::StoreFile;
+use super::file::{self, Handle, LoadedChange, StoreFile};
+use super::record::ChangeOp;
 use super::recovery;
 use super::DiskOptions;
-use crate::memory::Collections;
+use crate::memory::{self, Collections};
 
 /// A [`State`] kept in a redb file and served from memory.
 ///
@@ -62,6 +65,9 @@ pub struct DiskState {
     committer_done: Mutex<Option<oneshot::Receiver<()>>>,
     /// [`DiskOptions::paused_clock`].
     paused_clock: bool,
+    /// The file, for reading back the change log.
+    log: Handle,
+    registry: Arc<Registry>,
 }
 
 impl DiskState {
@@ -101,12 +107,13 @@ impl DiskState {
         }
         let (queue, requests) = mpsc::channel(options.queue_capacity.max(1));
         let paused_clock = options.paused_clock;
+        let log = file.handle();
         let committer = Committer {
             file,
             path: path.clone(),
             collections: collections.clone(),
             options,
-            registry,
+            registry: registry.clone(),
         };
         let (done, committer_done) = oneshot::channel::<()>();
         std::thread::Builder::new()
@@ -129,6 +136,8 @@ impl DiskState {
             queue: RwLock::new(Some(queue)),
             committer_done: Mutex::new(Some(committer_done)),
             paused_clock,
+            log,
+            registry,
         })
     }
 
@@ -271,6 +280,48 @@ impl State for DiskState {
     }
 
     async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
-        self.collections.watch_kind(kind, options)
+        let (mut watcher, gap) = self.collections.watch_kind_with_gap(kind, options)?;
+        if let Some(gap) = gap {
+            // The in-memory window keeps only what live watchers need; a watch resuming from
+            // further back (a bookmark from before a restart, or from a watch that has ended)
+            // gets the exact changes from the durable log while it still holds them.
+            let (log, path, kind) = (self.log.clone(), self.path.clone(), kind.clone());
+            let registry = self.registry.clone();
+            let (after, upto) = (gap.after, gap.upto);
+            let read = tokio::task::spawn_blocking(move || {
+                file::read_changes(&log, &path, &kind, after, upto, &registry)
+            })
+            .await;
+            match read {
+                Ok(Ok(Some(changes))) => {
+                    let changes: Vec<memory::Change> = changes.into_iter().map(change).collect();
+                    watcher.fill_gap(gap, &changes);
+                }
+                // Trimmed by a checkpoint meanwhile, or the store closed: the watcher catches
+                // up from memory instead.
+                Ok(Ok(None)) => {}
+                Ok(Err(error)) => {
+                    tracing::warn!(path = %self.path.display(), %error, "reading the change log for a resumed watch failed; it catches up instead");
+                }
+                Err(error) => {
+                    tracing::warn!(path = %self.path.display(), %error, "reading the change log for a resumed watch failed; it catches up instead");
+                }
+            }
+        }
+        Ok(Watch::new(watcher))
+    }
+}
+
+/// A logged change as the in-memory machinery describes it.
+fn change(logged: LoadedChange) -> memory::Change {
+    memory::Change {
+        seq: logged.seq,
+        op: match logged.op {
+            ChangeOp::Created => memory::ChangeOp::Created,
+            ChangeOp::Updated => memory::ChangeOp::Updated,
+            ChangeOp::Destroyed => memory::ChangeOp::Destroyed,
+        },
+        resource: logged.resource,
+        old: logged.old,
     }
 }

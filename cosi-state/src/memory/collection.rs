@@ -96,10 +96,7 @@ impl Collection {
     pub(crate) fn resumed_at(kind: Kind, options: &MemoryOptions, origin: u64, head: u64) -> Self {
         Collection {
             kind,
-            contents: RwLock::new(
-                KindContents::new(options.history, options.max_destroy_markers, head)
-                    .with_origin(origin),
-            ),
+            contents: RwLock::new(KindContents::new(options, head).with_origin(origin)),
             wake: WatchWake::default(),
         }
     }

@@ -17,6 +17,7 @@ use cosi_core::{
     WatchOptions,
 };
 
+use super::kind_watch::Gap;
 use super::{Collection, KindMap, KindWatcher, MemoryOptions, WatchFilter};
 
 /// The collections of a store, by kind.
@@ -136,6 +137,16 @@ impl Collections {
     /// [`cosi_core::State::watch_kind`].
     pub(crate) fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
         self.with(kind, |c| KindWatcher::of_kind(c, options).map(Watch::new))
+    }
+
+    /// [`cosi_core::State::watch_kind`] for a backend that keeps older changes than the window:
+    /// the watcher, and the changes it needs from there (see [`KindWatcher::fill_gap`]).
+    pub(crate) fn watch_kind_with_gap(
+        &self,
+        kind: &Kind,
+        options: WatchKindOptions,
+    ) -> Result<(KindWatcher, Option<Gap>)> {
+        self.with(kind, |c| KindWatcher::of_kind_with_gap(c, options))
     }
 
     /// Every collection.

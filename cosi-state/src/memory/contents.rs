@@ -1,10 +1,12 @@
 //! The contents of one kind under its lock: the live resources in id order (each with the
 //! sequence numbers of its creation and last change), the history window and the destroy
-//! markers, and the log of which ids changed when — and the computations that need them at one
-//! instant: applying a write, bootstrap, and the catch-up of a watcher that fell behind.
+//! markers, the log of which ids changed when, and the cursors of the live watchers (which size
+//! the window and the markers) — and the computations that need them at one instant: applying a
+//! write, bootstrap, and the catch-up of a watcher that fell behind.
 
 use std::collections::btree_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use cosi_core::{
@@ -12,11 +14,13 @@ use cosi_core::{
 };
 
 use super::change_log::{ChangeLog, SCAN_RATIO};
+use super::cursors::{Cursor, Cursors};
+use super::delivered::Delivered;
 use super::destroy_markers::{DestroyMarker, DestroyMarkers};
 use super::history::{ChangeOp, HistoryWindow};
 use super::id_map::IdMap;
 use super::watch_filter::{IdFilter, WatchFilter};
-use super::write_rules;
+use super::{write_rules, MemoryOptions};
 
 /// A live resource and where its history starts.
 #[derive(Clone, Debug)]
@@ -50,14 +54,16 @@ pub(crate) struct KindContents {
     /// Every live resource changed after the log's `complete_after` has an entry at its
     /// `changed_seq` (plus stale entries).
     changes: ChangeLog,
+    /// Where the live watchers are: what the window and the markers must keep for them.
+    cursors: Cursors,
     /// The store instance its bookmarks name.
     origin: u64,
 }
 
 impl KindContents {
-    /// Empty contents whose first change gets sequence `head + 1`.
-    pub(crate) fn new(history: usize, max_destroy_markers: usize, head: u64) -> Self {
-        Self::with_scan_ratio(history, max_destroy_markers, head, SCAN_RATIO)
+    /// Empty contents sized by `options` whose first change gets sequence `head + 1`.
+    pub(crate) fn new(options: &MemoryOptions, head: u64) -> Self {
+        Self::with_scan_ratio(options, head, SCAN_RATIO)
     }
 
     /// The same contents issuing bookmarks of the store instance `origin`.
@@ -78,19 +84,30 @@ impl KindContents {
 
     /// Empty contents whose change log keeps one entry per `scan_ratio` live resources (tests
     /// use small ratios so that small kinds exercise the log).
-    pub(crate) fn with_scan_ratio(
-        history: usize,
-        max_destroy_markers: usize,
-        head: u64,
-        scan_ratio: usize,
-    ) -> Self {
+    pub(crate) fn with_scan_ratio(options: &MemoryOptions, head: u64, scan_ratio: usize) -> Self {
+        let MemoryOptions {
+            history,
+            history_min,
+            max_destroy_markers,
+        } = *options;
         KindContents {
             resources: IdMap::default(),
-            window: HistoryWindow::new(history, head),
-            markers: DestroyMarkers::new(max_destroy_markers, head),
+            window: HistoryWindow::new(history_min, history, head),
+            markers: DestroyMarkers::new(max_destroy_markers, history_min, head),
+            // Sized by the window's limit: a catch-up from a position no live watcher holds may
+            // start anywhere before the window.
             changes: ChangeLog::new(head, history.max(1), scan_ratio),
+            cursors: Cursors::new(),
             origin: 0,
         }
+    }
+
+    /// Registers a watcher that has taken everything up to `position`: until it moves on, the
+    /// window and the markers keep what it has not read (within their limits). Call under the
+    /// kind's lock (a read guard is enough), so no write slips between reading the position and
+    /// registering it.
+    pub(crate) fn register_watcher(&self, position: u64) -> Arc<Cursor> {
+        self.cursors.register(position)
     }
 
     /// The position of the latest change.
@@ -107,6 +124,16 @@ impl KindContents {
     /// How many changes the history window holds.
     pub(crate) fn window_len(&self) -> usize {
         self.window.len()
+    }
+
+    /// Whether the window holds every change after `position`.
+    pub(crate) fn window_reaches(&self, position: u64) -> bool {
+        self.window.after(position).is_some()
+    }
+
+    /// The store instance its bookmarks name.
+    pub(crate) fn origin(&self) -> u64 {
+        self.origin
     }
 
     /// The stored value of `id`.
@@ -184,7 +211,9 @@ impl KindContents {
                 pointer: pointer.clone(),
             });
         };
-        let seq = self.window.push(ChangeOp::Created, resource.clone(), None);
+        let seq = self
+            .window
+            .push(ChangeOp::Created, resource.clone(), None, &mut self.cursors);
         let stored = slot.insert(StoredEntry {
             resource,
             created_seq: seq,
@@ -215,9 +244,12 @@ impl KindContents {
         write_rules::check_update(&*entry.resource, &**resource, options)?;
         write_rules::stamp_update(&*entry.resource, resource, now);
         let old = std::mem::replace(&mut entry.resource, resource.clone());
-        let seq = self
-            .window
-            .push(ChangeOp::Updated, resource.clone(), Some(old));
+        let seq = self.window.push(
+            ChangeOp::Updated,
+            resource.clone(),
+            Some(old),
+            &mut self.cursors,
+        );
         entry.changed_seq = seq;
         let live = self.resources.len();
         self.changes
@@ -254,7 +286,9 @@ impl KindContents {
             });
         };
         let old = std::mem::replace(&mut entry.resource, resource.clone());
-        let seq = self.window.push(ChangeOp::Updated, resource, Some(old));
+        let seq = self
+            .window
+            .push(ChangeOp::Updated, resource, Some(old), &mut self.cursors);
         entry.changed_seq = seq;
         self.changes.record(seq, live, || {
             entry.resource.metadata().pointer().shared_id()
@@ -278,14 +312,20 @@ impl KindContents {
     #[inline(always)]
     fn record_destroy(&mut self, entry: StoredEntry) -> u64 {
         self.changes.shrink(self.resources.len());
-        let seq = self
-            .window
-            .push(ChangeOp::Destroyed, entry.resource.clone(), None);
-        self.markers.record(DestroyMarker {
-            destroyed: seq,
-            created: entry.created_seq,
-            resource: entry.resource,
-        });
+        let seq = self.window.push(
+            ChangeOp::Destroyed,
+            entry.resource.clone(),
+            None,
+            &mut self.cursors,
+        );
+        self.markers.record(
+            DestroyMarker {
+                destroyed: seq,
+                created: entry.created_seq,
+                resource: entry.resource,
+            },
+            &mut self.cursors,
+        );
         seq
     }
 
@@ -343,30 +383,80 @@ impl KindContents {
         out.push_back(Event::Bootstrapped { bookmark });
     }
 
+    /// The ids of the stored resources passing `filter`: what a label-filtered watcher that
+    /// starts at the head (without a bootstrap) holds.
+    pub(crate) fn matching_ids(&self, filter: &WatchFilter) -> HashSet<Arc<str>> {
+        self.resources
+            .values()
+            .filter(|e| filter.matches(&*e.resource))
+            .map(|e| e.resource.metadata().pointer().shared_id().clone())
+            .collect()
+    }
+
+    /// The ids of the resources that passed `filter` at `position`, worked out by undoing the
+    /// window's changes after it from the current contents; `None` when the window no longer
+    /// reaches back to `position`.
+    pub(crate) fn matching_at(
+        &self,
+        position: u64,
+        filter: &WatchFilter,
+    ) -> Option<HashSet<Arc<str>>> {
+        let changes: Vec<_> = self.window.after(position)?.collect();
+        let mut ids = self.matching_ids(filter);
+        for change in changes.into_iter().rev() {
+            let pointer = change.resource.metadata().pointer();
+            if !filter.ids.matches(pointer.id()) {
+                continue;
+            }
+            // The state just before the change.
+            let before = match change.op {
+                ChangeOp::Created => None,
+                ChangeOp::Updated => change.old.as_ref(),
+                ChangeOp::Destroyed => Some(&change.resource),
+            };
+            if before.is_some_and(|r| filter.labels_match(&**r)) {
+                ids.insert(pointer.shared_id().clone());
+            } else {
+                ids.remove(pointer.id());
+            }
+        }
+        Some(ids)
+    }
+
     /// Appends what a watcher that fell behind at `position` needs to reach the current head:
     /// a compacted catch-up (one event per resource changed since `position`, carrying its
-    /// latest state, in id order) when the destroy markers still cover `position`, otherwise
-    /// `Resync` and a full bootstrap. Returns the head the watcher is then at.
+    /// latest state, in id order, relative to what the consumer holds: `delivered`) when the
+    /// destroy markers still cover `position` and `delivered` is known, otherwise `Resync` and
+    /// a full bootstrap. Returns the head the watcher is then at.
     pub(crate) fn catch_up(
         &self,
         position: u64,
         filter: &WatchFilter,
+        delivered: &Delivered,
         out: &mut VecDeque<Event>,
     ) -> u64 {
-        self.catch_up_with(position, filter, out, ChangedSearch::Cheapest)
+        self.catch_up_with(position, filter, delivered, out, ChangedSearch::Cheapest)
     }
 
     /// [`catch_up`](Self::catch_up), finding the changed live resources with `search`.
+    ///
+    /// Relative to what the consumer holds: a resource it holds that matches now is `Updated
+    /// { old: None }`; one it does not hold that matches now is `Created`; one it holds that
+    /// no longer matches, or is gone, is `Destroyed` with its current or last state; one it
+    /// does not hold and that does not match now gets nothing. What it holds is `delivered`
+    /// for a label-filtered watcher, and otherwise what existed (passing the id filter) at
+    /// `position`, which the creation positions and the markers tell exactly.
     pub(crate) fn catch_up_with(
         &self,
         position: u64,
         filter: &WatchFilter,
+        delivered: &Delivered,
         out: &mut VecDeque<Event>,
         search: ChangedSearch,
     ) -> u64 {
         let head = self.head();
         let bookmark = self.bookmark(head);
-        if !self.markers.complete_since(position) {
+        if !self.markers.complete_since(position) || delivered.is_unknown() {
             out.push_back(Event::Resync { bookmark });
             self.bootstrap(filter, out);
             return head;
@@ -387,10 +477,12 @@ impl KindContents {
         let mut events: Vec<Event> = Vec::with_capacity(changed.len());
         for entry in changed {
             let id = entry.resource.metadata().id();
-            let existed = entry.created_seq <= position || gone.get(id).is_some_and(|g| g.0);
+            let held = delivered.holds(id).unwrap_or_else(|| {
+                entry.created_seq <= position || gone.get(id).is_some_and(|g| g.0)
+            });
             let resource = entry.resource.clone();
             if filter.labels_match(&*resource) {
-                events.push(if existed {
+                events.push(if held {
                     Event::Updated {
                         old: None,
                         resource,
@@ -404,7 +496,7 @@ impl KindContents {
                         compacted: true,
                     }
                 });
-            } else if existed {
+            } else if held {
                 events.push(Event::Destroyed {
                     resource,
                     bookmark: bookmark.clone(),
@@ -414,7 +506,9 @@ impl KindContents {
         }
         let mut destroyed: Vec<(&str, &SharedResource)> = gone
             .into_iter()
-            .filter(|(id, (existed, _))| *existed && !self.resources.contains_key(id))
+            .filter(|(id, (existed, _))| {
+                delivered.holds(id).unwrap_or(*existed) && !self.resources.contains_key(id)
+            })
             .map(|(id, (_, last))| (id, last))
             .collect();
         if destroyed.is_empty() {

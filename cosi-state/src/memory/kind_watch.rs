@@ -3,9 +3,16 @@
 //! A watcher is a cursor into its kind's history window, not a queue: it remembers the last
 //! sequence number it has taken and a small buffer of events ready to hand out (the bootstrap,
 //! a catch-up, or a prefetched batch). On each call it takes what the window holds after its
-//! cursor, under the kind's read lock, filtered. When its cursor fell out of the window it
+//! cursor, under the kind's read lock, filtered, and publishes its new position to the kind (so
+//! the window keeps what it has not read yet). When its cursor fell out of the window it
 //! computes a compacted catch-up (or a resync) from the contents instead; in strict mode it ends
-//! with `WatchOverrun`.
+//! with `WatchOverrun`. A label-filtered watcher also keeps the ids its consumer holds
+//! ([`Delivered`]), so that its catch-up is relative to what the consumer saw.
+//!
+//! A watch that starts before the window (a `since` or a `tail` older than what it holds) can be
+//! given the missing changes by a backend that keeps them elsewhere — the disk backend's durable
+//! log: [`KindWatcher::of_kind_with_gap`] says which ([`Gap`]), [`KindWatcher::fill_gap`] takes
+//! them. Without them the watcher catches up as usual.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -14,11 +21,29 @@ use async_trait::async_trait;
 use cosi_core::{Error, Event, EventSource, Pointer, Result, WatchKindOptions};
 
 use super::collection::{check_watch_options, tombstone, Collection, WaitingGuard};
+use super::contents::KindContents;
+use super::cursors::Cursor;
+use super::delivered::Delivered;
+use super::history::Change;
 use super::watch_filter::{IdFilter, WatchFilter};
 
 /// How many events a single-event `next` prefetches, so that per-event calls do not take the
 /// kind lock once per event.
 const PREFETCH: usize = 64;
+
+/// Changes a starting watch needs that the window no longer holds: those after `after` up to
+/// `upto` (the head when it started).
+#[derive(Debug)]
+pub(crate) struct Gap {
+    /// The watch's requested position.
+    pub(crate) after: u64,
+    /// The head when it started: the watcher continues from here once it has the gap.
+    pub(crate) upto: u64,
+    /// The store instance the events' bookmarks name.
+    origin: u64,
+    /// What the consumer holds once it has the gap's events.
+    delivered: Delivered,
+}
 
 /// A cursor-based watcher of one kind.
 pub(crate) struct KindWatcher {
@@ -26,6 +51,10 @@ pub(crate) struct KindWatcher {
     filter: WatchFilter,
     /// The last sequence number whose event (if it passed the filter) is in `ready`.
     position: u64,
+    /// `position`, as the kind's writers see it.
+    cursor: Arc<Cursor>,
+    /// What the consumer holds once it has taken `ready`.
+    delivered: Delivered,
     /// Events taken from the collection and not handed out yet.
     ready: VecDeque<Event>,
     strict: bool,
@@ -34,17 +63,26 @@ pub(crate) struct KindWatcher {
 }
 
 impl KindWatcher {
-    pub(crate) fn new(
-        collection: Arc<Collection>,
+    /// A watcher at `position` that first hands out `ready`, registered with the kind whose
+    /// `contents` the caller holds locked.
+    fn new(
+        collection: &Arc<Collection>,
+        contents: &KindContents,
         filter: WatchFilter,
         position: u64,
         ready: VecDeque<Event>,
+        mut delivered: Delivered,
         strict: bool,
     ) -> Self {
+        for event in &ready {
+            delivered.apply(event);
+        }
         KindWatcher {
-            collection,
+            collection: collection.clone(),
             filter,
             position,
+            cursor: contents.register_watcher(position),
+            delivered,
             ready,
             strict,
             failed: false,
@@ -53,12 +91,32 @@ impl KindWatcher {
 
     /// Starts a kind watch.
     pub(crate) fn of_kind(collection: &Arc<Collection>, options: WatchKindOptions) -> Result<Self> {
+        Self::start(collection, options, false).map(|(watcher, _)| watcher)
+    }
+
+    /// Starts a kind watch, and says which changes it needs that the window no longer holds
+    /// (for a `since` or a `tail` reaching before it), for the caller to supply with
+    /// [`KindWatcher::fill_gap`] if it keeps them.
+    pub(crate) fn of_kind_with_gap(
+        collection: &Arc<Collection>,
+        options: WatchKindOptions,
+    ) -> Result<(Self, Option<Gap>)> {
+        Self::start(collection, options, true)
+    }
+
+    fn start(
+        collection: &Arc<Collection>,
+        options: WatchKindOptions,
+        want_gap: bool,
+    ) -> Result<(Self, Option<Gap>)> {
         let subject = || collection.kind().to_string();
         check_watch_options(collection.kind(), &options)?;
         let filter = WatchFilter::new(options.ids.as_ref(), &options.labels);
         let mut pending = VecDeque::new();
         let contents = collection.read();
         let head = contents.head();
+        // Where the watch starts if the caller supplies what the window lacks.
+        let mut wanted = None;
         let position = if let Some(since) = &options.since {
             let Some(position) = contents.sequence_of(since) else {
                 return Err(Error::bookmark_not_issued_here(subject(), since));
@@ -70,8 +128,10 @@ impl KindWatcher {
                     format!("bookmark {since} is in the future (the latest is {head})"),
                 ));
             }
+            wanted = Some(position);
             position
         } else if let Some(tail) = options.tail {
+            wanted = Some(head - (tail as u64).min(head));
             head - (tail.min(contents.window_len()) as u64)
         } else {
             if options.bootstrap {
@@ -79,14 +139,54 @@ impl KindWatcher {
             }
             head
         };
-        drop(contents);
-        Ok(KindWatcher::new(
-            collection.clone(),
+        // A label-filtered consumer holds what matched where it starts: nothing before its
+        // bootstrap's events, else what matched at its position (as its exact events assume).
+        let delivered = if !filter.has_labels() {
+            Delivered::Untracked
+        } else if options.bootstrap {
+            Delivered::Ids(Default::default())
+        } else {
+            contents
+                .matching_at(position, &filter)
+                .map_or(Delivered::Unknown, Delivered::Ids)
+        };
+        let gap = wanted
+            .filter(|&after| want_gap && !contents.window_reaches(after))
+            .map(|after| Gap {
+                after,
+                upto: head,
+                origin: contents.origin(),
+                // After the gap's events, the consumer holds what matches at the head.
+                delivered: if filter.has_labels() {
+                    Delivered::Ids(contents.matching_ids(&filter))
+                } else {
+                    Delivered::Untracked
+                },
+            });
+        let watcher = KindWatcher::new(
+            collection,
+            &contents,
             filter,
             position,
             pending,
+            delivered,
             options.strict,
-        ))
+        );
+        Ok((watcher, gap))
+    }
+
+    /// Hands out `changes` — exactly the changes of the gap, in order — before anything else,
+    /// and continues from the gap's end.
+    pub(crate) fn fill_gap(&mut self, gap: Gap, changes: &[Change]) {
+        self.ready.clear();
+        self.ready.extend(
+            changes
+                .iter()
+                .filter_map(|change| self.filter.translate(change, gap.origin)),
+        );
+        self.position = gap.upto;
+        self.delivered = gap.delivered;
+        self.cursor.advance(gap.upto);
     }
 
     /// Starts a pointer watch: the current state (or a tombstone), then every change.
@@ -114,12 +214,13 @@ impl KindWatcher {
                 compacted: false,
             },
         };
-        drop(contents);
         KindWatcher::new(
-            collection.clone(),
+            collection,
+            &contents,
             filter,
             head,
             VecDeque::from([first]),
+            Delivered::Untracked,
             strict,
         )
     }
@@ -141,9 +242,24 @@ impl KindWatcher {
                     },
                 });
                 self.failed = true;
+                self.cursor.release();
+                return true;
             }
             None => {
-                self.position = contents.catch_up(self.position, &self.filter, &mut self.ready);
+                self.position = contents.catch_up(
+                    self.position,
+                    &self.filter,
+                    &self.delivered,
+                    &mut self.ready,
+                );
+            }
+        }
+        // Published under the read lock, so the next writer sees it.
+        self.cursor.advance(self.position);
+        drop(contents);
+        if self.delivered.is_tracked() {
+            for event in self.ready.range(before..) {
+                self.delivered.apply(event);
             }
         }
         self.ready.len() > before

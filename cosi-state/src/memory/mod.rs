@@ -1,9 +1,26 @@
 //! The in-memory backend: [`MemoryState`].
 //!
 //! Each kind lives in its own collection (a concurrent map of kinds, each with its own lock):
-//! the live resources in id order, an exact history window of the last
-//! [`MemoryOptions::history`] changes, and up to [`MemoryOptions::max_destroy_markers`] destroy
+//! the live resources in id order, an exact history window of its latest changes, and destroy
 //! markers. Stored values are `Arc`s; reads, lists and events hand out `Arc` clones.
+//!
+//! # Sized by demand
+//!
+//! A kind's window starts at [`MemoryOptions::history_min`] changes and grows, doubling, up to
+//! [`MemoryOptions::history`] while a live watcher has not read its oldest change; once its
+//! watchers have caught up it shrinks back as the kind keeps changing (checked every 64
+//! evictions: it halves while a quarter of it still holds everything unread). So every live
+//! watcher within `history` changes of the head gets every event exactly, as with a fixed
+//! window, while a kind whose watchers keep up — most kinds, most of the time — holds a few
+//! changes and the old values they keep alive, instead of thousands. Destroy markers follow the
+//! same rule: the newest `history_min` are kept, older ones only while a live watcher is behind
+//! them, and never more than [`MemoryOptions::max_destroy_markers`]. Watchers publish their
+//! position to their kind after each batch they take; writers read the positions only when a
+//! decision depends on them (see `cursors`). A kind that stops changing keeps the window its last
+//! changes needed. Positions no live watcher holds — a `tail`, a resume from a bookmark — are
+//! served exactly from what the window holds then, and by a catch-up (or a resync) beyond it,
+//! unless the backend supplies the missing changes from elsewhere: the disk backend reads them
+//! from its durable log (`KindWatcher::of_kind_with_gap` and `fill_gap`).
 //!
 //! # Watch delivery
 //!
@@ -11,9 +28,10 @@
 //! A watcher is a cursor into the window; writers append and wake waiting watchers, and never
 //! wait for them. A watcher whose cursor fell out of the window is not ended: it receives a
 //! compacted catch-up, one event per resource changed since its position, with the latest state
-//! and `compacted: true` — `Created` if the resource did not exist at its position,
-//! `Updated { old: None }` if it did, `Destroyed` (last state) if it existed then and is gone
-//! now; nothing for a resource created and destroyed within the gap. Then it continues live.
+//! and `compacted: true`, relative to what its consumer holds — `Created` if it does not hold
+//! the resource, `Updated { old: None }` if it does, `Destroyed` (last state) if it holds one
+//! that is gone now; nothing for a resource created and destroyed within the gap. Then it
+//! continues live.
 //! To compute that, each live resource remembers the sequence of its creation and of its last
 //! change, and each destruction leaves a marker (destroyed at, created at, last state). Markers
 //! are exact per incarnation, so an id destroyed and recreated any number of times inside the
@@ -29,13 +47,18 @@
 //! All events of a catch-up, a resync or a bootstrap carry the head bookmark at the time they
 //! were computed: such a batch is resumable from its end, not from its middle.
 //!
-//! **Approximation with label filters.** The store does not keep a resource's state at every
-//! past position, so in a catch-up it cannot know whether a resource matched the watcher's label
-//! filter back then. It errs on the side of a correct final view: a resource that existed at
-//! the watcher's position and now matches arrives as `Updated { old: None }` (treat compacted
-//! events as upserts), and one that existed and now does not match, or is gone, arrives as
-//! `Destroyed` even if the watcher may never have seen it (treat a `Destroyed` of an unknown id
-//! as a no-op). Id filters are exact: an id cannot change.
+//! **Exact under filters.** Without a label filter, what the consumer holds is what existed (and
+//! passes the id filter, which cannot change) at the watcher's position, which the creation
+//! positions and the markers tell. A label filter can change with every write and the store
+//! does not keep every past state, so a label-filtered watcher keeps the ids its consumer holds
+//! (see `delivered`): it starts with what matched where it starts (nothing before a bootstrap;
+//! for `tail` and `since`, what matched at that position, worked out from the window) and
+//! follows every event it queues. Its catch-up is then exact: a resource that entered the filter
+//! while it lagged arrives as `Created`, one that left it (or was destroyed) as `Destroyed`, an
+//! update of one it holds that still matches as `Updated { old: None }`, and one it never held
+//! that does not match now gets nothing. A `since` older than the window leaves what matched
+//! there unknown: that watcher gets a resync. A resync under a filter bootstraps the resources
+//! matching now, and the consumer's view (and the watcher's set) is replaced by them.
 //!
 //! # Reuse by other backends
 //!
@@ -59,12 +82,15 @@
 //! holds for one bounded batch (or one bootstrap/catch-up scan). Fan-out costs an `Arc` clone
 //! per event per watcher. Memory is bounded by the live resources, the window (which keeps old
 //! values alive), the destroy markers (which keep last states alive) and the change log (one
-//! shared id per 32 live resources); a watcher holds only the batch it has not handed out yet.
+//! shared id per 32 live resources); a watcher holds only the batch it has not handed out yet,
+//! and a label-filtered one also the ids its consumer holds (one shared `Arc<str>` each).
 
 mod change_log;
 mod collection;
 mod collections;
 mod contents;
+mod cursors;
+mod delivered;
 mod destroy_markers;
 mod history;
 mod id_map;
@@ -88,13 +114,28 @@ pub(crate) use collections::Collections;
 #[allow(unused_imports)]
 pub(crate) use contents::KindContents;
 #[allow(unused_imports)]
+pub(crate) use history::{Change, ChangeOp};
+#[allow(unused_imports)]
 pub(crate) use kind_map::KindMap;
 #[allow(unused_imports)]
-pub(crate) use kind_watch::KindWatcher;
+pub(crate) use kind_watch::{Gap, KindWatcher};
 #[allow(unused_imports)]
 pub(crate) use watch_filter::WatchFilter;
 
-/// Sizing of the in-memory backend's watch machinery.
+/// Sizing of the in-memory backend's watch machinery (also the disk backend's, which serves
+/// reads and watches from the same in-memory collections).
+///
+/// Each kind keeps an exact history window of its latest changes, sized by demand: it starts at
+/// `history_min` changes and doubles, up to `history`, while a live watcher has not read its
+/// oldest change; once its watchers have caught up it shrinks back as the kind keeps changing.
+/// So every live watcher within `history` changes of the head gets every event exactly, and a
+/// kind whose watchers keep up holds a few changes (and the old values they keep alive) rather
+/// than thousands. A kind that stops changing keeps what its last changes needed. A `tail`, or
+/// a watch resumed from a bookmark, is served exactly from what the window holds when it
+/// starts, and by a compacted catch-up beyond it (the disk backend reads such a watch's missed
+/// changes back from its durable log instead). Destroy markers, which a catch-up needs to
+/// report destructions, follow the same rule: the newest `history_min` are kept, older ones
+/// only while a live watcher is behind them, never more than `max_destroy_markers`.
 ///
 /// ```
 /// use cosi_state::{MemoryOptions, MemoryState};
@@ -103,17 +144,26 @@ pub(crate) use watch_filter::WatchFilter;
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryOptions {
-    /// Events per kind kept in the exact history window (at least 1; 0 is read as 1).
+    /// The most events per kind the exact history window holds (at least 1; 0 is read as 1).
     ///
-    /// Default 4096: a watcher may lag that many changes of one kind and still see every
+    /// Default 4096: a live watcher may lag that many changes of one kind and still see every
     /// intermediate version; beyond that it gets a compacted catch-up, which is cheap and
-    /// correct. The window holds `Arc`s of old values, so its cost is bounded by the values
-    /// it keeps alive (a few MiB per busy kind), and idle kinds grow no window at all.
+    /// correct. The window grows to this only while a watcher lags; it holds `Arc`s of old
+    /// values, so a full one costs the values it keeps alive (a few MiB per busy kind).
     pub history: usize,
-    /// Destroy markers kept per kind to compute catch-ups.
+    /// The fewest events per kind the window keeps, and the newest destroy markers kept when
+    /// no live watcher needs them (at most `history`; 0 is read as 1).
+    ///
+    /// Default 8: what a `tail` or a resume from a bookmark can count on when no watcher holds
+    /// the window open; beyond it they get a catch-up (from the in-memory backend; the disk
+    /// backend reads what they missed back from its durable log). Raise it to keep more
+    /// history in memory for watches that come and go.
+    pub history_min: usize,
+    /// The most destroy markers kept per kind to compute catch-ups.
     ///
     /// Default 65536: enough to cover the destruction of every resource of a large kind during
-    /// one lag; a watcher that lagged past more destructions than this gets a resync.
+    /// one lag; a watcher that lagged past more destructions than this gets a resync. Markers
+    /// beyond the newest `history_min` are kept only while a live watcher is behind them.
     pub max_destroy_markers: usize,
 }
 
@@ -121,6 +171,7 @@ impl Default for MemoryOptions {
     fn default() -> Self {
         MemoryOptions {
             history: 4096,
+            history_min: 8,
             max_destroy_markers: 65_536,
         }
     }

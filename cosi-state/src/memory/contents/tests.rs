@@ -2,6 +2,7 @@
 //! says exactly what a scan of every live resource says, the log stays bounded, and positions it
 //! no longer covers fall back to the scan.
 
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use cosi_core::{DynamicResource, Event, IdQuery, LabelOp, LabelQuery, LabelTerm, Metadata};
@@ -28,10 +29,25 @@ fn pointer(id: &str) -> Pointer {
     Pointer::new("test", KIND, id)
 }
 
+/// A window of exactly `history` changes and 1024 destroy markers, all kept (the minimum for
+/// markers is `history_min`; the window's is capped at its limit).
+fn sizing(history: usize) -> MemoryOptions {
+    MemoryOptions {
+        history,
+        history_min: 1024,
+        max_destroy_markers: 1024,
+    }
+}
+
 /// Contents with a window of one change, so every earlier position is behind it, and a log
 /// that keeps one entry per `scan_ratio` live resources.
 fn contents(scan_ratio: usize) -> KindContents {
-    KindContents::with_scan_ratio(1, 1024, 0, scan_ratio)
+    KindContents::with_scan_ratio(&sizing(1), 0, scan_ratio)
+}
+
+/// What a label-filtered consumer holding `ids` holds.
+fn holding(ids: &[&str]) -> Delivered {
+    Delivered::Ids(ids.iter().map(|id| Arc::from(*id)).collect())
 }
 
 fn every_id() -> WatchFilter {
@@ -71,10 +87,11 @@ fn catch_up(
     contents: &KindContents,
     position: u64,
     filter: &WatchFilter,
+    delivered: &Delivered,
     search: ChangedSearch,
 ) -> Vec<String> {
     let mut out = VecDeque::new();
-    let head = contents.catch_up_with(position, filter, &mut out, search);
+    let head = contents.catch_up_with(position, filter, delivered, &mut out, search);
     assert_eq!(head, contents.head());
     out.iter().map(describe).collect()
 }
@@ -90,15 +107,22 @@ fn log_catch_up_equals_scan(
     contents: &KindContents,
     position: u64,
     filter: &WatchFilter,
+    delivered: &Delivered,
 ) -> Vec<String> {
     assert!(
         log_covers(contents, position),
         "the log must cover @{position}"
     );
-    let from_log = catch_up(contents, position, filter, ChangedSearch::Cheapest);
+    let from_log = catch_up(
+        contents,
+        position,
+        filter,
+        delivered,
+        ChangedSearch::Cheapest,
+    );
     assert_eq!(
         from_log,
-        catch_up(contents, position, filter, ChangedSearch::Scan)
+        catch_up(contents, position, filter, delivered, ChangedSearch::Scan)
     );
     from_log
 }
@@ -127,7 +151,7 @@ fn a_catch_up_from_the_log_lists_changes_in_id_order_like_a_scan() {
     update(&mut contents, "a", 1);
     destroy(&mut contents, "b");
     assert_eq!(
-        log_catch_up_equals_scan(&contents, position, &every_id()),
+        log_catch_up_equals_scan(&contents, position, &every_id(), &Delivered::Untracked),
         [
             "updated a 1 c @8",
             "destroyed b 0 c @8",
@@ -148,7 +172,7 @@ fn a_resource_changed_again_appears_once_with_its_latest_state() {
         update(&mut contents, "a", value);
     }
     assert_eq!(
-        log_catch_up_equals_scan(&contents, position, &every_id()),
+        log_catch_up_equals_scan(&contents, position, &every_id(), &Delivered::Untracked),
         ["updated a 3 c @7"]
     );
 }
@@ -163,7 +187,7 @@ fn a_logged_change_of_a_resource_destroyed_since_is_not_reported_live() {
     update(&mut contents, "a", 1);
     destroy(&mut contents, "a");
     assert_eq!(
-        log_catch_up_equals_scan(&contents, position, &every_id()),
+        log_catch_up_equals_scan(&contents, position, &every_id(), &Delivered::Untracked),
         ["destroyed a 1 c @5"]
     );
 }
@@ -180,7 +204,7 @@ fn a_resource_created_and_destroyed_since_the_position_is_not_reported() {
     destroy(&mut contents, "c");
     create(&mut contents, "d", 1);
     assert_eq!(
-        log_catch_up_equals_scan(&contents, position, &every_id()),
+        log_catch_up_equals_scan(&contents, position, &every_id(), &Delivered::Untracked),
         ["created d 1 c @6"]
     );
 }
@@ -196,7 +220,7 @@ fn a_resource_destroyed_and_recreated_is_reported_updated_with_its_new_state() {
     destroy(&mut contents, "a");
     create(&mut contents, "a", 7);
     assert_eq!(
-        log_catch_up_equals_scan(&contents, position, &every_id()),
+        log_catch_up_equals_scan(&contents, position, &every_id(), &Delivered::Untracked),
         ["updated a 7 c @7"]
     );
 }
@@ -216,7 +240,7 @@ fn filters_apply_to_changes_taken_from_the_log() {
         ..web_only()
     };
     assert_eq!(
-        log_catch_up_equals_scan(&contents, position, &filter),
+        log_catch_up_equals_scan(&contents, position, &filter, &holding(&["a", "b", "c"])),
         ["destroyed a 1 c @7", "updated b 1 c @7"]
     );
 }
@@ -236,7 +260,7 @@ fn the_log_stays_bounded_after_many_updates_to_one_resource() {
 #[test]
 fn a_kind_no_larger_than_the_scan_ratio_times_the_window_keeps_no_log() {
     let window = 4;
-    let mut contents = KindContents::new(window, 1024, 0);
+    let mut contents = KindContents::new(&sizing(window), 0);
     for i in 0..window * SCAN_RATIO {
         create(&mut contents, &format!("item-{i:04}"), 0);
     }
@@ -259,14 +283,18 @@ fn a_position_older_than_the_log_falls_back_to_a_scan_with_the_same_output() {
     update(&mut contents, "a", 1);
     assert!(!log_covers(&contents, position));
     let expected = ["updated a 1 c @7", "updated b 1 c @7", "created d 1 c @7"];
-    assert_eq!(
-        catch_up(&contents, position, &every_id(), ChangedSearch::Cheapest),
-        expected
-    );
-    assert_eq!(
-        catch_up(&contents, position, &every_id(), ChangedSearch::Scan),
-        expected
-    );
+    for search in [ChangedSearch::Cheapest, ChangedSearch::Scan] {
+        assert_eq!(
+            catch_up(
+                &contents,
+                position,
+                &every_id(),
+                &Delivered::Untracked,
+                search
+            ),
+            expected
+        );
+    }
 }
 
 #[test]
@@ -280,7 +308,7 @@ fn a_large_kind_takes_recent_catch_ups_from_the_log() {
     for i in (0..live).step_by(37).take(60) {
         update(&mut contents, &format!("item-{i:05}"), 1);
     }
-    let events = log_catch_up_equals_scan(&contents, position, &every_id());
+    let events = log_catch_up_equals_scan(&contents, position, &every_id(), &Delivered::Untracked);
     assert_eq!(events.len(), 60);
     assert_eq!(
         events[0],
@@ -290,7 +318,7 @@ fn a_large_kind_takes_recent_catch_ups_from_the_log() {
 
 #[test]
 fn resources_loaded_at_open_count_as_changed_at_the_head_they_were_loaded_at() {
-    let mut contents = KindContents::with_scan_ratio(1, 1024, 10, 1);
+    let mut contents = KindContents::with_scan_ratio(&sizing(1), 10, 1);
     for id in ["a", "b", "c"] {
         contents.load(counter(id, 0, true));
     }
@@ -298,11 +326,17 @@ fn resources_loaded_at_open_count_as_changed_at_the_head_they_were_loaded_at() {
     update(&mut contents, "c", 1);
     update(&mut contents, "a", 1);
     assert_eq!(
-        log_catch_up_equals_scan(&contents, 10, &every_id()),
+        log_catch_up_equals_scan(&contents, 10, &every_id(), &Delivered::Untracked),
         ["updated a 1 c @12", "updated c 1 c @12"]
     );
     assert_eq!(
-        catch_up(&contents, 9, &every_id(), ChangedSearch::Cheapest),
+        catch_up(
+            &contents,
+            9,
+            &every_id(),
+            &Delivered::Untracked,
+            ChangedSearch::Cheapest
+        ),
         [
             "resync @12",
             "created a 1 - @12",
@@ -353,7 +387,10 @@ proptest! {
         positions in proptest::collection::vec(any::<prop::sample::Index>(), 1..6),
         filter in filter(),
     ) {
-        let mut contents = KindContents::with_scan_ratio(1, 1024, 0, scan_ratio);
+        let mut contents = KindContents::with_scan_ratio(&sizing(1), 0, scan_ratio);
+        // What a label-filtered consumer at each position holds: what matched there.
+        let mut matching: BTreeMap<u64, HashSet<Arc<str>>> = BTreeMap::new();
+        matching.insert(0, HashSet::new());
         let mut value = 0;
         for op in ops {
             value += 1;
@@ -364,12 +401,18 @@ proptest! {
                 Op::Update(id, web) => contents.apply_update(counter(&format!("id-{id:02}"), value, web)),
                 Op::Destroy(id) => contents.apply_destroy(&pointer(&format!("id-{id:02}"))),
             };
+            matching.insert(contents.head(), contents.matching_ids(&filter));
         }
         for position in positions {
             let position = position.index(contents.head() as usize + 1) as u64;
+            let delivered = if filter.has_labels() {
+                Delivered::Ids(matching[&position].clone())
+            } else {
+                Delivered::Untracked
+            };
             prop_assert_eq!(
-                catch_up(&contents, position, &filter, ChangedSearch::Cheapest),
-                catch_up(&contents, position, &filter, ChangedSearch::Scan)
+                catch_up(&contents, position, &filter, &delivered, ChangedSearch::Cheapest),
+                catch_up(&contents, position, &filter, &delivered, ChangedSearch::Scan)
             );
         }
     }
