@@ -1,6 +1,7 @@
 //! The runner of one level-triggered [`Controller`]: waits for a wake-up, a requeue deadline or
 //! the end of a restart backoff, runs one reconcile (through [`run_reconcile`]), records the
-//! outcome, and repeats until shutdown.
+//! outcome, and repeats until shutdown. For a controller that asked for them, it also keeps the
+//! [`ChangeLog`] of its inputs and hands each reconcile what changed since the previous one.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -9,6 +10,7 @@ use std::time::Duration;
 use cosi_core::SharedResource;
 use tokio::time::Instant;
 
+use crate::changes::ChangeLog;
 use crate::runner::{run_reconcile, FeedTarget, IdleProbe, Outcome, Retry, TaskContext, Trigger};
 use crate::status::Failure;
 use crate::wake::WakeSignal;
@@ -37,34 +39,39 @@ pub(crate) struct LevelActivity {
     wake: WakeSignal,
     running: AtomicBool,
     due: Mutex<Due>,
+    changes: ChangeLog,
 }
 
-impl Default for LevelActivity {
-    fn default() -> Self {
+impl LevelActivity {
+    /// The scheduling state of a controller; `track_changes` keeps the log of its input
+    /// changes ([`Controller::track_input_changes`]).
+    pub(crate) fn new(track_changes: bool) -> Self {
         let activity = LevelActivity {
             wake: WakeSignal::default(),
             running: AtomicBool::new(false),
             due: Mutex::new(Due::default()),
+            changes: ChangeLog::new(track_changes),
         };
         // The first reconcile is owed from registration on: a controller that has not run
         // yet is not idle.
         activity.wake.wake();
         activity
     }
-}
 
-impl LevelActivity {
     fn due(&self) -> std::sync::MutexGuard<'_, Due> {
         self.due.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 impl FeedTarget for LevelActivity {
-    fn changed(&self, _input: &Input, _resource: &SharedResource) {
+    fn changed(&self, _input: &Input, resource: &SharedResource, destroyed: bool) {
+        // Recorded before the wake-up: a reconcile woken by this change finds it in the log.
+        self.changes.record(resource, destroyed);
         self.wake.wake();
     }
 
     fn resync(&self) {
+        self.changes.forget();
         self.wake.wake();
     }
 }
@@ -124,7 +131,8 @@ pub(crate) async fn run(
             first = false;
         }
         cx.signals.bump();
-        let state = cx.state.for_reconcile();
+        // Taken after the wake-up: a change recorded from here on wakes the controller again.
+        let state = cx.state.for_reconcile_with(activity.changes.take());
         let trigger = Trigger {
             controller: &cx.name,
             reason,
@@ -138,6 +146,8 @@ pub(crate) async fn run(
                 activity.due().requeue_at = Some(Instant::now() + *delay);
             }
             Outcome::Failed(failure) => {
+                // What the failed reconcile was told it may not have acted on.
+                activity.changes.forget();
                 let retry = Retry::of(failure, &backoff, backoff.failures() + 1);
                 backoff.next_delay();
                 tracing::warn!(controller = %cx.name, error = %failure, backoff = ?retry.after, on_change = retry.on_change, "reconcile failed; restarting the controller after backoff");

@@ -14,11 +14,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cosi_core::{
-    downcast_ref, CreateOptions, Error, Kind, ListOptions, Metadata, Phase, Pointer, Resource,
-    ResourceSpec, Result, SharedResource, State, StateExt, Version,
+    downcast, downcast_ref, CreateOptions, Error, Kind, ListOptions, Metadata, Phase, Pointer,
+    Resource, ResourceSpec, Result, SharedResource, State, StateExt,
 };
 
-use crate::{Controller, ControllerState, Input, Output, QueueController, Reconciled};
+use crate::{
+    Controller, ControllerState, Input, InputChanges, Output, QueueController, Reconciled,
+};
 
 type MapFn<In, Out> = dyn Fn(&Resource<In>) -> Option<(Arc<str>, Out)> + Send + Sync;
 
@@ -89,7 +91,11 @@ impl Settings {
 pub struct Transform<In, Out> {
     settings: Settings,
     map: Arc<MapFn<In, Out>>,
-    memo: Vec<Memo>,
+    memo: Memos<Out>,
+    /// Whether `memo` is what the last reconcile established (it succeeded).
+    memo_valid: bool,
+    /// Full passes so far.
+    pass: u64,
     _types: PhantomData<fn(In) -> Out>,
 }
 
@@ -105,7 +111,9 @@ impl<In: ResourceSpec, Out: ResourceSpec> Transform<In, Out> {
         Transform {
             settings: Settings::new::<In, Out>(name),
             map: Arc::new(map),
-            memo: Vec::new(),
+            memo: Memos::default(),
+            memo_valid: false,
+            pass: 0,
             _types: PhantomData,
         }
     }
@@ -154,130 +162,126 @@ impl<In: ResourceSpec, Out: ResourceSpec> Transform<In, Out> {
     }
 }
 
-/// What the last reconcile established for one input: while neither the input nor its output
-/// changed version since, the output is known to be right and the map need not run again.
-#[derive(Clone)]
-struct Memo {
-    input_id: Arc<str>,
-    input_version: Version,
+/// What the last reconcile established for one input: while the store still holds the very
+/// values recorded here, the output is known to be right and the map need not run again.
+///
+/// Values are compared by identity, not by version: a resource destroyed and created again
+/// starts over at version 1, and the store shares one allocation per stored version, which
+/// the memo keeps alive (so its address cannot be reused by another value meanwhile).
+struct Memo<Out> {
+    /// The input as the output was computed from it (or as our finalizer write left it).
+    input: SharedResource,
     output_id: Arc<str>,
-    output_version: Version,
+    /// The output as this controller last wrote or found it: the store's own value while
+    /// nobody changed it since, so keeping it costs no memory.
+    output: Arc<Resource<Out>>,
+    /// The full pass that last saw the input (entries of inputs it did not see are dropped).
+    pass: u64,
 }
 
-/// The owned outputs of one reconcile, sorted by id (as `list` returns them), with lookups
+/// Whether two handles share one stored value (the data address; vtables may differ between
+/// codegen units).
+fn same_value<A: ?Sized, B: ?Sized>(a: &Arc<A>, b: &Arc<B>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
+/// Memos by input id (one hash per input: a fast hasher).
+type Memos<Out> = foldhash::HashMap<Arc<str>, Memo<Out>>;
+
+/// The owned outputs of one full pass, sorted by id (as `list` returns them), with lookups
 /// that are O(1) when ids come in order (same-id mappings) and O(log n) otherwise.
 struct Outputs<Out> {
-    // Kept type-erased (checked once when collected) so no per-item `Arc` is cloned.
-    sorted: Vec<SharedResource>,
+    sorted: Vec<Arc<Resource<Out>>>,
     kept: Vec<bool>,
     hint: usize,
-    _type: PhantomData<Out>,
 }
 
 impl<Out: ResourceSpec> Outputs<Out> {
     fn find(&mut self, id: &str) -> Option<usize> {
         let at = match self.sorted.get(self.hint) {
-            Some(o) if o.metadata().id() == id => self.hint,
+            Some(o) if o.metadata.id() == id => self.hint,
             _ => self
                 .sorted
-                .binary_search_by(|o| o.metadata().id().cmp(id))
+                .binary_search_by(|o| o.metadata.id().cmp(id))
                 .ok()?,
         };
         self.hint = at + 1;
         Some(at)
     }
-
-    fn get(&self, at: usize) -> Result<&Resource<Out>> {
-        downcast_ref::<Out>(&*self.sorted[at])
-    }
 }
 
-#[async_trait]
-impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
-    fn name(&self) -> &str {
-        &self.settings.name
-    }
+/// What a writer knows of an output before writing it.
+enum Existing<Out> {
+    /// Read (or remembered): this is the output, or there is none.
+    Known(Option<Arc<Resource<Out>>>),
+    /// Not read, and there should be none: a create that finds one fails with
+    /// `AlreadyExists` instead of taking it over.
+    PresumedAbsent,
+}
 
-    fn inputs(&self) -> Vec<Input> {
-        self.settings.inputs()
-    }
+/// Why an incremental reconcile hands over to a full pass.
+enum Incremental {
+    /// Every change was converged.
+    Done,
+    /// A change needs what only a full pass does (an input gone or tearing down, an output that
+    /// moved or is tearing down): converge everything.
+    NeedsFullPass,
+}
 
-    fn outputs(&self) -> Vec<Output> {
-        self.settings.outputs()
-    }
-
-    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+impl<In: ResourceSpec, Out: ResourceSpec> Transform<In, Out> {
+    /// Lists every input and every owned output and converges them: creates and updates
+    /// outputs, tears down outputs whose input went away, holds and releases finalizers.
+    async fn full_pass(&mut self, state: &ControllerState) -> Result<()> {
         let settings = &self.settings;
         let inputs = state
             .list(&settings.input_kind, &ListOptions::default())
             .await?;
-        let mut sorted = state
+        let listed = state
             .list(&settings.output_kind, &ListOptions::default())
             .await?;
-        sorted.retain(|o| o.metadata().owner() == Some(&*settings.name));
-        for output in &sorted {
-            downcast_ref::<Out>(&**output)?;
+        let mut sorted = Vec::with_capacity(listed.len());
+        for output in listed {
+            if output.metadata().owner() == Some(&*settings.name) {
+                sorted.push(downcast::<Out>(output)?);
+            }
         }
         let mut outputs = Outputs::<Out> {
             kept: vec![false; sorted.len()],
             sorted,
             hint: 0,
-            _type: PhantomData,
         };
-        let mut memo = Vec::with_capacity(inputs.len());
-        let mut previous = self.memo.iter().peekable();
-        for input in &inputs {
-            let input = downcast_ref::<In>(&**input)?;
-            let id = input.metadata.id();
-            while previous.next_if(|m| &*m.input_id < id).is_some() {}
+        // The memo is updated in place: rebuilding a map of every input per pass costs more
+        // than the pass saves.
+        self.pass += 1;
+        let pass = self.pass;
+        for shared in &inputs {
+            let input = downcast_ref::<In>(&**shared)?;
             let running = input.metadata.phase() == Phase::Running;
-            if running {
-                if let Some(m) = previous.next_if(|m| &*m.input_id == id) {
-                    if m.input_version == input.metadata.version() {
-                        if let Some(at) = outputs.find(&m.output_id) {
-                            let output = outputs.sorted[at].metadata();
-                            if output.version() == m.output_version
-                                && output.phase() == Phase::Running
-                            {
-                                outputs.kept[at] = true;
-                                memo.push(m.clone());
-                                continue;
-                            }
+            let id = input.metadata.pointer().shared_id();
+            if let Some(memo) = self.memo.get_mut(id) {
+                if same_value(&memo.input, shared) {
+                    if let Some(at) = outputs.find(&memo.output_id) {
+                        if same_value(&outputs.sorted[at], &memo.output) {
+                            outputs.kept[at] = true;
+                            memo.pass = pass;
+                            continue;
                         }
                     }
                 }
             }
-            let mapped = (self.map)(input);
-            match mapped {
+            match (self.map)(input) {
                 Some((out_id, spec)) if running => {
-                    let mut input_version = input.metadata.version();
-                    if settings.finalizers {
-                        let held = hold_finalizer(state, settings, &input.metadata).await?;
-                        // Versions grow by one per write: exactly one more means nobody but us
-                        // changed the input since it was listed, so the output computed from
-                        // the listed value matches the new version. Otherwise keep the listed
-                        // version: the memo misses next time and the map runs again.
-                        if held == Some(input_version.next()) {
-                            input_version = input_version.next();
-                        }
-                    }
                     let at = outputs.find(&out_id);
-                    let existing = match at {
-                        Some(at) => Some(outputs.get(at)?),
-                        None => None,
-                    };
-                    let written =
-                        write_output(state, settings, existing, out_id.clone(), spec).await?;
+                    let existing = Existing::Known(at.map(|at| outputs.sorted[at].clone()));
                     if let Some(at) = at {
                         outputs.kept[at] = true;
                     }
-                    if let Some(output_version) = written {
-                        memo.push(Memo {
-                            input_id: input.metadata.pointer().shared_id().clone(),
-                            input_version,
-                            output_id: out_id,
-                            output_version,
-                        });
+                    let memo = converge(
+                        state, settings, &*self.map, shared, input, existing, out_id, spec, pass,
+                    )
+                    .await?;
+                    if let Some(memo) = memo {
+                        self.memo.insert(id.clone(), memo);
                     }
                 }
                 Some((out_id, _)) => {
@@ -286,7 +290,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
                         Some(at) => {
                             outputs.kept[at] = true;
                             state
-                                .teardown_output(outputs.sorted[at].metadata().pointer())
+                                .teardown_output(outputs.sorted[at].metadata.pointer())
                                 .await?
                         }
                         None => true,
@@ -305,44 +309,212 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
         // Outputs whose input is gone (or maps elsewhere now).
         for (output, kept) in outputs.sorted.iter().zip(&outputs.kept) {
             if !kept {
-                state.teardown_output(output.metadata().pointer()).await?;
+                state.teardown_output(output.metadata.pointer()).await?;
             }
         }
-        self.memo = memo;
+        // Inputs that are gone, tearing down or without an output.
+        self.memo.retain(|_, memo| memo.pass == pass);
+        Ok(())
+    }
+
+    /// Converges only the inputs that changed since the previous reconcile, from their latest
+    /// state as the change log carried it: no list of everything, so a reconcile costs what
+    /// changed. Handles running inputs whose output stays where it was; anything else is left
+    /// to a full pass.
+    async fn incremental(
+        &mut self,
+        state: &ControllerState,
+        changes: &InputChanges,
+    ) -> Result<Incremental> {
+        let settings = &self.settings;
+        // In id order (the change set is sorted), like a full pass.
+        let mut changed = Vec::with_capacity(changes.len());
+        for (pointer, change) in changes.iter() {
+            // A change of the output kind comes through the destroy-ready input: an output
+            // tearing down or destroyed.
+            if pointer.kind() != &settings.input_kind || change.is_destroyed() {
+                return Ok(Incremental::NeedsFullPass);
+            }
+            let input = downcast_ref::<In>(&**change.resource())?;
+            if input.metadata.phase() != Phase::Running {
+                return Ok(Incremental::NeedsFullPass);
+            }
+            changed.push((change.resource(), input));
+        }
+        for (shared, input) in changed {
+            let id = input.metadata.pointer().shared_id();
+            let memo = self.memo.get(id);
+            if memo.is_some_and(|m| same_value(&m.input, shared)) {
+                // Already converged from this value (the change was our own finalizer).
+                continue;
+            }
+            let Some((out_id, spec)) = (self.map)(input) else {
+                return Ok(Incremental::NeedsFullPass);
+            };
+            let existing = match memo {
+                Some(memo) if memo.output_id != out_id => return Ok(Incremental::NeedsFullPass),
+                Some(memo) => Existing::Known(Some(memo.output.clone())),
+                // After a full pass every live output has a memo: none here means none is in
+                // place (one still tearing down makes the create fail, and a full pass cope).
+                None => Existing::PresumedAbsent,
+            };
+            let memo = match converge(
+                state, settings, &*self.map, shared, input, existing, out_id, spec, self.pass,
+            )
+            .await
+            {
+                Err(e) if e.is_already_exists() => return Ok(Incremental::NeedsFullPass),
+                memo => memo?,
+            };
+            match memo {
+                Some(memo) => {
+                    self.memo.insert(id.clone(), memo);
+                }
+                None => {
+                    self.memo.remove(id);
+                }
+            }
+        }
+        Ok(Incremental::Done)
+    }
+}
+
+#[async_trait]
+impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
+    fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        self.settings.inputs()
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        self.settings.outputs()
+    }
+
+    fn track_input_changes(&self) -> bool {
+        true
+    }
+
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        // The memo is what the last successful reconcile established; one that fails half way
+        // leaves it unknown (the runner then also withholds the next change set).
+        let memo_valid = std::mem::replace(&mut self.memo_valid, false);
+        if let (true, Some(changes)) = (memo_valid, state.input_changes()) {
+            if let Incremental::Done = self.incremental(state, changes).await? {
+                self.memo_valid = true;
+                return Ok(Reconciled::Done);
+            }
+        }
+        self.full_pass(state).await?;
+        self.memo_valid = true;
         Ok(Reconciled::Done)
     }
 }
 
+/// The output `id` if this controller owns it.
+async fn owned_output<Out: ResourceSpec>(
+    state: &ControllerState,
+    settings: &Settings,
+    id: &Arc<str>,
+) -> Result<Option<Arc<Resource<Out>>>> {
+    match state.get(&settings.output_kind.pointer(id.clone())).await {
+        Ok(output) if output.metadata().owner() == Some(&*settings.name) => {
+            downcast::<Out>(output).map(Some)
+        }
+        Ok(_) => Ok(None),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Brings the output of a running input (`shared`, typed as `input`) to `spec`, holding the
+/// input's finalizer first when the transform holds finalizers. Returns the memo of the
+/// result, or `None` if the output is still on its way out.
+#[allow(clippy::too_many_arguments)] // one call site per pass; a struct would only rename them
+async fn converge<In: ResourceSpec, Out: ResourceSpec>(
+    state: &ControllerState,
+    settings: &Settings,
+    map: &MapFn<In, Out>,
+    shared: &SharedResource,
+    input: &Resource<In>,
+    existing: Existing<Out>,
+    out_id: Arc<str>,
+    spec: Out,
+    pass: u64,
+) -> Result<Option<Memo<Out>>> {
+    let mut basis = shared.clone();
+    if settings.finalizers {
+        // Written from exactly the value read, the stored input differs from it only by our
+        // finalizer: the output computed here is right for it too, and the event of that
+        // write finds it in the memo. (After a fallback the memo keeps the value read: it
+        // misses next time and the map runs again.)
+        if let Some(stored) = state.hold_own_finalizer(input).await? {
+            basis = stored;
+        }
+    }
+    // Pure map: running it again gives the same spec, for the rare conflict retry.
+    let again = || map(input).map(|(_, spec)| spec);
+    let written = write_output(state, settings, existing, out_id.clone(), spec, again).await?;
+    Ok(written.map(|output| Memo {
+        input: basis,
+        output_id: out_id,
+        output,
+        pass,
+    }))
+}
+
 /// Creates or updates one output, writing nothing when it already has `spec`. Returns the
-/// version of the output now in place, or `None` if it is still on its way out.
+/// output now in place, or `None` if it is still on its way out. `again` gives the spec once
+/// more for the rare retry after a conflict (so the first attempt can move `spec` into the
+/// write instead of copying it).
 async fn write_output<Out: ResourceSpec>(
     state: &ControllerState,
     settings: &Settings,
-    existing: Option<&Resource<Out>>,
+    existing: Existing<Out>,
     id: Arc<str>,
     spec: Out,
-) -> Result<Option<Version>> {
-    match existing {
+    again: impl FnOnce() -> Option<Out> + Send,
+) -> Result<Option<Arc<Resource<Out>>>> {
+    let existing = match existing {
+        Existing::Known(existing) => existing,
+        Existing::PresumedAbsent => {
+            let stored = create_output(state, settings, id, spec).await?;
+            return downcast::<Out>(stored).map(Some);
+        }
+    };
+    let write = match existing {
         Some(output) if output.metadata.phase() == Phase::TearingDown => {
             // A torn-down output cannot come back to life: destroy it (once free) and create
             // it afresh; until then the destroy-ready input wakes us when it is free.
-            if state.teardown_output(output.metadata.pointer()).await? {
-                return create_output(state, settings, id, spec).await.map(Some);
+            if !state.teardown_output(output.metadata.pointer()).await? {
+                return Ok(None);
             }
-            Ok(None)
+            create_output(state, settings, id.clone(), spec).await
         }
-        Some(output) if output.spec == spec => Ok(Some(output.metadata.version())),
+        Some(output) if output.spec == spec => return Ok(Some(output)),
         Some(output) => {
-            let next = Resource::with_metadata(output.metadata.clone(), spec.clone());
-            match state.update(next.into_shared(), state.owned()).await {
-                Ok(stored) => Ok(Some(stored.metadata().version())),
-                Err(e) if e.is_version_conflict() => {
-                    modify_output(state, settings, id, spec).await.map(Some)
-                }
-                Err(e) => Err(e),
-            }
+            let next = Resource::with_metadata(output.metadata.clone(), spec);
+            state.update(next.into_shared(), state.owned()).await
         }
-        None => create_output(state, settings, id, spec).await.map(Some),
+        None => create_output(state, settings, id.clone(), spec).await,
+    };
+    match write {
+        Ok(stored) => downcast::<Out>(stored).map(Some),
+        // Someone else wrote it meanwhile (a finalizer, a create): read, change, write.
+        Err(e) if e.is_version_conflict() || e.is_already_exists() => {
+            let spec = again().ok_or_else(|| {
+                Error::invalid(
+                    settings.name.to_string(),
+                    "map",
+                    "the map function gave no output the second time for the same input: it \
+                     must be a pure function of the input",
+                )
+            })?;
+            modify_output(state, settings, id, spec).await.map(Some)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -351,18 +523,14 @@ async fn create_output<Out: ResourceSpec>(
     settings: &Settings,
     id: Arc<str>,
     spec: Out,
-) -> Result<Version> {
+) -> Result<SharedResource> {
     // From the interned output kind: no name lookups per output.
-    let pointer = settings.output_kind.pointer(id.clone());
-    let fresh = Resource::with_metadata(Metadata::new(pointer), spec.clone());
+    let pointer = settings.output_kind.pointer(id);
+    let fresh = Resource::with_metadata(Metadata::new(pointer), spec);
     let options = CreateOptions {
         owner: Some(settings.name.to_string()),
     };
-    match state.create(fresh.into_shared(), options).await {
-        Ok(stored) => Ok(stored.metadata().version()),
-        Err(e) if e.is_already_exists() => modify_output(state, settings, id, spec).await,
-        Err(e) => Err(e),
-    }
+    state.create(fresh.into_shared(), options).await
 }
 
 async fn modify_output<Out: ResourceSpec>(
@@ -370,7 +538,7 @@ async fn modify_output<Out: ResourceSpec>(
     settings: &Settings,
     id: Arc<str>,
     spec: Out,
-) -> Result<Version> {
+) -> Result<Arc<Resource<Out>>> {
     let template = Resource::with_metadata(
         Metadata::new(settings.output_kind.pointer(id)),
         spec.clone(),
@@ -381,22 +549,6 @@ async fn modify_output<Out: ResourceSpec>(
             Ok(())
         })
         .await
-        .map(|stored| stored.metadata.version())
-}
-
-/// Puts our finalizer on an input; returns the input's new version if it wrote.
-async fn hold_finalizer(
-    state: &ControllerState,
-    settings: &Settings,
-    input: &cosi_core::Metadata,
-) -> Result<Option<Version>> {
-    if input.finalizers().contains(&*settings.name) {
-        return Ok(None);
-    }
-    let stored = state
-        .add_finalizer(input.pointer(), &[&settings.name])
-        .await?;
-    Ok(Some(stored.metadata().version()))
 }
 
 async fn release_finalizer(
@@ -463,26 +615,17 @@ impl<In: ResourceSpec, Out: ResourceSpec> QueueController for QueueTransform<In,
 
     async fn reconcile(&self, state: &ControllerState, item: &Pointer) -> Result<Reconciled> {
         let settings = &self.settings;
-        let output_pointer = settings.output_kind.pointer(item.shared_id().clone());
-        let input = match state.get(item).await {
+        let shared = match state.get(item).await {
             Ok(input) => input,
             Err(e) if e.is_not_found() => {
+                let output_pointer = settings.output_kind.pointer(item.shared_id().clone());
                 teardown_owned(state, settings, &output_pointer).await?;
                 return Ok(Reconciled::Done);
             }
             Err(e) => return Err(e),
         };
-        let input = downcast_ref::<In>(&*input)?;
-        let existing = match state.get(&output_pointer).await {
-            Ok(o) if o.metadata().owner() == Some(&*settings.name) => Some(o),
-            Ok(_) => None,
-            Err(e) if e.is_not_found() => None,
-            Err(e) => return Err(e),
-        };
-        let existing = match &existing {
-            Some(o) => Some(downcast_ref::<Out>(&**o)?),
-            None => None,
-        };
+        let input = downcast_ref::<In>(&*shared)?;
+        let existing = owned_output::<Out>(state, settings, item.shared_id()).await?;
         let mapped = (self.map)(input);
         if let Some((id, _)) = &mapped {
             if id != item.shared_id() {
@@ -497,10 +640,12 @@ impl<In: ResourceSpec, Out: ResourceSpec> QueueController for QueueTransform<In,
         }
         match mapped {
             Some((id, spec)) if input.metadata.phase() == Phase::Running => {
-                if settings.finalizers {
-                    hold_finalizer(state, settings, &input.metadata).await?;
-                }
-                write_output(state, settings, existing, id, spec).await?;
+                let pass = 0; // no memo: the value is dropped
+                let existing = Existing::Known(existing);
+                converge(
+                    state, settings, &*self.map, &shared, input, existing, id, spec, pass,
+                )
+                .await?;
             }
             _ => {
                 let gone = match &existing {

@@ -227,7 +227,7 @@ impl WorkQueue {
 }
 
 impl FeedTarget for WorkQueue {
-    fn changed(&self, input: &Input, resource: &SharedResource) {
+    fn changed(&self, input: &Input, resource: &SharedResource, _destroyed: bool) {
         let pointer = resource.metadata().pointer();
         if *input == self.primary {
             self.add(pointer.clone());

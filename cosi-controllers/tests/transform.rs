@@ -402,3 +402,49 @@ async fn chain_converges_on_a_multi_threaded_runtime_level() {
 async fn chain_converges_on_a_multi_threaded_runtime_queued() {
     chain_converges_on_a_multi_threaded_runtime(true).await;
 }
+
+async fn an_input_destroyed_and_created_again_unseen_gets_the_output_of_its_new_value(
+    queued: bool,
+) {
+    // Given a transform that has converged on x = 4 (output 5) and y = 4,
+    let h = Harness::new();
+    register_a_to_b(
+        &h,
+        Transform::same_id("EvenOnly", |a: &A| {
+            (a.value % 2 == 0).then_some(B { value: a.value + 1 })
+        }),
+        queued,
+        1,
+    );
+    h.start().await;
+    let state = h.state();
+    for id in ["x", "y"] {
+        create(&state, id, A { value: 4 }).await;
+    }
+    h.settle().await;
+
+    // when both are destroyed and created again (at version 1 again) before it runs, x with a
+    // value that has no output and y with a new one,
+    for (id, value) in [("x", 3), ("y", 6)] {
+        state
+            .destroy(&A::kind().pointer(id.to_string()), Default::default())
+            .await
+            .unwrap();
+        create(&state, id, A { value }).await;
+    }
+    h.settle().await;
+
+    // then x has no output and y's follows its new value.
+    h.expect_absent::<B>("x").await;
+    assert_eq!(h.expect::<B>("y").await.spec.value, 7);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_input_destroyed_and_created_again_unseen_gets_the_output_of_its_new_value_level() {
+    an_input_destroyed_and_created_again_unseen_gets_the_output_of_its_new_value(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_input_destroyed_and_created_again_unseen_gets_the_output_of_its_new_value_queued() {
+    an_input_destroyed_and_created_again_unseen_gets_the_output_of_its_new_value(true).await;
+}
