@@ -7,6 +7,7 @@
 //! - [`report`]: figures collected over several runs and printed as medians, one
 //!   `name value unit` line each (lines starting with `#` are commentary);
 //! - [`peak_rss`]: peak resident memory (`VmHWM` from `/proc/self/status`);
+//! - [`cpu`]: CPU time used by the process (user + system, all threads);
 //! - [`plot`]: the W4 per-item cost plot (PNG);
 //! - [`args`]: the command line every workload accepts (`--runs N`, `--n N`);
 //! - [`rmw`]: read-modify-write, how every workload updates;
@@ -25,6 +26,7 @@
 pub mod args;
 pub mod backend;
 pub mod check;
+pub mod cpu;
 pub mod item;
 pub mod machine;
 pub mod output;

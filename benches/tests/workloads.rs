@@ -155,6 +155,8 @@ fn w3_figures(variant: &str) -> Vec<String> {
         "phase1",
         "phase1_rate",
         "phase2",
+        "phase1_cpu",
+        "phase2_cpu",
         "phase1_vs_raw",
         "phase2_vs_raw",
         "reconciles_c1",

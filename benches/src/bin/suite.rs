@@ -257,7 +257,11 @@ fn side_by_side(options: &Options, peer: &Path, bin_dir: &Path) -> Result<(), Wo
         |workload, side| run_side(peer, bin_dir, workload, side),
         |line| eprintln!("{line} ({:.0} s)", clock.elapsed().as_secs_f64()),
     )?;
-    let loads: Vec<f64> = runs.iter().flatten().filter_map(|p| p.load).collect();
+    // In running order: repetition by repetition, workload by workload.
+    let loads: Vec<f64> = (0..options.pairs)
+        .flat_map(|index| runs.iter().filter_map(move |pairs| pairs.get(index)))
+        .filter_map(|pair| pair.load)
+        .collect();
     let workloads = plan
         .iter()
         .zip(runs)

@@ -4,8 +4,9 @@
 //! every C exists with value i + 2. Phase 2: 5 rounds of read-modify-write updates of every A
 //! (value = i + round·10⁶: get, change a copy, update with the version read, retry on a
 //! conflict) as fast as possible; time from the first update until every C equals
-//! i + 5·10⁶ + 2. Figures: phase 1 time and items/s, phase 2 time, reconcile counts of C1 and C2
-//! (they show coalescing) and how often each controller's map function ran per phase (the
+//! i + 5·10⁶ + 2. Figures: phase 1 time and items/s, phase 2 time, the process's CPU time in
+//! each phase (all threads: with the wall time, how much work a phase did and how well it used
+//! the cores), reconcile counts of C1 and C2 (they show coalescing) and how often each controller's map function ran per phase (the
 //! reference prints the same "transform calls"). Three variants (`--variant`, default all):
 //!
 //! - `level`: level-triggered transform controllers ([`Transform`]);
@@ -35,6 +36,7 @@ use std::sync::Arc;
 use benches::args::{parse_env, RunArgs};
 use benches::backend::memory_state;
 use benches::check::{ensure, exit_on_error, WorkloadError};
+use benches::cpu::process_cpu;
 use benches::item::{item_ids, item_index, item_with_id};
 use benches::rmw::read_modify_write;
 use clap::{Parser, ValueEnum};
@@ -115,6 +117,9 @@ struct Cli {
     /// Run only this variant (default: all three).
     #[arg(long)]
     variant: Option<Variant>,
+    /// Skip the raw-writes baseline (and its `*_vs_raw` ratios): for profiling the chain alone.
+    #[arg(long)]
+    no_baseline: bool,
 }
 
 fn main() -> ExitCode {
@@ -144,14 +149,20 @@ fn run() -> Result<(), WorkloadError> {
     for variant in variants {
         for run in 1..=args.runs {
             let outcome = runtime.block_on(run_chain(variant, items))?;
-            let raw = runtime.block_on(raw_writes(items))?;
+            let raw = if cli.no_baseline {
+                None
+            } else {
+                Some(runtime.block_on(raw_writes(items))?)
+            };
             println!(
-                "# {} run {run}: phase 1 {:.1} ms, phase 2 {:.1} ms, reconciles C1 {} C2 {}, \
-                 map calls C1/C2 phase 1 {}/{} phase 2 {}/{}, writer conflicts {}; raw \
-                 writes: phase 1 {:.1} ms, phase 2 {:.1} ms",
+                "# {} run {run}: phase 1 {:.1} ms (CPU {:.1} ms), phase 2 {:.1} ms (CPU {:.1} \
+                 ms), reconciles C1 {} C2 {}, map calls C1/C2 phase 1 {}/{} phase 2 {}/{}, \
+                 writer conflicts {}{}",
                 variant.name(),
                 outcome.phase1.as_secs_f64() * 1e3,
+                outcome.phase1_cpu.as_secs_f64() * 1e3,
                 outcome.phase2.as_secs_f64() * 1e3,
+                outcome.phase2_cpu.as_secs_f64() * 1e3,
                 outcome.reconciles_c1,
                 outcome.reconciles_c2,
                 outcome.calls[0][0],
@@ -159,8 +170,11 @@ fn run() -> Result<(), WorkloadError> {
                 outcome.calls[1][0],
                 outcome.calls[1][1],
                 outcome.conflicts,
-                raw.0.as_secs_f64() * 1e3,
-                raw.1.as_secs_f64() * 1e3,
+                raw.map_or(String::new(), |(phase1, phase2)| format!(
+                    "; raw writes: phase 1 {:.1} ms, phase 2 {:.1} ms",
+                    phase1.as_secs_f64() * 1e3,
+                    phase2.as_secs_f64() * 1e3
+                )),
             );
             report.record(variant, items, &outcome, raw);
         }
@@ -178,7 +192,7 @@ impl Report3 {
         variant: Variant,
         items: usize,
         outcome: &ChainRun,
-        (raw1, raw2): (Duration, Duration),
+        raw: Option<(Duration, Duration)>,
     ) {
         let name = |figure: &str| format!("w3.{}.{figure}", variant.name());
         self.0
@@ -187,16 +201,22 @@ impl Report3 {
             .record_rate(&name("phase1_rate"), items, outcome.phase1, "items/s");
         self.0
             .record(&name("phase2"), outcome.phase2.as_secs_f64(), "s");
-        self.0.record(
-            &name("phase1_vs_raw"),
-            outcome.phase1.as_secs_f64() / raw1.as_secs_f64(),
-            "x",
-        );
-        self.0.record(
-            &name("phase2_vs_raw"),
-            outcome.phase2.as_secs_f64() / raw2.as_secs_f64(),
-            "x",
-        );
+        self.0
+            .record(&name("phase1_cpu"), outcome.phase1_cpu.as_secs_f64(), "s");
+        self.0
+            .record(&name("phase2_cpu"), outcome.phase2_cpu.as_secs_f64(), "s");
+        if let Some((raw1, raw2)) = raw {
+            self.0.record(
+                &name("phase1_vs_raw"),
+                outcome.phase1.as_secs_f64() / raw1.as_secs_f64(),
+                "x",
+            );
+            self.0.record(
+                &name("phase2_vs_raw"),
+                outcome.phase2.as_secs_f64() / raw2.as_secs_f64(),
+                "x",
+            );
+        }
         self.0.record(
             &name("reconciles_c1"),
             outcome.reconciles_c1 as f64,
@@ -222,6 +242,9 @@ impl Report3 {
 struct ChainRun {
     phase1: Duration,
     phase2: Duration,
+    /// CPU time of the whole process during each phase (all threads).
+    phase1_cpu: Duration,
+    phase2_cpu: Duration,
     reconciles_c1: u64,
     reconciles_c2: u64,
     /// Map-function calls per phase (1, 2), per controller (C1, C2).
@@ -288,6 +311,7 @@ async fn run_chain(variant: Variant, items: usize) -> Result<ChainRun, WorkloadE
         .watch_kind(&ChainC::kind(), WatchKindOptions::default())
         .await?;
     let waiter = tokio::spawn(wait_for_values(watch, items, |i| i as i64 + 2));
+    let cpu_start = process_cpu()?;
     let start = Instant::now();
     for (i, id) in ids.iter().enumerate() {
         let a = item_with_id(&kind, id, i, i as i64, chain_a);
@@ -297,6 +321,7 @@ async fn run_chain(variant: Variant, items: usize) -> Result<ChainRun, WorkloadE
     }
     let phase1_done = join(waiter).await?;
     let phase1 = phase1_done - start;
+    let phase1_cpu = process_cpu()? - cpu_start;
     let phase1_calls = calls.read();
     check_chain(&*state, items, 0, variant.finalizers()).await?;
 
@@ -320,6 +345,7 @@ async fn run_chain(variant: Variant, items: usize) -> Result<ChainRun, WorkloadE
     let final_value = move |i: usize| i as i64 + ROUNDS * ROUND_STEP + 2;
     let waiter = tokio::spawn(wait_for_values(watch, items, final_value));
     let mut conflicts = 0;
+    let cpu_start = process_cpu()?;
     let start = Instant::now();
     for round in 1..=ROUNDS {
         for (i, id) in ids.iter().enumerate() {
@@ -333,6 +359,7 @@ async fn run_chain(variant: Variant, items: usize) -> Result<ChainRun, WorkloadE
     }
     let phase2_done = join(waiter).await?;
     let phase2 = phase2_done - start;
+    let phase2_cpu = process_cpu()? - cpu_start;
     let all_calls = calls.read();
     check_chain(&*state, items, ROUNDS * ROUND_STEP, variant.finalizers()).await?;
 
@@ -355,6 +382,8 @@ async fn run_chain(variant: Variant, items: usize) -> Result<ChainRun, WorkloadE
     Ok(ChainRun {
         phase1,
         phase2,
+        phase1_cpu,
+        phase2_cpu,
         reconciles_c1: s1.reconciles,
         reconciles_c2: s2.reconciles,
         calls: [phase1_calls, [0, 1].map(|c| all_calls[c] - phase1_calls[c])],

@@ -215,6 +215,26 @@ fn w3_figures(reference: &str, project: &str) -> Vec<PairedFigure> {
     figures
 }
 
+/// W3 at its headline size: the reference's variant `reference` (`w3t`, `w3q`) against the
+/// project's `--variant variant`.
+fn w3_workload(
+    name: &'static str,
+    key: &'static str,
+    reference: &str,
+    variant: &str,
+    note: &'static str,
+) -> PairedWorkload {
+    PairedWorkload {
+        name,
+        key,
+        reference_args: args(&["-w", reference, "-n", "10000"]),
+        project_binary: "w3",
+        project_args: args(&["--n", "10000", "--runs", "1", "--variant", variant]),
+        figures: w3_figures(reference, &format!("w3.{variant}")),
+        note,
+    }
+}
+
 /// The paired workloads, in running order: W1, W2 with the reference's exact history, W3
 /// level-triggered, W3 per-item queue like for like (concurrency 1, a finalizer on each
 /// input), and the project's queue at concurrency 4 beside the same reference figure.
@@ -290,34 +310,22 @@ pub fn plan() -> Vec<PairedWorkload> {
             ],
             note: "both sides with an exact history of 16,384 events per kind",
         },
-        PairedWorkload {
-            name: "W3 level-triggered",
-            key: "w3-level",
-            reference_args: args(&["-w", "w3t", "-n", "10000"]),
-            project_binary: "w3",
-            project_args: args(&["--n", "10000", "--runs", "1", "--variant", "level"]),
-            figures: w3_figures("w3t", "w3.level"),
-            note: "",
-        },
-        PairedWorkload {
-            name: "W3 queue",
-            key: "w3-queue",
-            reference_args: args(&["-w", "w3q", "-n", "10000"]),
-            project_binary: "w3",
-            project_args: args(&["--n", "10000", "--runs", "1", "--variant", "queue"]),
-            figures: w3_figures("w3q", "w3.queue"),
-            note: "both sides at concurrency 1 with a finalizer on each input",
-        },
-        PairedWorkload {
-            name: "W3 queue, project x4",
-            key: "w3-queue4",
-            reference_args: args(&["-w", "w3q", "-n", "10000"]),
-            project_binary: "w3",
-            project_args: args(&["--n", "10000", "--runs", "1", "--variant", "queue4"]),
-            figures: w3_figures("w3q", "w3.queue4"),
-            note: "not like for like: the project at concurrency 4, the reference at its \
-                   default 1; both with a finalizer on each input",
-        },
+        w3_workload("W3 level-triggered", "w3-level", "w3t", "level", ""),
+        w3_workload(
+            "W3 queue",
+            "w3-queue",
+            "w3q",
+            "queue",
+            "both sides at concurrency 1 with a finalizer on each input",
+        ),
+        w3_workload(
+            "W3 queue, project x4",
+            "w3-queue4",
+            "w3q",
+            "queue4",
+            "not like for like: the project at concurrency 4, the reference at its default 1; \
+             both with a finalizer on each input",
+        ),
     ]
 }
 
