@@ -22,7 +22,6 @@ use cosi_core::{
     WatchOptions,
 };
 
-use crate::changes::InputChanges;
 use crate::{Input, InputStrength, Output};
 
 /// Where a controller's run-time input changes go (the engine).
@@ -75,9 +74,6 @@ pub struct ControllerState {
     /// The outputs written in this handle's reconcile. Shared by the clones a reconcile makes,
     /// never by two reconciles.
     tracked: Arc<Tracking>,
-    /// What changed since the previous reconcile, when the runner recorded it (see
-    /// [`ControllerState::input_changes`]).
-    changes: Option<Arc<InputChanges>>,
     /// Schedules a reconcile of this controller (its scheduling state's resync).
     wake: Arc<dyn Fn() + Send + Sync>,
 }
@@ -156,7 +152,6 @@ impl ControllerState {
             output_types,
             registry,
             tracked: Arc::new(Tracking::default()),
-            changes: None,
             wake,
         }
     }
@@ -174,40 +169,8 @@ impl ControllerState {
     pub(crate) fn for_reconcile(&self) -> ControllerState {
         ControllerState {
             tracked: Arc::new(Tracking::default()),
-            changes: None,
             ..self.clone()
         }
-    }
-
-    /// [`Self::for_reconcile`], carrying what changed since the previous reconcile.
-    pub(crate) fn for_reconcile_with(&self, changes: Option<InputChanges>) -> ControllerState {
-        ControllerState {
-            changes: changes.map(Arc::new),
-            ..self.for_reconcile()
-        }
-    }
-
-    /// Which input resources changed since this controller's previous reconcile started, for a
-    /// controller that asked for them ([`crate::Controller::track_input_changes`]): the latest
-    /// state of each. `None` when the runtime cannot say — the first reconcile, after a failed
-    /// one, after a watch had to resync, after more changes than it keeps, for a waker's
-    /// wake-up, or when the controller did not ask. A controller must then read its inputs in
-    /// full; with `Some`, reading only the changed ones is enough, because every later change
-    /// wakes it again.
-    ///
-    /// ```
-    /// use cosi_controllers::ControllerState;
-    /// fn plan(state: &ControllerState) -> &'static str {
-    ///     match state.input_changes() {
-    ///         Some(changes) if changes.is_empty() => "nothing to do",
-    ///         Some(_) => "look at the changed inputs only",
-    ///         None => "list every input",
-    ///     }
-    /// }
-    /// # let _ = plan;
-    /// ```
-    pub fn input_changes(&self) -> Option<&InputChanges> {
-        self.changes.as_deref()
     }
 
     /// The controller's name: the owner of everything it writes.

@@ -27,9 +27,8 @@ pub enum Reconciled {
 /// The engine calls [`Controller::reconcile`] once at start and then whenever any of its inputs
 /// changed since the previous reconcile started; any number of changes before the reconcile
 /// runs coalesce into one call. A reconcile reads the current state through the
-/// [`ControllerState`] it is given and converges its outputs towards it. It is told *what*
-/// changed only if it asks ([`Controller::track_input_changes`]); otherwise only that something
-/// may have.
+/// [`ControllerState`] it is given and converges its outputs towards it. It must not assume it
+/// is told *what* changed — only that something may have.
 ///
 /// An error or a panic restarts the controller: its next reconcile runs after an exponential
 /// backoff for a retryable error, and at the next input change (or the backoff's maximum) for a
@@ -99,14 +98,4 @@ pub trait Controller: Send + 'static {
 
     /// Converges the outputs towards the current inputs.
     async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled>;
-
-    /// Whether the engine records which input resources change between reconciles, for
-    /// [`ControllerState::input_changes`] (off by default). A controller that can converge
-    /// from the changed resources alone — [`crate::Transform`] does — then need not read every
-    /// input on every reconcile, which makes a reconcile cost what changed instead of what
-    /// exists. The record is bounded; when it is incomplete the controller is told so and
-    /// reads everything.
-    fn track_input_changes(&self) -> bool {
-        false
-    }
 }

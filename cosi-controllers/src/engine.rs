@@ -254,7 +254,7 @@ impl Engine {
         let name: Arc<str> = controller.name().into();
         let inputs = controller.inputs();
         let outputs = controller.outputs();
-        let activity = Arc::new(LevelActivity::new(controller.track_input_changes()));
+        let activity = Arc::new(LevelActivity::default());
         let launcher_activity = activity.clone();
         self.add(
             name,

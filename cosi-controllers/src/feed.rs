@@ -282,7 +282,7 @@ impl FeedRunner {
                         let destroyed = matches!(event, Event::Destroyed { .. });
                         for sub in subs.iter() {
                             if wants(&sub.input, &**resource, destroyed) {
-                                sub.target.changed(&sub.input, resource, destroyed);
+                                sub.target.changed(&sub.input, resource);
                             }
                         }
                     }

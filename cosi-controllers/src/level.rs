@@ -1,7 +1,6 @@
 //! The runner of one level-triggered [`Controller`]: waits for a wake-up, a requeue deadline or
 //! the end of a restart backoff, runs one reconcile (through [`run_reconcile`]), records the
-//! outcome, and repeats until shutdown. For a controller that asked for them, it also keeps the
-//! [`ChangeLog`] of its inputs and hands each reconcile what changed since the previous one.
+//! outcome, and repeats until shutdown.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,7 +9,6 @@ use std::time::Duration;
 use cosi_core::SharedResource;
 use tokio::time::Instant;
 
-use crate::changes::ChangeLog;
 use crate::runner::{run_reconcile, FeedTarget, IdleProbe, Outcome, Retry, TaskContext, Trigger};
 use crate::status::Failure;
 use crate::wake::WakeSignal;
@@ -39,39 +37,34 @@ pub(crate) struct LevelActivity {
     wake: WakeSignal,
     running: AtomicBool,
     due: Mutex<Due>,
-    changes: ChangeLog,
 }
 
-impl LevelActivity {
-    /// The scheduling state of a controller; `track_changes` keeps the log of its input
-    /// changes ([`Controller::track_input_changes`]).
-    pub(crate) fn new(track_changes: bool) -> Self {
+impl Default for LevelActivity {
+    fn default() -> Self {
         let activity = LevelActivity {
             wake: WakeSignal::default(),
             running: AtomicBool::new(false),
             due: Mutex::new(Due::default()),
-            changes: ChangeLog::new(track_changes),
         };
         // The first reconcile is owed from registration on: a controller that has not run
         // yet is not idle.
         activity.wake.wake();
         activity
     }
+}
 
+impl LevelActivity {
     fn due(&self) -> std::sync::MutexGuard<'_, Due> {
         self.due.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 impl FeedTarget for LevelActivity {
-    fn changed(&self, _input: &Input, resource: &SharedResource, destroyed: bool) {
-        // Recorded before the wake-up: a reconcile woken by this change finds it in the log.
-        self.changes.record(resource, destroyed);
+    fn changed(&self, _input: &Input, _resource: &SharedResource) {
         self.wake.wake();
     }
 
     fn resync(&self) {
-        self.changes.forget();
         self.wake.wake();
     }
 }
@@ -131,8 +124,7 @@ pub(crate) async fn run(
             first = false;
         }
         cx.signals.bump();
-        // Taken after the wake-up: a change recorded from here on wakes the controller again.
-        let state = cx.state.for_reconcile_with(activity.changes.take());
+        let state = cx.state.for_reconcile();
         let trigger = Trigger {
             controller: &cx.name,
             reason,
@@ -146,8 +138,6 @@ pub(crate) async fn run(
                 activity.due().requeue_at = Some(Instant::now() + *delay);
             }
             Outcome::Failed(failure) => {
-                // What the failed reconcile was told it may not have acted on.
-                activity.changes.forget();
                 let retry = Retry::of(failure, &backoff, backoff.failures() + 1);
                 backoff.next_delay();
                 tracing::warn!(controller = %cx.name, error = %failure, backoff = ?retry.after, on_change = retry.on_change, "reconcile failed; restarting the controller after backoff");

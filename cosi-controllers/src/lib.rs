@@ -151,10 +151,8 @@
 //!
 //! ## Semantics worth knowing
 //!
-//! - Reconciles are level-triggered: a controller is told *that* an input may have changed; it
-//!   reads the current state and converges. One that asks
-//!   ([`Controller::track_input_changes`]) is also told *what* changed
-//!   ([`ControllerState::input_changes`]) whenever the runtime knows, so it can read only that. The first reconcile runs
+//! - Reconciles are level-triggered: a controller is told *that* an input may have changed,
+//!   never *what* changed; it reads the current state and converges. The first reconcile runs
 //!   at start; inputs changed at run time ([`ControllerState::set_inputs`]) trigger one more.
 //! - A restart after a failure re-runs `reconcile` on the same controller value after the
 //!   backoff; input changes during the backoff of a retryable error do not cut it short (they
@@ -169,7 +167,6 @@
 mod access;
 mod backoff;
 mod catch_panic;
-mod changes;
 mod controller;
 mod engine;
 mod feed;
@@ -186,7 +183,6 @@ mod work_queue;
 
 pub use access::{Cleanup, ControllerState, Waker};
 pub use backoff::Backoff;
-pub use changes::{InputChange, InputChanges};
 pub use controller::{Controller, Reconciled};
 pub use engine::{Engine, EngineOptions, ShutdownReport};
 pub use graph::{DependencyGraph, RegistrationError};

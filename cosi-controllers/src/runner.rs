@@ -28,9 +28,8 @@ use crate::{Backoff, ControllerState, Input, Reconciled};
 
 /// The receiving side of an input subscription.
 pub(crate) trait FeedTarget: Send + Sync {
-    /// A resource covered by the input changed, or was destroyed (`destroyed`; `resource` is
-    /// then its last state).
-    fn changed(&self, input: &Input, resource: &SharedResource, destroyed: bool);
+    /// A resource covered by the input changed (or was destroyed: `resource` is its last state).
+    fn changed(&self, input: &Input, resource: &SharedResource);
     /// Changes may have been missed: rebuild the view from the current state.
     fn resync(&self);
 }

@@ -18,9 +18,7 @@ use cosi_core::{
     Resource, ResourceSpec, Result, SharedResource, State, StateExt,
 };
 
-use crate::{
-    Controller, ControllerState, Input, InputChanges, Output, QueueController, Reconciled,
-};
+use crate::{Controller, ControllerState, Input, Output, QueueController, Reconciled};
 
 type MapFn<In, Out> = dyn Fn(&Resource<In>) -> Option<(Arc<str>, Out)> + Send + Sync;
 
@@ -91,19 +89,15 @@ impl Settings {
 pub struct Transform<In, Out> {
     settings: Settings,
     map: Arc<MapFn<In, Out>>,
-    memo: Memos<Out>,
-    /// Whether `memo` is what the last reconcile established (it succeeded).
-    memo_valid: bool,
-    /// Full passes so far.
-    pass: u64,
+    memo: Vec<Memo<Out>>,
     _types: PhantomData<fn(In) -> Out>,
 }
 
 impl<In: ResourceSpec, Out: ResourceSpec> Transform<In, Out> {
     /// A transform whose `map` returns the output id and spec for an input, or `None` for no
     /// output. `map` must be a pure function of the input resource: the level-triggered
-    /// transform does not call it again for an input whose version, and whose output's
-    /// version, did not change since the last reconcile.
+    /// transform does not call it again for an input that, like its output, is still the
+    /// value stored at the last reconcile.
     pub fn new(
         name: &str,
         map: impl Fn(&Resource<In>) -> Option<(Arc<str>, Out)> + Send + Sync + 'static,
@@ -111,9 +105,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> Transform<In, Out> {
         Transform {
             settings: Settings::new::<In, Out>(name),
             map: Arc::new(map),
-            memo: Memos::default(),
-            memo_valid: false,
-            pass: 0,
+            memo: Vec::new(),
             _types: PhantomData,
         }
     }
@@ -169,14 +161,14 @@ impl<In: ResourceSpec, Out: ResourceSpec> Transform<In, Out> {
 /// starts over at version 1, and the store shares one allocation per stored version, which
 /// the memo keeps alive (so its address cannot be reused by another value meanwhile).
 struct Memo<Out> {
+    /// The input's id (the memo is sorted by it, as `list` sorts inputs).
+    input_id: Arc<str>,
     /// The input as the output was computed from it (or as our finalizer write left it).
     input: SharedResource,
     output_id: Arc<str>,
     /// The output as this controller last wrote or found it: the store's own value while
     /// nobody changed it since, so keeping it costs no memory.
     output: Arc<Resource<Out>>,
-    /// The full pass that last saw the input (entries of inputs it did not see are dropped).
-    pass: u64,
 }
 
 /// Whether two handles share one stored value (the data address; vtables may differ between
@@ -185,10 +177,7 @@ fn same_value<A: ?Sized, B: ?Sized>(a: &Arc<A>, b: &Arc<B>) -> bool {
     std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
-/// Memos by input id (one hash per input: a fast hasher).
-type Memos<Out> = foldhash::HashMap<Arc<str>, Memo<Out>>;
-
-/// The owned outputs of one full pass, sorted by id (as `list` returns them), with lookups
+/// The owned outputs of one reconcile, sorted by id (as `list` returns them), with lookups
 /// that are O(1) when ids come in order (same-id mappings) and O(log n) otherwise.
 struct Outputs<Out> {
     sorted: Vec<Arc<Resource<Out>>>,
@@ -210,28 +199,21 @@ impl<Out: ResourceSpec> Outputs<Out> {
     }
 }
 
-/// What a writer knows of an output before writing it.
-enum Existing<Out> {
-    /// Read (or remembered): this is the output, or there is none.
-    Known(Option<Arc<Resource<Out>>>),
-    /// Not read, and there should be none: a create that finds one fails with
-    /// `AlreadyExists` instead of taking it over.
-    PresumedAbsent,
-}
+#[async_trait]
+impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
+    fn name(&self) -> &str {
+        &self.settings.name
+    }
 
-/// Why an incremental reconcile hands over to a full pass.
-enum Incremental {
-    /// Every change was converged.
-    Done,
-    /// A change needs what only a full pass does (an input gone or tearing down, an output that
-    /// moved or is tearing down): converge everything.
-    NeedsFullPass,
-}
+    fn inputs(&self) -> Vec<Input> {
+        self.settings.inputs()
+    }
 
-impl<In: ResourceSpec, Out: ResourceSpec> Transform<In, Out> {
-    /// Lists every input and every owned output and converges them: creates and updates
-    /// outputs, tears down outputs whose input went away, holds and releases finalizers.
-    async fn full_pass(&mut self, state: &ControllerState) -> Result<()> {
+    fn outputs(&self) -> Vec<Output> {
+        self.settings.outputs()
+    }
+
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
         let settings = &self.settings;
         let inputs = state
             .list(&settings.input_kind, &ListOptions::default())
@@ -250,39 +232,36 @@ impl<In: ResourceSpec, Out: ResourceSpec> Transform<In, Out> {
             sorted,
             hint: 0,
         };
-        // The memo is updated in place: rebuilding a map of every input per pass costs more
-        // than the pass saves.
-        self.pass += 1;
-        let pass = self.pass;
+        let mut memo = Vec::with_capacity(inputs.len());
+        // Both sorted by input id: one merge, no lookups.
+        let mut previous = std::mem::take(&mut self.memo).into_iter().peekable();
         for shared in &inputs {
             let input = downcast_ref::<In>(&**shared)?;
-            let running = input.metadata.phase() == Phase::Running;
-            let id = input.metadata.pointer().shared_id();
-            if let Some(memo) = self.memo.get_mut(id) {
-                if same_value(&memo.input, shared) {
-                    if let Some(at) = outputs.find(&memo.output_id) {
-                        if same_value(&outputs.sorted[at], &memo.output) {
+            let id = input.metadata.id();
+            while previous.next_if(|m| &*m.input_id < id).is_some() {}
+            if let Some(m) = previous.next_if(|m| &*m.input_id == id) {
+                if same_value(&m.input, shared) {
+                    if let Some(at) = outputs.find(&m.output_id) {
+                        if same_value(&outputs.sorted[at], &m.output) {
                             outputs.kept[at] = true;
-                            memo.pass = pass;
+                            memo.push(m);
                             continue;
                         }
                     }
                 }
             }
+            let running = input.metadata.phase() == Phase::Running;
             match (self.map)(input) {
                 Some((out_id, spec)) if running => {
                     let at = outputs.find(&out_id);
-                    let existing = Existing::Known(at.map(|at| outputs.sorted[at].clone()));
+                    let existing = at.map(|at| outputs.sorted[at].clone());
                     if let Some(at) = at {
                         outputs.kept[at] = true;
                     }
-                    let memo = converge(
-                        state, settings, &*self.map, shared, input, existing, out_id, spec, pass,
-                    )
-                    .await?;
-                    if let Some(memo) = memo {
-                        self.memo.insert(id.clone(), memo);
-                    }
+                    let written =
+                        converge(state, settings, &*self.map, shared, existing, out_id, spec)
+                            .await?;
+                    memo.extend(written);
                 }
                 Some((out_id, _)) => {
                     // The input is tearing down: its output goes first, then our finalizer.
@@ -312,103 +291,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> Transform<In, Out> {
                 state.teardown_output(output.metadata.pointer()).await?;
             }
         }
-        // Inputs that are gone, tearing down or without an output.
-        self.memo.retain(|_, memo| memo.pass == pass);
-        Ok(())
-    }
-
-    /// Converges only the inputs that changed since the previous reconcile, from their latest
-    /// state as the change log carried it: no list of everything, so a reconcile costs what
-    /// changed. Handles running inputs whose output stays where it was; anything else is left
-    /// to a full pass.
-    async fn incremental(
-        &mut self,
-        state: &ControllerState,
-        changes: &InputChanges,
-    ) -> Result<Incremental> {
-        let settings = &self.settings;
-        // In id order (the change set is sorted), like a full pass.
-        let mut changed = Vec::with_capacity(changes.len());
-        for (pointer, change) in changes.iter() {
-            // A change of the output kind comes through the destroy-ready input: an output
-            // tearing down or destroyed.
-            if pointer.kind() != &settings.input_kind || change.is_destroyed() {
-                return Ok(Incremental::NeedsFullPass);
-            }
-            let input = downcast_ref::<In>(&**change.resource())?;
-            if input.metadata.phase() != Phase::Running {
-                return Ok(Incremental::NeedsFullPass);
-            }
-            changed.push((change.resource(), input));
-        }
-        for (shared, input) in changed {
-            let id = input.metadata.pointer().shared_id();
-            let memo = self.memo.get(id);
-            if memo.is_some_and(|m| same_value(&m.input, shared)) {
-                // Already converged from this value (the change was our own finalizer).
-                continue;
-            }
-            let Some((out_id, spec)) = (self.map)(input) else {
-                return Ok(Incremental::NeedsFullPass);
-            };
-            let existing = match memo {
-                Some(memo) if memo.output_id != out_id => return Ok(Incremental::NeedsFullPass),
-                Some(memo) => Existing::Known(Some(memo.output.clone())),
-                // After a full pass every live output has a memo: none here means none is in
-                // place (one still tearing down makes the create fail, and a full pass cope).
-                None => Existing::PresumedAbsent,
-            };
-            let memo = match converge(
-                state, settings, &*self.map, shared, input, existing, out_id, spec, self.pass,
-            )
-            .await
-            {
-                Err(e) if e.is_already_exists() => return Ok(Incremental::NeedsFullPass),
-                memo => memo?,
-            };
-            match memo {
-                Some(memo) => {
-                    self.memo.insert(id.clone(), memo);
-                }
-                None => {
-                    self.memo.remove(id);
-                }
-            }
-        }
-        Ok(Incremental::Done)
-    }
-}
-
-#[async_trait]
-impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
-    fn name(&self) -> &str {
-        &self.settings.name
-    }
-
-    fn inputs(&self) -> Vec<Input> {
-        self.settings.inputs()
-    }
-
-    fn outputs(&self) -> Vec<Output> {
-        self.settings.outputs()
-    }
-
-    fn track_input_changes(&self) -> bool {
-        true
-    }
-
-    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
-        // The memo is what the last successful reconcile established; one that fails half way
-        // leaves it unknown (the runner then also withholds the next change set).
-        let memo_valid = std::mem::replace(&mut self.memo_valid, false);
-        if let (true, Some(changes)) = (memo_valid, state.input_changes()) {
-            if let Incremental::Done = self.incremental(state, changes).await? {
-                self.memo_valid = true;
-                return Ok(Reconciled::Done);
-            }
-        }
-        self.full_pass(state).await?;
-        self.memo_valid = true;
+        self.memo = memo;
         Ok(Reconciled::Done)
     }
 }
@@ -429,27 +312,25 @@ async fn owned_output<Out: ResourceSpec>(
     }
 }
 
-/// Brings the output of a running input (`shared`, typed as `input`) to `spec`, holding the
-/// input's finalizer first when the transform holds finalizers. Returns the memo of the
-/// result, or `None` if the output is still on its way out.
-#[allow(clippy::too_many_arguments)] // one call site per pass; a struct would only rename them
+/// Brings the output of a running input (`shared`, an `In`) to `spec`, holding the input's
+/// finalizer first when the transform holds finalizers. Returns the memo of the result, or
+/// `None` if the output is still on its way out.
 async fn converge<In: ResourceSpec, Out: ResourceSpec>(
     state: &ControllerState,
     settings: &Settings,
     map: &MapFn<In, Out>,
     shared: &SharedResource,
-    input: &Resource<In>,
-    existing: Existing<Out>,
+    existing: Option<Arc<Resource<Out>>>,
     out_id: Arc<str>,
     spec: Out,
-    pass: u64,
 ) -> Result<Option<Memo<Out>>> {
+    let input = downcast_ref::<In>(&**shared)?;
     let mut basis = shared.clone();
     if settings.finalizers {
         // Written from exactly the value read, the stored input differs from it only by our
-        // finalizer: the output computed here is right for it too, and the event of that
-        // write finds it in the memo. (After a fallback the memo keeps the value read: it
-        // misses next time and the map runs again.)
+        // finalizer: the output computed here is right for it too, and the next reconcile
+        // finds it in the memo. (After a fallback the memo keeps the value read: it misses
+        // next time and the map runs again.)
         if let Some(stored) = state.hold_own_finalizer(input).await? {
             basis = stored;
         }
@@ -458,10 +339,10 @@ async fn converge<In: ResourceSpec, Out: ResourceSpec>(
     let again = || map(input).map(|(_, spec)| spec);
     let written = write_output(state, settings, existing, out_id.clone(), spec, again).await?;
     Ok(written.map(|output| Memo {
+        input_id: input.metadata.pointer().shared_id().clone(),
         input: basis,
         output_id: out_id,
         output,
-        pass,
     }))
 }
 
@@ -472,18 +353,11 @@ async fn converge<In: ResourceSpec, Out: ResourceSpec>(
 async fn write_output<Out: ResourceSpec>(
     state: &ControllerState,
     settings: &Settings,
-    existing: Existing<Out>,
+    existing: Option<Arc<Resource<Out>>>,
     id: Arc<str>,
     spec: Out,
     again: impl FnOnce() -> Option<Out> + Send,
 ) -> Result<Option<Arc<Resource<Out>>>> {
-    let existing = match existing {
-        Existing::Known(existing) => existing,
-        Existing::PresumedAbsent => {
-            let stored = create_output(state, settings, id, spec).await?;
-            return downcast::<Out>(stored).map(Some);
-        }
-    };
     let write = match existing {
         Some(output) if output.metadata.phase() == Phase::TearingDown => {
             // A torn-down output cannot come back to life: destroy it (once free) and create
@@ -640,12 +514,8 @@ impl<In: ResourceSpec, Out: ResourceSpec> QueueController for QueueTransform<In,
         }
         match mapped {
             Some((id, spec)) if input.metadata.phase() == Phase::Running => {
-                let pass = 0; // no memo: the value is dropped
-                let existing = Existing::Known(existing);
-                converge(
-                    state, settings, &*self.map, &shared, input, existing, id, spec, pass,
-                )
-                .await?;
+                // Per item there is no memo to keep: the result only says it converged.
+                converge(state, settings, &*self.map, &shared, existing, id, spec).await?;
             }
             _ => {
                 let gone = match &existing {

@@ -233,7 +233,7 @@ impl WorkQueue {
 }
 
 impl FeedTarget for WorkQueue {
-    fn changed(&self, input: &Input, resource: &SharedResource, _destroyed: bool) {
+    fn changed(&self, input: &Input, resource: &SharedResource) {
         let pointer = resource.metadata().pointer();
         if *input == self.primary {
             self.add(pointer.clone());

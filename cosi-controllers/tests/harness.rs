@@ -94,17 +94,18 @@ async fn a_failed_write_restarts_the_controller_which_then_converges() {
 async fn failing_reads_keep_a_controller_restarting_until_cleared() {
     let h = Harness::with_options(fast_backoff());
     h.register(plus_one()).unwrap();
-    // The user writes past the faults; the controller reads through them (its first
-    // reconcile lists every input).
-    h.faults().fail_reads(A::kind());
-    create(h.faults().inner(), "x", A { value: 5 }).await;
     h.start().await;
+    create(&h.state(), "x", A { value: 1 }).await;
+    h.settle().await;
+    h.faults().fail_reads(A::kind());
+    // The user writes past the faults; the controller reads through them.
+    set(h.faults().inner(), "x", A { value: 5 }).await;
     h.settle().await;
     h.advance(Duration::from_secs(1)).await;
     h.advance(Duration::from_secs(2)).await;
     let status = h.status("PlusOne").await;
     assert_eq!((status.errors, status.restarts), (3, 3));
-    assert!(h.list::<B>().await.is_empty());
+    assert_eq!(h.expect::<B>("x").await.spec.value, 2);
 
     h.faults().clear();
     h.advance(Duration::from_secs(4)).await;

@@ -2,8 +2,8 @@
 //! create, change, tear down, destroy, in any order, with the controller running in between
 //! at arbitrary points or not at all — once it settles, the outputs are exactly what the map
 //! gives for the running inputs, and the transform holds its finalizer exactly on the inputs
-//! that have an output. This covers both ways a reconcile converges: from the change log
-//! (incremental) and from reading everything (full pass).
+//! that have an output. It found that an input destroyed and created again before the
+//! controller ran (back at version 1) was taken for its old self by the memo.
 
 mod common;
 
