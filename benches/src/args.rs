@@ -1,14 +1,21 @@
-//! The command line every workload accepts: `--runs N` (default 5) and `--n N` (the item count,
-//! default the workload's own). Parsed by hand: two flags do not justify a parser dependency.
+//! The command line of the workload binaries, parsed with clap: [`RunArgs`] (`--runs N`,
+//! default 5, and `--n N`, the item count) is what every workload accepts; a workload with
+//! options of its own (W2's history window, W3's variant) flattens it into a parser of its own
+//! and reads it with [`parse_env`]. A bad command line is a [`WorkloadError`] like any other
+//! failure, so it ends as `FAILED: <workload>: <what was wrong>` with exit status 1.
+
+use clap::{Args, Parser};
 
 use crate::check::WorkloadError;
 
-/// Parsed command line of a workload binary.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The options every workload accepts.
+#[derive(Args, Clone, Debug, PartialEq, Eq)]
 pub struct RunArgs {
     /// How many times to run the workload; figures are the medians over the runs.
+    #[arg(long, default_value_t = 5, value_parser = positive)]
     pub runs: usize,
-    /// Item count, when given (`--n`); each workload has its own default.
+    /// Item count (each workload has its own default).
+    #[arg(long, value_parser = positive)]
     pub n: Option<usize>,
 }
 
@@ -18,10 +25,18 @@ impl Default for RunArgs {
     }
 }
 
+/// A command line of [`RunArgs`] alone.
+#[derive(Parser, Debug)]
+#[command(about = "A benchmark workload (see benches/WORKLOADS.md)")]
+struct Common {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
 impl RunArgs {
-    /// Parses the process's arguments.
+    /// Parses the process's arguments (`--help` prints the usage and exits).
     pub fn from_env() -> Result<Self, WorkloadError> {
-        Self::parse(std::env::args().skip(1))
+        parse_env::<Common>().map(|common| common.run)
     }
 
     /// Parses `args` (without the program name).
@@ -34,41 +49,60 @@ impl RunArgs {
     /// assert!(RunArgs::parse(["--fast"].map(String::from)).is_err());
     /// ```
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, WorkloadError> {
-        let mut parsed = RunArgs::default();
-        let mut args = args.into_iter();
-        while let Some(arg) = args.next() {
-            let (flag, inline) = match arg.split_once('=') {
-                Some((flag, value)) => (flag.to_string(), Some(value.to_string())),
-                None => (arg, None),
-            };
-            if flag == "--help" || flag == "-h" {
-                return Err(WorkloadError::new(
-                    "usage: <workload> [--runs N (default 5)] [--n ITEMS]",
-                ));
-            }
-            let value = match inline.or_else(|| args.next()) {
-                Some(value) => value,
-                None => return Err(WorkloadError::new(format!("{flag} needs a value"))),
-            };
-            let number = value
-                .parse::<usize>()
-                .ok()
-                .filter(|&v| v > 0)
-                .ok_or_else(|| {
-                    WorkloadError::new(format!(
-                        "{flag}: expected a positive integer, got {value:?}"
-                    ))
-                })?;
-            match flag.as_str() {
-                "--runs" => parsed.runs = number,
-                "--n" => parsed.n = Some(number),
-                _ => {
-                    return Err(WorkloadError::new(format!(
-                        "unknown argument {flag:?} (expected --runs N or --n N)"
-                    )))
-                }
-            }
-        }
-        Ok(parsed)
+        parse_from::<Common>(std::iter::once("workload".to_string()).chain(args))
+            .map(|common| common.run)
     }
+}
+
+/// Parses the process's arguments into `P`; `--help` prints the usage and exits with status 0.
+pub fn parse_env<P: Parser>() -> Result<P, WorkloadError> {
+    parse_from(std::env::args())
+}
+
+/// Parses `args` (the program name first) into `P`; `--help` prints the usage and exits.
+///
+/// ```
+/// use benches::args::{parse_from, RunArgs};
+/// #[derive(clap::Parser)]
+/// struct W9 {
+///     #[command(flatten)]
+///     run: RunArgs,
+///     #[arg(long)]
+///     fast: bool,
+/// }
+/// let w9: W9 = parse_from(["w9", "--fast", "--runs", "2"].map(String::from)).unwrap();
+/// assert!(w9.fast);
+/// assert_eq!(w9.run.runs, 2);
+/// let error = parse_from::<W9>(["w9", "--slow"].map(String::from)).err().unwrap();
+/// assert_eq!(error.to_string(), "unexpected argument '--slow' found");
+/// ```
+pub fn parse_from<P: Parser>(args: impl IntoIterator<Item = String>) -> Result<P, WorkloadError> {
+    P::try_parse_from(args).map_err(|error| {
+        use clap::error::ErrorKind;
+        if matches!(
+            error.kind(),
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+        ) {
+            error.exit();
+        }
+        // clap's first line, without its `error: ` prefix (the workload prefixes `FAILED:`);
+        // the usage and hint lines that follow are noise on a workload's stderr.
+        let text = error.render().to_string();
+        let first = text.lines().next().unwrap_or_default();
+        WorkloadError::new(first.strip_prefix("error: ").unwrap_or(first))
+    })
+}
+
+/// A positive integer (a count of runs, items or pairs): clap's value parser for such flags.
+///
+/// ```
+/// assert_eq!(benches::args::positive("3"), Ok(3));
+/// assert!(benches::args::positive("0").is_err());
+/// ```
+pub fn positive(value: &str) -> Result<usize, String> {
+    value
+        .parse::<usize>()
+        .ok()
+        .filter(|&v| v > 0)
+        .ok_or_else(|| "expected a positive integer".to_string())
 }

@@ -1,7 +1,13 @@
 //! The benchmark resource: one type in one namespace, spec `{ value: i64, label: String }`
-//! (BENCHMARKS.md), and the ids workloads give it.
+//! (`benches/WORKLOADS.md`), and the ids workloads give it.
+//!
+//! The contract puts id generation before the clock and label formatting inside it, so a
+//! timed loop takes its ids from [`item_ids`] (built beforehand) and builds each resource with
+//! [`item_with_id`], which formats the label.
 
-use cosi_core::{Resource, ResourceSpec};
+use std::sync::Arc;
+
+use cosi_core::{Kind, Metadata, Resource, ResourceSpec};
 use serde::{Deserialize, Serialize};
 
 /// The spec every workload stores.
@@ -37,13 +43,57 @@ pub fn item_index(id: &str) -> Option<usize> {
     id.strip_prefix("item-")?.parse().ok()
 }
 
+/// The ids of items `0..n`, built before a timed loop starts (ids are generated before the
+/// clock; the stored resources share these `Arc`s).
+///
+/// ```
+/// let ids = benches::item::item_ids(3);
+/// assert_eq!(ids.iter().map(|id| &**id).collect::<Vec<_>>(), ["item-0000000", "item-0000001", "item-0000002"]);
+/// ```
+pub fn item_ids(n: usize) -> Vec<Arc<str>> {
+    (0..n).map(|i| Arc::from(item_id(i))).collect()
+}
+
+/// The label of item `index`, formatted inside the timed loops.
+///
+/// ```
+/// assert_eq!(benches::item::label(7), "item 7");
+/// ```
+pub fn label(index: usize) -> String {
+    format!("item {index}")
+}
+
+/// A fresh (unstored) resource of kind `kind` with an id made beforehand, `value` and the
+/// label `item <index>` (formatted here, inside the caller's clock).
+///
+/// ```
+/// use benches::item::{item_ids, item_with_id, BenchItem};
+/// use cosi_core::ResourceSpec;
+/// let ids = item_ids(2);
+/// let make = |value, label| BenchItem { value, label };
+/// let item = item_with_id(&BenchItem::kind(), &ids[1], 1, 5, make);
+/// assert_eq!((item.metadata.id(), item.spec.value, item.spec.label.as_str()), ("item-0000001", 5, "item 1"));
+/// ```
+pub fn item_with_id<S: ResourceSpec>(
+    kind: &Kind,
+    id: &Arc<str>,
+    index: usize,
+    value: i64,
+    spec: impl FnOnce(i64, String) -> S,
+) -> Resource<S> {
+    Resource::with_metadata(
+        Metadata::new(kind.pointer(Arc::clone(id))),
+        spec(value, label(index)),
+    )
+}
+
 /// A fresh (unstored) item with `value` and the label `item <index>`.
 pub fn new_item(index: usize, value: i64) -> Resource<BenchItem> {
     Resource::new(
         item_id(index),
         BenchItem {
             value,
-            label: format!("item {index}"),
+            label: label(index),
         },
     )
 }

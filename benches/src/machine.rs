@@ -5,6 +5,14 @@
 /// One line describing the machine now: `2 CPUs, AMD EPYC, load average 1.52 (1 min)`.
 /// Parts that cannot be read (not Linux) are left out.
 pub fn describe() -> String {
+    match load_average() {
+        Some(load) => format!("{}, load average {load:.2} (1 min)", hardware()),
+        None => hardware(),
+    }
+}
+
+/// The machine without its load: `2 CPUs, AMD EPYC`.
+pub fn hardware() -> String {
     let cpus = std::thread::available_parallelism().map_or(0, usize::from);
     let mut parts = vec![format!("{cpus} CPUs")];
     if let Some(model) = std::fs::read_to_string("/proc/cpuinfo")
@@ -14,14 +22,25 @@ pub fn describe() -> String {
     {
         parts.push(model);
     }
-    if let Some(load) = std::fs::read_to_string("/proc/loadavg")
+    parts.join(", ")
+}
+
+/// The 1-minute load average now, from `/proc/loadavg`; `None` where it cannot be read.
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
         .ok()
         .as_deref()
-        .and_then(|text| text.split_whitespace().next().map(str::to_string))
-    {
-        parts.push(format!("load average {load} (1 min)"));
-    }
-    parts.join(", ")
+        .and_then(parse_load_average)
+}
+
+/// The 1-minute load average from the text of `/proc/loadavg`.
+///
+/// ```
+/// assert_eq!(benches::machine::parse_load_average("6.20 3.76 2.06 7/150 20932\n"), Some(6.2));
+/// assert_eq!(benches::machine::parse_load_average(""), None);
+/// ```
+pub fn parse_load_average(text: &str) -> Option<f64> {
+    text.split_whitespace().next()?.parse().ok()
 }
 
 /// The `model name` of the first CPU in the text of `/proc/cpuinfo`.

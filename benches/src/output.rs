@@ -82,6 +82,62 @@ pub fn parse_figures(output: &str) -> Result<Vec<FigureSummary>, WorkloadError> 
     Ok(figures)
 }
 
+/// One printed figure of a single run: `name value unit`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Value {
+    /// Dotted name: `w1.create`.
+    pub name: String,
+    /// The value.
+    pub value: f64,
+    /// Unit as printed.
+    pub unit: String,
+}
+
+/// Every `name value unit` line of one run's output, in printed order, without requiring
+/// spread lines: how the suite reads the reference binary, which runs once per process and
+/// prints no spread. `#` lines are comments; a `FAILED:` line is the run's own verdict and is
+/// returned as the error; any other line is an error too.
+///
+/// ```
+/// let output = "# w1: N = 100000\nw1.create 804170 ops/s\nw2.events_delivered 1.42004e+06 events/s\n";
+/// let values = benches::output::parse_values(output).unwrap();
+/// assert_eq!(values.len(), 2);
+/// assert_eq!((values[1].value, values[1].unit.as_str()), (1_420_040.0, "events/s"));
+/// let failed = benches::output::parse_values("FAILED: w3t: C item 7 is 3, expected 9\n");
+/// assert_eq!(failed.unwrap_err().to_string(), "FAILED: w3t: C item 7 is 3, expected 9");
+/// ```
+pub fn parse_values(output: &str) -> Result<Vec<Value>, WorkloadError> {
+    let mut values = Vec::new();
+    for line in output.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if line.starts_with("FAILED") {
+            return Err(WorkloadError::new(line));
+        }
+        match line.split_whitespace().collect::<Vec<_>>().as_slice() {
+            [name, value, unit] => match value.parse::<f64>() {
+                Ok(value) if value.is_finite() => values.push(Value {
+                    name: name.to_string(),
+                    value,
+                    unit: unit.to_string(),
+                }),
+                _ => {
+                    return Err(WorkloadError::new(format!(
+                        "output line {line:?}: {value:?} is not a finite number"
+                    )))
+                }
+            },
+            _ => {
+                return Err(WorkloadError::new(format!(
+                    "output line {line:?} is neither a `#` comment nor `name value unit`"
+                )))
+            }
+        }
+    }
+    Ok(values)
+}
+
 /// `name min X max Y unit (N runs)` (after the `#`), or `None` for any other comment.
 fn parse_spread(comment: &str) -> Option<(String, f64, f64, String, usize)> {
     match comment.split_whitespace().collect::<Vec<_>>().as_slice() {

@@ -19,13 +19,7 @@ pub struct Figure {
 impl Figure {
     /// The median of the values (the mean of the middle two for an even count); `NaN` when empty.
     pub fn median(&self) -> f64 {
-        let mut sorted = self.values.clone();
-        sorted.sort_by(f64::total_cmp);
-        match sorted.len() {
-            0 => f64::NAN,
-            n if n % 2 == 1 => sorted[n / 2],
-            n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-        }
+        median(&self.values)
     }
 
     /// The smallest value; `NaN` when empty.
@@ -132,18 +126,36 @@ impl Report {
     }
 }
 
-/// Formats a figure with three significant digits after the point for small values and none
-/// for large ones: `1234567`, `85.3`, `0.412`.
+/// The median of `values` (the mean of the middle two for an even count); `NaN` when empty.
+///
+/// ```
+/// assert_eq!(benches::report::median(&[3.0, 1.0, 2.0]), 2.0);
+/// assert_eq!(benches::report::median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+/// assert!(benches::report::median(&[]).is_nan());
+/// ```
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// Formats a figure with four significant digits (whole numbers from 1000 on): `1234567`,
+/// `85.34`, `0.4123`, `0.02170`. Four digits keep the ratio of two printed figures exact to
+/// 0.1 %, which the side-by-side comparison relies on.
 pub fn format_value(value: f64) -> String {
     let magnitude = value.abs();
     if !value.is_finite() {
         format!("{value}")
     } else if magnitude >= 1000.0 || value == value.trunc() {
         format!("{value:.0}")
-    } else if magnitude >= 10.0 {
-        format!("{value:.1}")
     } else {
-        format!("{value:.3}")
+        // Digits after the point for four significant ones: 1 for 85.34, 5 for 0.02170.
+        let decimals = (3 - magnitude.log10().floor() as i32).max(1) as usize;
+        format!("{value:.decimals$}")
     }
 }
 
@@ -177,8 +189,10 @@ mod tests {
     #[test]
     fn values_format_by_magnitude() {
         assert_eq!(format_value(1_234_567.8), "1234568");
-        assert_eq!(format_value(85.34), "85.3");
-        assert_eq!(format_value(0.41234), "0.412");
+        assert_eq!(format_value(85.344), "85.34");
+        assert_eq!(format_value(0.41234), "0.4123");
+        assert_eq!(format_value(0.021704), "0.02170");
+        assert_eq!(format_value(999.94), "999.9");
         assert_eq!(format_value(3.0), "3");
     }
 }

@@ -13,7 +13,7 @@ use crate::output::FigureSummary;
 pub enum Mode {
     /// Small sizes, few runs: a smoke run of every workload, under two minutes on 2 cores.
     Quick,
-    /// The sizes of BENCHMARKS.md (W4 up to 1M, W6 at 100k and 1M), several runs each.
+    /// The sizes of `benches/WORKLOADS.md` (W4 up to 1M, W6 at 100k and 1M), several runs each.
     Full,
 }
 
@@ -30,7 +30,7 @@ impl Mode {
 /// One invocation of a workload binary.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Step {
-    /// The workload as BENCHMARKS.md names it: `W1`.
+    /// The workload as `benches/WORKLOADS.md` names it: `W1`.
     pub workload: &'static str,
     /// The binary beside the suite: `w1`.
     pub binary: &'static str,

@@ -12,6 +12,7 @@
 //! longer produces; the tracking belongs to one reconcile (every reconcile, and every item of a
 //! queue controller, is handed a handle with tracking of its own).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
@@ -67,14 +68,36 @@ pub struct ControllerState {
     name: Arc<str>,
     inner: Arc<dyn State>,
     access: Arc<RwLock<Arc<Access>>>,
+    /// The output types, fixed for the controller's lifetime: checked on every write without
+    /// taking the access lock (only inputs change at run time).
+    output_types: Arc<[Arc<str>]>,
     registry: Arc<dyn InputRegistry>,
-    /// The outputs written in this handle's reconcile (one insert per write: a fast hasher).
-    /// Shared by the clones a reconcile makes, never by two reconciles.
-    tracked: Arc<Mutex<Option<foldhash::HashSet<Pointer>>>>,
+    /// The outputs written in this handle's reconcile. Shared by the clones a reconcile makes,
+    /// never by two reconciles.
+    tracked: Arc<Tracking>,
     /// Schedules a reconcile of this controller (its scheduling state's resync).
     wake: Arc<dyn Fn() + Send + Sync>,
     /// Told of every access violation (the test harness).
     failures: Option<FailureSink>,
+}
+
+/// Output tracking of one reconcile. Most reconciles never track: a write then costs one
+/// atomic load here, not a lock.
+#[derive(Default)]
+struct Tracking {
+    active: AtomicBool,
+    /// One insert per write while active: a fast hasher.
+    touched: Mutex<foldhash::HashSet<Pointer>>,
+}
+
+impl Tracking {
+    fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    fn touched(&self) -> std::sync::MutexGuard<'_, foldhash::HashSet<Pointer>> {
+        self.touched.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Wakes one controller from outside the state: a kernel subscription, a remote watch, a
@@ -119,12 +142,20 @@ impl ControllerState {
         wake: Arc<dyn Fn() + Send + Sync>,
         failures: Option<FailureSink>,
     ) -> Self {
+        let output_types = access
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .outputs
+            .iter()
+            .map(|o| o.resource_type.clone())
+            .collect();
         ControllerState {
             name,
             inner,
             access,
+            output_types,
             registry,
-            tracked: Arc::new(Mutex::new(None)),
+            tracked: Arc::new(Tracking::default()),
             wake,
             failures,
         }
@@ -142,7 +173,7 @@ impl ControllerState {
     /// controller reconciled at once must not see each other's touched outputs.
     pub(crate) fn for_reconcile(&self) -> ControllerState {
         ControllerState {
-            tracked: Arc::new(Mutex::new(None)),
+            tracked: Arc::new(Tracking::default()),
             ..self.clone()
         }
     }
@@ -279,38 +310,38 @@ impl ControllerState {
     /// Starts tracking the outputs this reconcile touches (creates, updates and
     /// [`Self::modify_output`] calls, including no-op ones), forgetting earlier marks.
     pub fn start_tracking(&self) {
-        *self.tracked.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(foldhash::HashSet::default());
+        let mut touched = self.tracked.touched();
+        touched.clear();
+        self.tracked.active.store(true, Ordering::Release);
     }
 
     /// Marks an output touched without writing it.
     pub fn touch(&self, pointer: &Pointer) {
-        if let Some(set) = self
-            .tracked
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-        {
-            set.insert(pointer.clone());
+        if self.tracked.is_active() {
+            self.tracked.touched().insert(pointer.clone());
         }
+    }
+
+    /// The pointer of a resource about to be written, kept for [`Self::touch`] only while
+    /// tracking (a write would otherwise copy it for nothing).
+    fn to_touch(&self, resource: &dyn AnyResource) -> Option<Pointer> {
+        self.tracked
+            .is_active()
+            .then(|| resource.metadata().pointer().clone())
     }
 
     /// Ends tracking: every resource of `kinds` owned by this controller and not touched since
     /// [`Self::start_tracking`] is torn down, and destroyed once it has no finalizers.
     /// Fails with `InvalidArgument` if tracking was not started.
     pub async fn cleanup_outputs(&self, kinds: &[Kind]) -> Result<Cleanup> {
-        let touched = self
-            .tracked
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .ok_or_else(|| {
-                Error::invalid(
-                    self.name.to_string(),
-                    "cleanup_outputs",
-                    "output tracking was not started in this reconcile",
-                )
-            })?;
+        if !self.tracked.active.swap(false, Ordering::AcqRel) {
+            return Err(Error::invalid(
+                self.name.to_string(),
+                "cleanup_outputs",
+                "output tracking was not started in this reconcile",
+            ));
+        }
+        let touched = std::mem::take(&mut *self.tracked.touched());
         let mut report = Cleanup::default();
         for kind in kinds {
             for resource in self.list(kind, &ListOptions::default()).await? {
@@ -326,6 +357,47 @@ impl ControllerState {
             }
         }
         Ok(report)
+    }
+
+    /// Puts this controller's finalizer on `input`, a strong input it has just read. Returns
+    /// the stored value when it was written in one update from exactly the value read (so it
+    /// differs from `input` by the finalizer alone); `None` when the finalizer was already
+    /// there, or when the input had moved on and the write went the long way.
+    ///
+    /// The change is built here from the value read and touches the finalizers only, so it is
+    /// written in one update carrying the version read, without the read-back that checks an
+    /// arbitrary finalizer change ([`StateExt::add_finalizer`] through this handle reads the
+    /// input, changes it, and has the update read it again to compare). On a version conflict
+    /// it takes that checked path.
+    pub(crate) async fn hold_own_finalizer<S: ResourceSpec>(
+        &self,
+        input: &Resource<S>,
+    ) -> Result<Option<SharedResource>> {
+        if input.metadata.finalizers().contains(&*self.name) {
+            return Ok(None);
+        }
+        let pointer = input.metadata.pointer();
+        if !self.is_strong_input(pointer) {
+            return Err(self.denied(
+                pointer,
+                "may not write it: not a declared output, and finalizers may only be changed on strong inputs",
+            ));
+        }
+        let mut next = Resource::clone(input);
+        next.metadata.finalizers_mut().insert(self.name.to_string());
+        // Finalizers are not the owner's business: written as the stored owner, in any phase.
+        let options = UpdateOptions {
+            owner: input.metadata.owner().map(str::to_string),
+            expected_phase: None,
+        };
+        match self.inner.update(next.into_shared(), options).await {
+            Ok(stored) => Ok(Some(stored)),
+            Err(e) if e.is_version_conflict() => {
+                self.add_finalizer(pointer, &[&self.name]).await?;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn destroy_options(&self) -> DestroyOptions {
@@ -352,20 +424,22 @@ impl ControllerState {
         error
     }
 
-    fn is_output_type(access: &Access, resource_type: &str) -> bool {
-        access
-            .outputs
-            .iter()
-            .any(|o| &*o.resource_type == resource_type)
+    fn is_output_type(&self, resource_type: &str) -> bool {
+        self.output_types.iter().any(|t| &**t == resource_type)
     }
 
     fn check_read(&self, kind: &Kind, id: Option<&str>) -> Result<()> {
-        let access = self.snapshot();
-        let as_input = access
+        if self.is_output_type(kind.resource_type()) {
+            return Ok(());
+        }
+        let as_input = self
+            .access
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
             .inputs
             .iter()
             .any(|i| &i.kind == kind && id.map_or(i.id.is_none(), |id| i.covers_id(id)));
-        if as_input || Self::is_output_type(&access, kind.resource_type()) {
+        if as_input {
             return Ok(());
         }
         let subject = match id {
@@ -376,7 +450,7 @@ impl ControllerState {
     }
 
     fn check_write(&self, pointer: &Pointer, owner: Option<&str>) -> Result<()> {
-        if !Self::is_output_type(&self.snapshot(), pointer.resource_type()) {
+        if !self.is_output_type(pointer.resource_type()) {
             return Err(self.denied(pointer, "may not write it: not a declared output"));
         }
         if owner != Some(&*self.name) {
@@ -397,7 +471,8 @@ impl ControllerState {
     }
 
     fn is_strong_input(&self, pointer: &Pointer) -> bool {
-        self.snapshot().inputs.iter().any(|i| {
+        let access = self.access.read().unwrap_or_else(|e| e.into_inner());
+        access.inputs.iter().any(|i| {
             &i.kind == pointer.kind()
                 && i.covers_id(pointer.id())
                 && i.strength == InputStrength::Strong
@@ -452,10 +527,12 @@ impl State for ControllerState {
         resource: SharedResource,
         options: CreateOptions,
     ) -> Result<SharedResource> {
-        let pointer = resource.metadata().pointer().clone();
-        self.check_write(&pointer, options.owner.as_deref())?;
+        self.check_write(resource.metadata().pointer(), options.owner.as_deref())?;
+        let touched = self.to_touch(&*resource);
         let stored = self.inner.create(resource, options).await?;
-        self.touch(&pointer);
+        if let Some(pointer) = touched {
+            self.touch(&pointer);
+        }
         Ok(stored)
     }
 
@@ -464,15 +541,18 @@ impl State for ControllerState {
         resource: SharedResource,
         options: UpdateOptions,
     ) -> Result<SharedResource> {
-        let pointer = resource.metadata().pointer().clone();
-        let is_output = Self::is_output_type(&self.snapshot(), pointer.resource_type());
+        let is_output = self.is_output_type(resource.metadata().pointer().resource_type());
         if is_output && options.owner.as_deref() == Some(&*self.name) {
+            let touched = self.to_touch(&*resource);
             let stored = self.inner.update(resource, options).await?;
-            self.touch(&pointer);
+            if let Some(pointer) = touched {
+                self.touch(&pointer);
+            }
             return Ok(stored);
         }
-        if is_output && !self.is_strong_input(&pointer) {
-            return Err(self.owner_denied(&pointer, options.owner.as_deref()));
+        let pointer = resource.metadata().pointer();
+        if is_output && !self.is_strong_input(pointer) {
+            return Err(self.owner_denied(pointer, options.owner.as_deref()));
         }
         self.check_finalizer_update(&*resource).await?;
         // A finalizer change is allowed in any phase, as the stored owner.

@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cosi_core::{
-    downcast_ref, CreateOptions, Error, Kind, ListOptions, Metadata, Phase, Pointer, Resource,
-    ResourceSpec, Result, SharedResource, State, StateExt, Version,
+    downcast, downcast_ref, CreateOptions, Error, Kind, ListOptions, Metadata, Phase, Pointer,
+    Resource, ResourceSpec, Result, SharedResource, State, StateExt,
 };
 
 use crate::{Controller, ControllerState, Input, Output, QueueController, Reconciled};
@@ -89,15 +89,15 @@ impl Settings {
 pub struct Transform<In, Out> {
     settings: Settings,
     map: Arc<MapFn<In, Out>>,
-    memo: Vec<Memo>,
+    memo: Vec<Memo<Out>>,
     _types: PhantomData<fn(In) -> Out>,
 }
 
 impl<In: ResourceSpec, Out: ResourceSpec> Transform<In, Out> {
     /// A transform whose `map` returns the output id and spec for an input, or `None` for no
     /// output. `map` must be a pure function of the input resource: the level-triggered
-    /// transform does not call it again for an input whose version, and whose output's
-    /// version, did not change since the last reconcile.
+    /// transform does not call it again for an input that, like its output, is still the
+    /// value stored at the last reconcile.
     pub fn new(
         name: &str,
         map: impl Fn(&Resource<In>) -> Option<(Arc<str>, Out)> + Send + Sync + 'static,
@@ -154,41 +154,48 @@ impl<In: ResourceSpec, Out: ResourceSpec> Transform<In, Out> {
     }
 }
 
-/// What the last reconcile established for one input: while neither the input nor its output
-/// changed version since, the output is known to be right and the map need not run again.
-#[derive(Clone)]
-struct Memo {
+/// What the last reconcile established for one input: while the store still holds the very
+/// values recorded here, the output is known to be right and the map need not run again.
+///
+/// Values are compared by identity, not by version: a resource destroyed and created again
+/// starts over at version 1, and the store shares one allocation per stored version, which
+/// the memo keeps alive (so its address cannot be reused by another value meanwhile).
+struct Memo<Out> {
+    /// The input's id (the memo is sorted by it, as `list` sorts inputs).
     input_id: Arc<str>,
-    input_version: Version,
+    /// The input as the output was computed from it (or as our finalizer write left it).
+    input: SharedResource,
     output_id: Arc<str>,
-    output_version: Version,
+    /// The output as this controller last wrote or found it: the store's own value while
+    /// nobody changed it since, so keeping it costs no memory.
+    output: Arc<Resource<Out>>,
+}
+
+/// Whether two handles share one stored value (the data address; vtables may differ between
+/// codegen units).
+fn same_value<A: ?Sized, B: ?Sized>(a: &Arc<A>, b: &Arc<B>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
 /// The owned outputs of one reconcile, sorted by id (as `list` returns them), with lookups
 /// that are O(1) when ids come in order (same-id mappings) and O(log n) otherwise.
 struct Outputs<Out> {
-    // Kept type-erased (checked once when collected) so no per-item `Arc` is cloned.
-    sorted: Vec<SharedResource>,
+    sorted: Vec<Arc<Resource<Out>>>,
     kept: Vec<bool>,
     hint: usize,
-    _type: PhantomData<Out>,
 }
 
 impl<Out: ResourceSpec> Outputs<Out> {
     fn find(&mut self, id: &str) -> Option<usize> {
         let at = match self.sorted.get(self.hint) {
-            Some(o) if o.metadata().id() == id => self.hint,
+            Some(o) if o.metadata.id() == id => self.hint,
             _ => self
                 .sorted
-                .binary_search_by(|o| o.metadata().id().cmp(id))
+                .binary_search_by(|o| o.metadata.id().cmp(id))
                 .ok()?,
         };
         self.hint = at + 1;
         Some(at)
-    }
-
-    fn get(&self, at: usize) -> Result<&Resource<Out>> {
-        downcast_ref::<Out>(&*self.sorted[at])
     }
 }
 
@@ -211,74 +218,50 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
         let inputs = state
             .list(&settings.input_kind, &ListOptions::default())
             .await?;
-        let mut sorted = state
+        let listed = state
             .list(&settings.output_kind, &ListOptions::default())
             .await?;
-        sorted.retain(|o| o.metadata().owner() == Some(&*settings.name));
-        for output in &sorted {
-            downcast_ref::<Out>(&**output)?;
+        let mut sorted = Vec::with_capacity(listed.len());
+        for output in listed {
+            if output.metadata().owner() == Some(&*settings.name) {
+                sorted.push(downcast::<Out>(output)?);
+            }
         }
         let mut outputs = Outputs::<Out> {
             kept: vec![false; sorted.len()],
             sorted,
             hint: 0,
-            _type: PhantomData,
         };
         let mut memo = Vec::with_capacity(inputs.len());
-        let mut previous = self.memo.iter().peekable();
-        for input in &inputs {
-            let input = downcast_ref::<In>(&**input)?;
+        // Both sorted by input id: one merge, no lookups.
+        let mut previous = std::mem::take(&mut self.memo).into_iter().peekable();
+        for shared in &inputs {
+            let input = downcast_ref::<In>(&**shared)?;
             let id = input.metadata.id();
             while previous.next_if(|m| &*m.input_id < id).is_some() {}
-            let running = input.metadata.phase() == Phase::Running;
-            if running {
-                if let Some(m) = previous.next_if(|m| &*m.input_id == id) {
-                    if m.input_version == input.metadata.version() {
-                        if let Some(at) = outputs.find(&m.output_id) {
-                            let output = outputs.sorted[at].metadata();
-                            if output.version() == m.output_version
-                                && output.phase() == Phase::Running
-                            {
-                                outputs.kept[at] = true;
-                                memo.push(m.clone());
-                                continue;
-                            }
+            if let Some(m) = previous.next_if(|m| &*m.input_id == id) {
+                if same_value(&m.input, shared) {
+                    if let Some(at) = outputs.find(&m.output_id) {
+                        if same_value(&outputs.sorted[at], &m.output) {
+                            outputs.kept[at] = true;
+                            memo.push(m);
+                            continue;
                         }
                     }
                 }
             }
-            let mapped = (self.map)(input);
-            match mapped {
+            let running = input.metadata.phase() == Phase::Running;
+            match (self.map)(input) {
                 Some((out_id, spec)) if running => {
-                    let mut input_version = input.metadata.version();
-                    if settings.finalizers {
-                        let held = hold_finalizer(state, settings, &input.metadata).await?;
-                        // Versions grow by one per write: exactly one more means nobody but us
-                        // changed the input since it was listed, so the output computed from
-                        // the listed value matches the new version. Otherwise keep the listed
-                        // version: the memo misses next time and the map runs again.
-                        if held == Some(input_version.next()) {
-                            input_version = input_version.next();
-                        }
-                    }
                     let at = outputs.find(&out_id);
-                    let existing = match at {
-                        Some(at) => Some(outputs.get(at)?),
-                        None => None,
-                    };
-                    let written =
-                        write_output(state, settings, existing, out_id.clone(), spec).await?;
+                    let existing = at.map(|at| outputs.sorted[at].clone());
                     if let Some(at) = at {
                         outputs.kept[at] = true;
                     }
-                    if let Some(output_version) = written {
-                        memo.push(Memo {
-                            input_id: input.metadata.pointer().shared_id().clone(),
-                            input_version,
-                            output_id: out_id,
-                            output_version,
-                        });
-                    }
+                    let written =
+                        converge(state, settings, &*self.map, shared, existing, out_id, spec)
+                            .await?;
+                    memo.extend(written);
                 }
                 Some((out_id, _)) => {
                     // The input is tearing down: its output goes first, then our finalizer.
@@ -286,7 +269,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
                         Some(at) => {
                             outputs.kept[at] = true;
                             state
-                                .teardown_output(outputs.sorted[at].metadata().pointer())
+                                .teardown_output(outputs.sorted[at].metadata.pointer())
                                 .await?
                         }
                         None => true,
@@ -305,7 +288,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
         // Outputs whose input is gone (or maps elsewhere now).
         for (output, kept) in outputs.sorted.iter().zip(&outputs.kept) {
             if !kept {
-                state.teardown_output(output.metadata().pointer()).await?;
+                state.teardown_output(output.metadata.pointer()).await?;
             }
         }
         self.memo = memo;
@@ -313,36 +296,99 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
     }
 }
 
+/// The output `id` if this controller owns it.
+async fn owned_output<Out: ResourceSpec>(
+    state: &ControllerState,
+    settings: &Settings,
+    id: &Arc<str>,
+) -> Result<Option<Arc<Resource<Out>>>> {
+    match state.get(&settings.output_kind.pointer(id.clone())).await {
+        Ok(output) if output.metadata().owner() == Some(&*settings.name) => {
+            downcast::<Out>(output).map(Some)
+        }
+        Ok(_) => Ok(None),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Brings the output of a running input (`shared`, an `In`) to `spec`, holding the input's
+/// finalizer first when the transform holds finalizers. Returns the memo of the result, or
+/// `None` if the output is still on its way out.
+async fn converge<In: ResourceSpec, Out: ResourceSpec>(
+    state: &ControllerState,
+    settings: &Settings,
+    map: &MapFn<In, Out>,
+    shared: &SharedResource,
+    existing: Option<Arc<Resource<Out>>>,
+    out_id: Arc<str>,
+    spec: Out,
+) -> Result<Option<Memo<Out>>> {
+    let input = downcast_ref::<In>(&**shared)?;
+    let mut basis = shared.clone();
+    if settings.finalizers {
+        // Written from exactly the value read, the stored input differs from it only by our
+        // finalizer: the output computed here is right for it too, and the next reconcile
+        // finds it in the memo. (After a fallback the memo keeps the value read: it misses
+        // next time and the map runs again.)
+        if let Some(stored) = state.hold_own_finalizer(input).await? {
+            basis = stored;
+        }
+    }
+    // Pure map: running it again gives the same spec, for the rare conflict retry.
+    let again = || map(input).map(|(_, spec)| spec);
+    let written = write_output(state, settings, existing, out_id.clone(), spec, again).await?;
+    Ok(written.map(|output| Memo {
+        input_id: input.metadata.pointer().shared_id().clone(),
+        input: basis,
+        output_id: out_id,
+        output,
+    }))
+}
+
 /// Creates or updates one output, writing nothing when it already has `spec`. Returns the
-/// version of the output now in place, or `None` if it is still on its way out.
+/// output now in place, or `None` if it is still on its way out. `again` gives the spec once
+/// more for the rare retry after a conflict (so the first attempt can move `spec` into the
+/// write instead of copying it).
 async fn write_output<Out: ResourceSpec>(
     state: &ControllerState,
     settings: &Settings,
-    existing: Option<&Resource<Out>>,
+    existing: Option<Arc<Resource<Out>>>,
     id: Arc<str>,
     spec: Out,
-) -> Result<Option<Version>> {
-    match existing {
+    again: impl FnOnce() -> Option<Out> + Send,
+) -> Result<Option<Arc<Resource<Out>>>> {
+    let write = match existing {
         Some(output) if output.metadata.phase() == Phase::TearingDown => {
             // A torn-down output cannot come back to life: destroy it (once free) and create
             // it afresh; until then the destroy-ready input wakes us when it is free.
-            if state.teardown_output(output.metadata.pointer()).await? {
-                return create_output(state, settings, id, spec).await.map(Some);
+            if !state.teardown_output(output.metadata.pointer()).await? {
+                return Ok(None);
             }
-            Ok(None)
+            create_output(state, settings, id.clone(), spec).await
         }
-        Some(output) if output.spec == spec => Ok(Some(output.metadata.version())),
+        Some(output) if output.spec == spec => return Ok(Some(output)),
         Some(output) => {
-            let next = Resource::with_metadata(output.metadata.clone(), spec.clone());
-            match state.update(next.into_shared(), state.owned()).await {
-                Ok(stored) => Ok(Some(stored.metadata().version())),
-                Err(e) if e.is_version_conflict() => {
-                    modify_output(state, settings, id, spec).await.map(Some)
-                }
-                Err(e) => Err(e),
-            }
+            let next = Resource::with_metadata(output.metadata.clone(), spec);
+            state.update(next.into_shared(), state.owned()).await
         }
-        None => create_output(state, settings, id, spec).await.map(Some),
+        None => create_output(state, settings, id.clone(), spec).await,
+    };
+    match write {
+        Ok(stored) => downcast::<Out>(stored).map(Some),
+        // Someone else wrote it meanwhile (a finalizer, a create): read, change, write.
+        Err(e) if e.is_version_conflict() || e.is_already_exists() => {
+            let spec = again().ok_or_else(|| {
+                Error::invalid(
+                    settings.name.to_string(),
+                    "map",
+                    "the map function gave no output the second time for the same input: it \
+                     must be a pure function of the input",
+                )
+            })?;
+            modify_output(state, settings, id, spec).await.map(Some)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -351,18 +397,14 @@ async fn create_output<Out: ResourceSpec>(
     settings: &Settings,
     id: Arc<str>,
     spec: Out,
-) -> Result<Version> {
+) -> Result<SharedResource> {
     // From the interned output kind: no name lookups per output.
-    let pointer = settings.output_kind.pointer(id.clone());
-    let fresh = Resource::with_metadata(Metadata::new(pointer), spec.clone());
+    let pointer = settings.output_kind.pointer(id);
+    let fresh = Resource::with_metadata(Metadata::new(pointer), spec);
     let options = CreateOptions {
         owner: Some(settings.name.to_string()),
     };
-    match state.create(fresh.into_shared(), options).await {
-        Ok(stored) => Ok(stored.metadata().version()),
-        Err(e) if e.is_already_exists() => modify_output(state, settings, id, spec).await,
-        Err(e) => Err(e),
-    }
+    state.create(fresh.into_shared(), options).await
 }
 
 async fn modify_output<Out: ResourceSpec>(
@@ -370,7 +412,7 @@ async fn modify_output<Out: ResourceSpec>(
     settings: &Settings,
     id: Arc<str>,
     spec: Out,
-) -> Result<Version> {
+) -> Result<Arc<Resource<Out>>> {
     let template = Resource::with_metadata(
         Metadata::new(settings.output_kind.pointer(id)),
         spec.clone(),
@@ -381,22 +423,6 @@ async fn modify_output<Out: ResourceSpec>(
             Ok(())
         })
         .await
-        .map(|stored| stored.metadata.version())
-}
-
-/// Puts our finalizer on an input; returns the input's new version if it wrote.
-async fn hold_finalizer(
-    state: &ControllerState,
-    settings: &Settings,
-    input: &cosi_core::Metadata,
-) -> Result<Option<Version>> {
-    if input.finalizers().contains(&*settings.name) {
-        return Ok(None);
-    }
-    let stored = state
-        .add_finalizer(input.pointer(), &[&settings.name])
-        .await?;
-    Ok(Some(stored.metadata().version()))
 }
 
 async fn release_finalizer(
@@ -463,26 +489,17 @@ impl<In: ResourceSpec, Out: ResourceSpec> QueueController for QueueTransform<In,
 
     async fn reconcile(&self, state: &ControllerState, item: &Pointer) -> Result<Reconciled> {
         let settings = &self.settings;
-        let output_pointer = settings.output_kind.pointer(item.shared_id().clone());
-        let input = match state.get(item).await {
+        let shared = match state.get(item).await {
             Ok(input) => input,
             Err(e) if e.is_not_found() => {
+                let output_pointer = settings.output_kind.pointer(item.shared_id().clone());
                 teardown_owned(state, settings, &output_pointer).await?;
                 return Ok(Reconciled::Done);
             }
             Err(e) => return Err(e),
         };
-        let input = downcast_ref::<In>(&*input)?;
-        let existing = match state.get(&output_pointer).await {
-            Ok(o) if o.metadata().owner() == Some(&*settings.name) => Some(o),
-            Ok(_) => None,
-            Err(e) if e.is_not_found() => None,
-            Err(e) => return Err(e),
-        };
-        let existing = match &existing {
-            Some(o) => Some(downcast_ref::<Out>(&**o)?),
-            None => None,
-        };
+        let input = downcast_ref::<In>(&*shared)?;
+        let existing = owned_output::<Out>(state, settings, item.shared_id()).await?;
         let mapped = (self.map)(input);
         if let Some((id, _)) = &mapped {
             if id != item.shared_id() {
@@ -497,10 +514,8 @@ impl<In: ResourceSpec, Out: ResourceSpec> QueueController for QueueTransform<In,
         }
         match mapped {
             Some((id, spec)) if input.metadata.phase() == Phase::Running => {
-                if settings.finalizers {
-                    hold_finalizer(state, settings, &input.metadata).await?;
-                }
-                write_output(state, settings, existing, id, spec).await?;
+                // Per item there is no memo to keep: the result only says it converged.
+                converge(state, settings, &*self.map, &shared, existing, id, spec).await?;
             }
             _ => {
                 let gone = match &existing {

@@ -100,7 +100,12 @@ impl WorkQueue {
             if items.queued.contains(&item) {
                 return;
             }
-            if let Some(&key) = items.delayed_at.get(&item) {
+            // Most items were never delayed: no lookup while nothing is.
+            let delayed = match items.delayed_at.is_empty() {
+                true => None,
+                false => items.delayed_at.get(&item).copied(),
+            };
+            if let Some(key) = delayed {
                 // A failed item keeps its backoff, unless it failed in a way only a change can
                 // mend; a requeue-after is cut short by a change.
                 if items.failures.contains_key(&item) && !items.retry_on_change.contains(&item) {
@@ -148,7 +153,8 @@ impl WorkQueue {
         let item = item.shared_id();
         let mut items = self.lock();
         items.running.remove(item);
-        let changed = items.dirty.remove(item);
+        // The sets below are empty in the common case: no hashing then.
+        let changed = !items.dirty.is_empty() && items.dirty.remove(item);
         let (retry_after, now_if_changed) = match finish {
             Finish::Done => (None, true),
             Finish::RequeueAfter(delay) => (Some(delay), true),
@@ -161,7 +167,7 @@ impl WorkQueue {
             } else {
                 items.retry_on_change.remove(item);
             }
-        } else {
+        } else if !items.failures.is_empty() {
             items.failures.remove(item);
             items.retry_on_change.remove(item);
         }

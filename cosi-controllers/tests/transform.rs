@@ -404,3 +404,134 @@ async fn chain_converges_on_a_multi_threaded_runtime_level() {
 async fn chain_converges_on_a_multi_threaded_runtime_queued() {
     chain_converges_on_a_multi_threaded_runtime(true).await;
 }
+
+async fn an_input_destroyed_and_created_again_unseen_gets_the_output_of_its_new_value(
+    queued: bool,
+) {
+    // Given a transform that has converged on x = 4 (output 5) and y = 4,
+    let h = Harness::new();
+    register_a_to_b(
+        &h,
+        Transform::same_id("EvenOnly", |a: &A| {
+            (a.value % 2 == 0).then_some(B { value: a.value + 1 })
+        }),
+        queued,
+        1,
+    );
+    h.start().await;
+    let state = h.state();
+    for id in ["x", "y"] {
+        create(&state, id, A { value: 4 }).await;
+    }
+    h.settle().await;
+
+    // when both are destroyed and created again (at version 1 again) before it runs, x with a
+    // value that has no output and y with a new one,
+    for (id, value) in [("x", 3), ("y", 6)] {
+        state
+            .destroy(&A::kind().pointer(id.to_string()), Default::default())
+            .await
+            .unwrap();
+        create(&state, id, A { value }).await;
+    }
+    h.settle().await;
+
+    // then x has no output and y's follows its new value.
+    h.expect_absent::<B>("x").await;
+    assert_eq!(h.expect::<B>("y").await.spec.value, 7);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_input_destroyed_and_created_again_unseen_gets_the_output_of_its_new_value_level() {
+    an_input_destroyed_and_created_again_unseen_gets_the_output_of_its_new_value(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_input_destroyed_and_created_again_unseen_gets_the_output_of_its_new_value_queued() {
+    an_input_destroyed_and_created_again_unseen_gets_the_output_of_its_new_value(true).await;
+}
+
+async fn an_input_created_again_while_its_old_output_waits_for_a_finalizer_gets_a_new_one_after(
+    queued: bool,
+) {
+    // Given a transform that has converged on x, and someone else's finalizer on x's output,
+    let h = Harness::new();
+    register_a_to_b(
+        &h,
+        Transform::same_id("PlusOne", |a: &A| Some(B { value: a.value + 1 })),
+        queued,
+        1,
+    );
+    h.start().await;
+    let state = h.state();
+    create(&state, "x", A { value: 1 }).await;
+    h.settle().await;
+    state.add_finalizer(&b("x"), &["foreign"]).await.unwrap();
+
+    // when x is destroyed (its output tears down, held by the finalizer) and created again,
+    state.destroy(&a("x"), Default::default()).await.unwrap();
+    h.settle().await;
+    create(&state, "x", A { value: 2 }).await;
+    h.settle().await;
+
+    // then the old output waits, without an error,
+    let old = h.expect::<B>("x").await;
+    assert_eq!(old.metadata.phase(), Phase::TearingDown);
+    assert_eq!(h.status("PlusOne").await.errors, 0);
+
+    // and once the finalizer is gone, the new input has its own output.
+    state.remove_finalizer(&b("x"), &["foreign"]).await.unwrap();
+    h.settle().await;
+    let new = h.expect::<B>("x").await;
+    assert_eq!((new.metadata.phase(), new.spec.value), (Phase::Running, 3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_input_created_again_while_its_old_output_waits_gets_a_new_one_after_level() {
+    an_input_created_again_while_its_old_output_waits_for_a_finalizer_gets_a_new_one_after(false)
+        .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_input_created_again_while_its_old_output_waits_gets_a_new_one_after_queued() {
+    an_input_created_again_while_its_old_output_waits_for_a_finalizer_gets_a_new_one_after(true)
+        .await;
+}
+
+async fn a_destroyed_inputs_output_goes_while_another_input_changes_in_the_same_burst(
+    queued: bool,
+) {
+    // Given a transform that has converged on x and y,
+    let h = Harness::new();
+    register_a_to_b(
+        &h,
+        Transform::same_id("PlusOne", |a: &A| Some(B { value: a.value + 1 })),
+        queued,
+        1,
+    );
+    h.start().await;
+    let state = h.state();
+    for id in ["x", "y"] {
+        create(&state, id, A { value: 1 }).await;
+    }
+    h.settle().await;
+
+    // when x is destroyed and y changes before the transform runs,
+    state.destroy(&a("x"), Default::default()).await.unwrap();
+    set(&state, "y", A { value: 4 }).await;
+    h.settle().await;
+
+    // then x's output is gone and y's is up to date.
+    h.expect_absent::<B>("x").await;
+    assert_eq!(h.expect::<B>("y").await.spec.value, 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_destroyed_inputs_output_goes_while_another_input_changes_level() {
+    a_destroyed_inputs_output_goes_while_another_input_changes_in_the_same_burst(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_destroyed_inputs_output_goes_while_another_input_changes_queued() {
+    a_destroyed_inputs_output_goes_while_another_input_changes_in_the_same_burst(true).await;
+}

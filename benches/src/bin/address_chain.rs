@@ -1,4 +1,4 @@
-//! Address chain probe (cosi-node's network family, not a BENCHMARKS.md workload): 1,000
+//! Address chain probe (cosi-node's network family, not a `benches/WORKLOADS.md` workload): 1,000
 //! address specs over the five layers, from a layer change to `NodeAddress` settled, on the
 //! in-memory state and the in-memory network backend.
 //!

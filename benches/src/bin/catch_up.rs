@@ -1,7 +1,7 @@
-//! Catch-up probe (not a BENCHMARKS.md workload; it isolates one cost of W2–W4): what a kind
-//! watcher that fell behind the history window costs to catch up. N items are created, then K of
-//! them (spread evenly over the ids) are updated once; a watch resumed at the bookmark before the
-//! updates is behind the default window (4,096 events) and receives one compacted event per
+//! Catch-up probe (not a `benches/WORKLOADS.md` workload; it isolates one cost of W2–W4): what a
+//! kind watcher that fell behind the history window costs to catch up. N items are created, then
+//! K of them (spread evenly over the ids) are updated once; a watch resumed at the bookmark before
+//! the updates is behind the default window (4,096 events) and receives one compacted event per
 //! changed item. Timed: opening that watch and receiving the K events, repeated
 //! [`WATCHES_PER_RUN`] times per run (the figure is the mean per catch-up). K = 5,000 (just past
 //! the window, the common case) and K = N/10 (at least 5,000); N must be at least 5,000. As a

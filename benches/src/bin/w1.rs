@@ -1,7 +1,9 @@
-//! W1 — state operations (BENCHMARKS.md): create N = 100,000 resources in the in-memory state
-//! (default options), update each once (read, change, write with the version check), list all,
-//! destroy all. Figures: create ops/s, update ops/s, list ms, destroy ops/s, peak RSS MiB; and,
-//! in the same process, the same four steps on a plain `DashMap` of `Arc`s, as ratios.
+//! W1 — state operations (`benches/WORKLOADS.md`): create N = 100,000 resources in the
+//! in-memory state (default options), update each once (read-modify-write: get, change a copy,
+//! update with the version read, retry on a conflict), list all, destroy all. Ids are made
+//! before the clock starts, labels inside the timed loop, as the reference does. Figures:
+//! create ops/s, update ops/s, list ms, destroy ops/s, peak RSS MiB; and, in the same process,
+//! the same four steps on a plain `DashMap` of `Arc`s, as ratios.
 //!
 //! Every step checks its result: versions, values, counts, order, and that nothing is left.
 
@@ -12,12 +14,13 @@ use std::time::{Duration, Instant};
 use benches::args::RunArgs;
 use benches::backend::memory_state;
 use benches::check::{ensure, exit_on_error, WorkloadError};
-use benches::item::{item_id, new_item, BenchItem};
+use benches::item::{item_id, item_ids, item_with_id, BenchItem};
 use benches::peak_rss;
 use benches::report::Report;
+use benches::rmw::read_modify_write;
 use cosi_core::{
-    downcast, downcast_ref, CreateOptions, DestroyOptions, Error, ListOptions, Resource,
-    ResourceSpec, State, UpdateOptions, Version,
+    downcast_ref, CreateOptions, DestroyOptions, Error, ListOptions, Resource, ResourceSpec, State,
+    Version,
 };
 use dashmap::DashMap;
 
@@ -106,14 +109,13 @@ fn ratio(store: Duration, map: Duration) -> f64 {
 
 async fn store_steps(state: &dyn State, n: usize) -> Result<StepTimes, WorkloadError> {
     let kind = BenchItem::kind();
-    // The ids are shared with the stored resources (an `Arc` each), so the harness adds 16 bytes
-    // per item to the peak RSS, not a second copy of every pointer.
-    let mut ids: Vec<Arc<str>> = Vec::with_capacity(n);
+    // Ids before the clock (the stored resources share these `Arc`s, so the harness adds 16
+    // bytes per item to the peak RSS, not a second copy of every id); labels inside it.
+    let ids = item_ids(n);
 
     let start = Instant::now();
-    for i in 0..n {
-        let item = new_item(i, i as i64);
-        ids.push(Arc::clone(item.metadata.pointer().shared_id()));
+    for (i, id) in ids.iter().enumerate() {
+        let item = item_with_id(&kind, id, i, i as i64, bench_item);
         let stored = state
             .create(item.into_shared(), CreateOptions::default())
             .await?;
@@ -131,23 +133,18 @@ async fn store_steps(state: &dyn State, n: usize) -> Result<StepTimes, WorkloadE
     let start = Instant::now();
     for i in 0..n {
         let pointer = pointer(i);
-        let current = downcast::<BenchItem>(state.get(&pointer).await?)?;
-        // Copy-on-write: the stored value is shared and immutable.
-        let mut next = Resource::clone(&current);
-        next.spec.value += 1;
-        let stored = state
-            .update(next.into_shared(), UpdateOptions::default())
-            .await?;
-        ensure(stored.metadata().version() == Version::new(2), || {
+        let written =
+            read_modify_write::<BenchItem>(state, &pointer, |spec| spec.value += 1).await?;
+        ensure(written.stored.metadata.version() == Version::new(2), || {
             format!(
                 "update of {pointer} stored version {}, expected 2",
-                stored.metadata().version()
+                written.stored.metadata.version()
             )
         })?;
-        ensure(current.spec.value == i as i64, || {
+        ensure(written.read.spec.value == i as i64, || {
             format!(
                 "get of {pointer} read value {}, expected {i}",
-                current.spec.value
+                written.read.spec.value
             )
         })?;
     }
@@ -209,12 +206,21 @@ async fn store_steps(state: &dyn State, n: usize) -> Result<StepTimes, WorkloadE
     })
 }
 
+fn bench_item(value: i64, label: String) -> BenchItem {
+    BenchItem { value, label }
+}
+
 /// Builds the N values the create step writes, and nothing else: the part of the create time
 /// that is the workload building resources rather than the store storing them.
 fn construct_only(n: usize) -> Duration {
+    let kind = BenchItem::kind();
+    let ids = item_ids(n);
     let start = Instant::now();
-    let items: Vec<Arc<Resource<BenchItem>>> =
-        (0..n).map(|i| Arc::new(new_item(i, i as i64))).collect();
+    let items: Vec<Arc<Resource<BenchItem>>> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| Arc::new(item_with_id(&kind, id, i, i as i64, bench_item)))
+        .collect();
     let elapsed = start.elapsed();
     // Keeps the optimiser from dropping the values unbuilt.
     std::hint::black_box(items);
@@ -225,11 +231,12 @@ fn construct_only(n: usize) -> Duration {
 /// against.
 fn map_steps(n: usize) -> Result<StepTimes, WorkloadError> {
     let map: DashMap<Arc<str>, Arc<Resource<BenchItem>>> = DashMap::new();
-    let ids: Vec<Arc<str>> = (0..n).map(|i| Arc::from(item_id(i))).collect();
+    let kind = BenchItem::kind();
+    let ids = item_ids(n);
 
     let start = Instant::now();
     for (i, id) in ids.iter().enumerate() {
-        let mut item = new_item(i, i as i64);
+        let mut item = item_with_id(&kind, id, i, i as i64, bench_item);
         item.metadata.set_version(Version::FIRST);
         let key = item.metadata.pointer().shared_id().clone();
         ensure(map.insert(key, Arc::new(item)).is_none(), || {

@@ -1,12 +1,15 @@
-//! W2 — watch fan-out (BENCHMARKS.md): K = 100 kind watchers with the default watch options,
-//! registered before the writer starts; the writer creates 1,000 resources (value 0) then
-//! updates each 10 times in rounds (value = round): 11,000 events. The clock runs from the first
+//! W2 — watch fan-out (`benches/WORKLOADS.md`): K = 100 kind watchers with the default watch
+//! options, registered before the writer starts; the writer creates 1,000 resources (value 0,
+//! ids made before the clock, labels inside it) then updates each 10 times in rounds (value =
+//! round, each a read-modify-write: get, change a copy, update with the version read, retry on
+//! a conflict): 11,000 events. The clock runs from the first
 //! create until every watcher has seen value 10 on all 1,000 resources. Figures: events delivered
 //! per second across all watchers (K × 11,000 / wall time), wall time, whether any watcher had to
 //! catch up (compacted events, resyncs); and, in the same process, the same fan-out through a
 //! `tokio::sync::broadcast` channel of `Arc`s, as a ratio. The same run is repeated with the
 //! history window raised to 16,384 events (`w2.history16k.*`), the setting the reference needed,
-//! so exact delivery can be compared side by side.
+//! so exact delivery can be compared side by side. `--history default` or `--history exact`
+//! runs only one of the two (and no broadcast baseline): what the side-by-side suite runs.
 //!
 //! Every watcher checks what it sees: each event's version is its value + 1, exact events move
 //! one version at a time, catch-ups never go backwards, and an exact watcher sees exactly 11,000
@@ -16,14 +19,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use benches::args::RunArgs;
+use benches::args::{parse_env, RunArgs};
 use benches::backend::{memory_state, memory_state_with_history};
 use benches::check::{ensure, exit_on_error, WorkloadError};
-use benches::item::{item_index, new_item, BenchItem};
+use benches::item::{item_ids, item_index, item_with_id, BenchItem};
 use benches::report::Report;
+use benches::rmw::read_modify_write;
+use clap::{Parser, ValueEnum};
 use cosi_core::{
-    downcast, downcast_ref, CreateOptions, Event, Resource, ResourceSpec, State, UpdateOptions,
-    Version, Watch, WatchKindOptions,
+    downcast_ref, CreateOptions, Event, Resource, ResourceSpec, State, Version, Watch,
+    WatchKindOptions,
 };
 use tokio::sync::broadcast;
 
@@ -41,8 +46,33 @@ fn main() -> ExitCode {
     exit_on_error("w2", run())
 }
 
+/// Which history windows to run with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum History {
+    /// The default watch options (figures `w2.*`).
+    Default,
+    /// An exact history of 16,384 events, the reference's setting (figures `w2.history16k.*`).
+    Exact,
+}
+
+/// W2 — watch fan-out.
+#[derive(Parser, Debug)]
+struct Cli {
+    #[command(flatten)]
+    run: RunArgs,
+    /// Run only this history window, without the broadcast baseline (default: both, and the
+    /// baseline).
+    #[arg(long)]
+    history: Option<History>,
+}
+
+fn bench_item(value: i64, label: String) -> BenchItem {
+    BenchItem { value, label }
+}
+
 fn run() -> Result<(), WorkloadError> {
-    let args = RunArgs::from_env()?;
+    let cli: Cli = parse_env()?;
+    let args = cli.run;
     let items = args.n.unwrap_or(DEFAULT_ITEMS);
     let events_per_watcher = items * (ROUNDS as usize + 1);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -61,13 +91,15 @@ fn run() -> Result<(), WorkloadError> {
     for run in 1..=args.runs {
         let delivered = (WATCHERS * events_per_watcher) as f64;
         let mut walls = Vec::new();
-        for (prefix, state) in [
-            ("w2", memory_state()),
-            (
-                "w2.history16k",
-                memory_state_with_history(REFERENCE_HISTORY),
-            ),
-        ] {
+        let configurations = [(History::Default, "w2"), (History::Exact, "w2.history16k")];
+        for (history, prefix) in configurations
+            .into_iter()
+            .filter(|(history, _)| cli.history.is_none_or(|only| only == *history))
+        {
+            let state = match history {
+                History::Default => memory_state(),
+                History::Exact => memory_state_with_history(REFERENCE_HISTORY),
+            };
             let store = runtime.block_on(store_fan_out(state, items))?;
             println!(
                 "# run {run} {prefix}: wall {:.1} ms, {} of {WATCHERS} watchers caught up \
@@ -110,6 +142,9 @@ fn run() -> Result<(), WorkloadError> {
             );
             walls.push((prefix, store.wall));
         }
+        if cli.history.is_some() {
+            continue;
+        }
         let baseline = runtime.block_on(broadcast_fan_out(items))?;
         println!(
             "# run {run} broadcast: wall {:.1} ms",
@@ -138,7 +173,7 @@ fn run() -> Result<(), WorkloadError> {
         );
     }
     println!(
-        "# events_delivered: {WATCHERS} x {events_per_watcher} / wall (the BENCHMARKS.md figure); \
+        "# events_delivered: {WATCHERS} x {events_per_watcher} / wall (the WORKLOADS.md figure); \
          events_received: events actually received / wall (lower when watchers caught up)"
     );
     println!(
@@ -174,8 +209,10 @@ async fn store_fan_out(state: Arc<dyn State>, items: usize) -> Result<StoreRun, 
         watchers.push(tokio::spawn(follow(watch, items)));
     }
 
+    // Ids before the clock; the writer formats the labels inside it.
+    let ids = item_ids(items);
     let start = Instant::now();
-    let writer = tokio::spawn(write_rounds(Arc::clone(&state), items));
+    let writer = tokio::spawn(write_rounds(Arc::clone(&state), ids));
     let outcomes = tokio::time::timeout(DEADLINE, async {
         let mut outcomes = Vec::with_capacity(WATCHERS);
         for watcher in watchers {
@@ -226,30 +263,29 @@ async fn join<T>(
 }
 
 /// Creates every item with value 0, then updates every item once per round (value = round),
-/// each update carrying the version just stored.
-async fn write_rounds(state: Arc<dyn State>, items: usize) -> Result<(), WorkloadError> {
-    let mut stored = Vec::with_capacity(items);
-    for i in 0..items {
-        let created = state
-            .create(new_item(i, 0).into_shared(), CreateOptions::default())
+/// each update a read-modify-write.
+async fn write_rounds(state: Arc<dyn State>, ids: Vec<Arc<str>>) -> Result<(), WorkloadError> {
+    let kind = BenchItem::kind();
+    for (i, id) in ids.iter().enumerate() {
+        state
+            .create(
+                item_with_id(&kind, id, i, 0, bench_item).into_shared(),
+                CreateOptions::default(),
+            )
             .await?;
-        stored.push(downcast::<BenchItem>(created)?);
     }
     for round in 1..=ROUNDS {
-        for current in &mut stored {
-            let mut next = Resource::clone(current);
-            next.spec.value = round;
-            let written = state
-                .update(next.into_shared(), UpdateOptions::default())
-                .await?;
-            *current = downcast::<BenchItem>(written)?;
+        for id in &ids {
+            let pointer = kind.pointer(Arc::clone(id));
+            let written =
+                read_modify_write::<BenchItem>(&*state, &pointer, |spec| spec.value = round)
+                    .await?;
             ensure(
-                current.metadata.version() == Version::new(round as u64 + 1),
+                written.stored.metadata.version() == Version::new(round as u64 + 1),
                 || {
                     format!(
-                        "update {round} of {} stored version {}",
-                        current.metadata.pointer(),
-                        current.metadata.version()
+                        "update {round} of {pointer} stored version {}",
+                        written.stored.metadata.version()
                     )
                 },
             )?;
@@ -391,11 +427,13 @@ async fn broadcast_fan_out(items: usize) -> Result<Duration, WorkloadError> {
         }));
     }
 
+    let kind = BenchItem::kind();
+    let ids = item_ids(items);
     let start = Instant::now();
     let writer = tokio::spawn(async move {
         let mut stored = Vec::with_capacity(items);
-        for i in 0..items {
-            let mut item = new_item(i, 0);
+        for (i, id) in ids.iter().enumerate() {
+            let mut item = item_with_id(&kind, id, i, 0, bench_item);
             item.metadata.set_version(Version::FIRST);
             let item = Arc::new(item);
             send(&sender, Arc::clone(&item))?;

@@ -1,5 +1,5 @@
-//! W3 — reconcile chain (BENCHMARKS.md) — driven through kube-runtime's [`applier`], the peer
-//! comparison of this crate's `w3`. Same workload, same checks: C1 reads A and writes B (same
+//! W3 — reconcile chain (`benches/WORKLOADS.md`) — driven through kube-runtime's [`applier`], the
+//! peer comparison of this crate's `w3`. Same workload, same checks: C1 reads A and writes B (same
 //! name, B.value = A.value + 1), C2 reads B and writes C (C.value = B.value + 1). Phase 1:
 //! create N = 10,000 A (value = i); time until every C exists with value i + 2. Phase 2: 5
 //! rounds of updating every A (value = i + round·10⁶); time from the first update until every C

@@ -1,4 +1,4 @@
-//! W5 — durable writes (BENCHMARKS.md): the disk backend, single writer and 8 concurrent
+//! W5 — durable writes (`benches/WORKLOADS.md`): the disk backend, single writer and 8 concurrent
 //! writers, 10,000 creates each with full durability. Figures: acknowledged writes/s; in the same
 //! process, the same load against raw redb with the same durability (`Durability::Immediate`, one
 //! transaction per write, the same keys and record sizes), whose ratio is the store's overhead;

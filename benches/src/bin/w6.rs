@@ -1,4 +1,4 @@
-//! W6 — memory (BENCHMARKS.md): bytes per stored resource at N = 100,000 and 1,000,000
+//! W6 — memory (`benches/WORKLOADS.md`): bytes per stored resource at N = 100,000 and 1,000,000
 //! (resident-size delta / N) against the raw size of the values held.
 //!
 //! One measurement: start the runtime and an empty in-memory state (default options), read the

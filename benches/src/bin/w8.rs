@@ -1,4 +1,4 @@
-//! W8 — the remote API (BENCHMARKS.md): the loopback gRPC client (`cosi_api::RemoteState`,
+//! W8 — the remote API (`benches/WORKLOADS.md`): the loopback gRPC client (`cosi_api::RemoteState`,
 //! plaintext HTTP/2) against a server on the in-memory backend, each figure beside the same
 //! operation in process on the same kind of store, in the same run; the ratio is the API's
 //! overhead.

@@ -1,0 +1,30 @@
+//! CPU time used by this process (user + system, all threads), from `getrusage`: beside a
+//! phase's wall time it shows how much work the phase did and how well it used the cores
+//! (CPU time ÷ wall time), which a wall time alone hides on a machine shared with other work.
+
+use std::time::Duration;
+
+use nix::sys::resource::{getrusage, UsageWho};
+
+use crate::check::WorkloadError;
+
+/// User plus system CPU time of this process so far, summed over its threads.
+///
+/// ```
+/// let before = benches::cpu::process_cpu().unwrap();
+/// let mut x = 0u64;
+/// for i in 0..10_000_000u64 {
+///     x = x.wrapping_add(std::hint::black_box(i));
+/// }
+/// std::hint::black_box(x);
+/// assert!(benches::cpu::process_cpu().unwrap() >= before);
+/// ```
+pub fn process_cpu() -> Result<Duration, WorkloadError> {
+    let usage = getrusage(UsageWho::RUSAGE_SELF)
+        .map_err(|e| WorkloadError::new(format!("getrusage failed: {e}")))?;
+    let micros = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(t.tv_sec().max(0) as u64)
+            + Duration::from_micros(t.tv_usec().max(0) as u64)
+    };
+    Ok(micros(usage.user_time()) + micros(usage.system_time()))
+}
