@@ -97,7 +97,7 @@ impl Comparison {
     /// ```
     /// use benches::side_by_side::Comparison;
     /// assert_eq!(Comparison::Rate.ratio(100.0, 300.0), 3.0);
-    /// assert_eq!(Comparison::Time.ratio(0.3, 0.1), 3.0);
+    /// assert_eq!(Comparison::Time.ratio(0.5, 0.25), 2.0);
     /// assert_eq!(Comparison::Share.ratio(80.0, 20.0), 0.25);
     /// ```
     pub fn ratio(self, reference: f64, project: f64) -> f64 {
