@@ -324,7 +324,17 @@ pub fn from_status(status: &Status, context: &CallContext) -> Error {
         return error;
     }
     let pointer = context.pointer.clone();
-    let message = status.message().to_string();
+    let mut message = status.message().to_string();
+    // A status the client made itself (the connection failed) carries the transport's error
+    // chain; its innermost cause (a TLS alert, a refused connection) is what tells a caller why.
+    let mut cause = std::error::Error::source(status);
+    while let Some(error) = cause {
+        let text = error.to_string();
+        if !message.contains(&text) {
+            message = format!("{message}: {text}");
+        }
+        cause = error.source();
+    }
     let write = matches!(
         context.call,
         Call::Create | Call::Update | Call::Destroy | Call::Teardown | Call::TeardownAndDestroy

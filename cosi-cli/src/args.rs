@@ -288,6 +288,10 @@ pub struct GenConfigArgs {
     /// The hostname to put in the configs.
     #[arg(long)]
     pub hostname: Option<String>,
+    /// The kubelet's image (`machine.kubelet.image`); the reference `node` daemon runs its
+    /// demo kubelet for `ghcr.io/siderolabs/kubelet`. `none` leaves the kubelet out.
+    #[arg(long, default_value = crate::cmd::gen::DEFAULT_KUBELET_IMAGE, value_name = "IMAGE")]
+    pub kubelet_image: String,
     /// Where the certificates are (ca.pem, admin.pem, ...): writes `cosiconfig` with a context
     /// per client certificate found there.
     #[arg(long, value_name = "DIR")]

@@ -249,3 +249,29 @@ async fn a_usage_error_exits_with_one() {
         out.stderr
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starter_configs_run_the_kubelet_image_unless_told_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let image = |file: &str| {
+        let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
+        let config = cosi_node::config::MachineConfig::from_text(&text).unwrap();
+        config.config().machine().kubelet.as_ref().and_then(|k| k.image.clone())
+    };
+    for (extra, expected) in [
+        (&[][..], Some("ghcr.io/siderolabs/kubelet:v1.31.1")),
+        (&["--kubelet-image", "none"][..], None),
+    ] {
+        let mut argv = vec!["cosictl", "gen", "config", "demo", "https://127.0.0.1:6443"];
+        argv.extend_from_slice(&["--out", out, "--force"]);
+        argv.extend_from_slice(extra);
+        let (mut o, mut e) = (Vec::new(), Vec::new());
+        let cli = <cosi_cli::args::Cli as clap::Parser>::parse_from(argv);
+        let code = cosi_cli::run(cli, &mut cosi_cli::session::Io::new(&mut o, &mut e)).await;
+        assert_eq!(code, 0, "{}", String::from_utf8_lossy(&e));
+        for file in ["controlplane.yaml", "worker.yaml"] {
+            assert_eq!(image(file).as_deref(), expected, "{file} with {extra:?}");
+        }
+    }
+}

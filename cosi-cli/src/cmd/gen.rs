@@ -6,7 +6,8 @@
 //!   `operator.pem`, `reader.pem` (and their `-key.pem`) — whose Organization is the role
 //!   (`os:admin`, `os:operator`, `os:reader`), the way the node reads roles.
 //! - `gen config CLUSTER ENDPOINT`: starter machine configs `controlplane.yaml` and
-//!   `worker.yaml` (a template: the client knows no config schema; the node validates), and
+//!   `worker.yaml` (a template: the client knows no config schema; the node validates) with
+//!   the hostname of `--hostname` and the kubelet image of `--kubelet-image`, and
 //!   with `--pki DIR` the client config `cosiconfig`: a context per client certificate found
 //!   there (`CLUSTER` for admin, `CLUSTER-operator`, `CLUSTER-reader`), `CLUSTER` current.
 //!
@@ -134,18 +135,43 @@ fn token() -> Result<String, CliError> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// The kubelet image of the starter configs.
+pub const DEFAULT_KUBELET_IMAGE: &str = "ghcr.io/siderolabs/kubelet:v1.31.1";
+
+/// What a starter machine config names besides the cluster.
+#[derive(Clone, Copy, Debug)]
+pub struct Starter<'a> {
+    /// `machine.network.hostname`, if any.
+    pub hostname: Option<&'a str>,
+    /// `machine.kubelet.image`, if any.
+    pub kubelet_image: Option<&'a str>,
+}
+
 /// The starter machine config of a `role` machine (`controlplane` or `worker`).
+///
+/// ```
+/// use cosi_cli::cmd::gen::{machine_config, Starter};
+/// let text = machine_config("worker", "demo", "https://10.0.0.1:6443", "t0k3n", Starter {
+///     hostname: Some("w-1"),
+///     kubelet_image: Some("ghcr.io/siderolabs/kubelet:v1.31.1"),
+/// });
+/// assert!(text.contains("  type: worker\n  token: t0k3n\n  network:\n    hostname: w-1\n"));
+/// assert!(text.contains("  kubelet:\n    image: ghcr.io/siderolabs/kubelet:v1.31.1\n"));
+/// ```
 pub fn machine_config(
     role: &str,
     cluster: &str,
     endpoint: &str,
     token: &str,
-    hostname: Option<&str>,
+    starter: Starter<'_>,
 ) -> String {
-    let network = match hostname {
+    let mut network = match starter.hostname {
         Some(hostname) => format!("  network:\n    hostname: {}\n", yaml::scalar(hostname)),
         None => String::new(),
     };
+    if let Some(image) = starter.kubelet_image {
+        network.push_str(&format!("  kubelet:\n    image: {}\n", yaml::scalar(image)));
+    }
     format!(
         "# A starter {role} config of cluster {cluster:?}, written by `cosictl gen config`.\n\
          # Apply it with `cosictl apply-config -f {role}.yaml` (or --insecure to a node in\n\
@@ -248,13 +274,12 @@ pub fn config(args: &GenConfigArgs, io: &mut Io<'_>) -> Result<(), CliError> {
     create_dir(&args.out)?;
     let token = token()?;
     for (role, path) in ["controlplane", "worker"].iter().zip(&paths) {
-        let text = machine_config(
-            role,
-            &args.cluster,
-            &args.endpoint,
-            &token,
-            args.hostname.as_deref(),
-        );
+        let kubelet_image = Some(args.kubelet_image.as_str()).filter(|image| *image != "none");
+        let starter = Starter {
+            hostname: args.hostname.as_deref(),
+            kubelet_image,
+        };
+        let text = machine_config(role, &args.cluster, &args.endpoint, &token, starter);
         std::fs::write(path, text).map_err(|e| CliError::file(path, e))?;
         writeln!(io.out, "wrote {}", path.display()).map_err(write_error)?;
     }
