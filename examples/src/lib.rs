@@ -8,8 +8,11 @@
 //!   shutdown. Its docs (`src/bin/node.rs`) record every decision a daemon author copying it
 //!   should know; `cargo run -p examples --bin node -- --help` lists its flags.
 //! - `node-kubelet`: the workload the daemon runs for the config's kubelet image.
-//! - `demo`: watches a kind, creates, updates and destroys resources, then prints what the
-//!   watcher saw, the resources as a table and one as YAML, on the in-memory state.
+//! - `demo`: the README's first command — two `node` daemons and a narrated operator's session
+//!   through `cosictl`'s code (services, members, addresses, config changes tried, refused,
+//!   rolled back, a crash-looping kubelet diagnosed and fixed, the history).
+//! - `store`: the store alone — watches a kind, creates, updates and destroys resources, then
+//!   prints what the watcher saw, the resources as a table and one as YAML, on the disk store.
 //! - `controllers STATE_DIR`: a transform and a queue controller under the `Engine` on the
 //!   disk store, until Ctrl-C or SIGTERM; then a graceful shutdown and the store closed
 //!   (`DiskState::close`), so the next start finds what this one derived.

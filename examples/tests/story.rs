@@ -295,8 +295,8 @@ async fn a_nodes_life_through_cosictl() {
     kubelet(&admin, "a healthy kubelet", healthy).await;
     kubelet(&cluster.admin(worker_address), "a healthy kubelet", healthy).await;
     for member in ["cp-1", "worker-1"] {
-        wait_for::<Member>(&admin, member, "a member with its address", |m| {
-            !m.spec.addresses.is_empty()
+        wait_for::<Member>(&admin, member, "a member with its address and type", |m| {
+            !m.spec.addresses.is_empty() && !m.spec.machine_type.is_empty()
         })
         .await;
     }

@@ -165,8 +165,13 @@ async fn story(binaries: &Binaries) -> Result<()> {
     heading("2. What runs, who is there, which addresses, which config");
     let admin = demo.admin(cp.address)?;
     for member in ["cp-1", "worker-1"] {
-        let what = format!("{member} in the member list with its address");
-        wait_for::<Member>(&admin, member, &what, |m| !m.addresses.is_empty()).await?;
+        // A member shows what its node published: wait until that includes its address and
+        // machine type (a node publishes as soon as it knows itself, then what it learns).
+        let what = format!("{member} in the member list with its address and type");
+        wait_for::<Member>(&admin, member, &what, |m| {
+            !m.addresses.is_empty() && !m.machine_type.is_empty()
+        })
+        .await?;
     }
     let both = format!("{},{}", cp.address, worker.address);
     wait_for::<ServiceStatus>(&admin, "kubelet", "a healthy kubelet", healthy).await?;
