@@ -199,16 +199,17 @@ pub fn required_role(method: &str) -> Role {
     }
 }
 
+/// What a node in maintenance mode answers any call but `ApplyConfiguration` (clients can
+/// recognise it and say what to do: apply a config first).
+pub const MAINTENANCE_REFUSAL: &str = "maintenance mode accepts only ApplyConfiguration";
+
 /// Whether `caller` may call `method`; the refusal otherwise.
 pub fn authorize_method(caller: &Caller, method: &str) -> Result<(), Status> {
     if caller.transport == Transport::Maintenance {
         return if method == APPLY_CONFIGURATION {
             Ok(())
         } else {
-            Err(not_authorized(
-                method,
-                "maintenance mode accepts only ApplyConfiguration",
-            ))
+            Err(not_authorized(method, MAINTENANCE_REFUSAL))
         };
     }
     let needed = required_role(method);

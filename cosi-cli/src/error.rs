@@ -73,6 +73,10 @@ pub enum CliError {
         /// The role the call needs (said when the node refuses it).
         needs: Role,
     },
+    /// The output stream could not be written (a closed pipe, as with `| head`, is not
+    /// reported: see [`CliError::is_closed_output`]).
+    #[error("cannot write the output: {0}")]
+    Output(#[source] std::io::Error),
     /// Anything else, said in full.
     #[error("{0}")]
     Other(String),
@@ -87,6 +91,17 @@ impl CliError {
             error: Box::new(error),
             needs,
         }
+    }
+
+    /// The output could not be written.
+    pub fn output(source: std::io::Error) -> Self {
+        CliError::Output(source)
+    }
+
+    /// Whether the reader of the output went away (`cosictl get x | head`): the command
+    /// stops quietly, as a filter does.
+    pub fn is_closed_output(&self) -> bool {
+        matches!(self, CliError::Output(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
     }
 
     /// A file error.
@@ -135,6 +150,15 @@ fn describe(node: &str, what: &str, error: &Error, needs: Role) -> String {
         );
     }
     match error {
+        Error::AccessDenied { message, .. }
+            if message.contains(cosi_api::auth::MAINTENANCE_REFUSAL) =>
+        {
+            format!(
+                "node {node} refused {what}: it is in maintenance mode (it has no config yet) \
+                 and accepts only a first config: `cosictl -n {node} apply-config --insecure \
+                 --cert-fingerprint FINGERPRINT -f FILE`, with the fingerprint the node printed"
+            )
+        }
         Error::AccessDenied { message, .. } => format!(
             "node {node} refused {what}: {message}; it needs a client certificate with role \
              {needs} (see `cosictl config contexts`)"

@@ -95,6 +95,7 @@ pub async fn run(cli: Cli, io: &mut Io<'_>) -> i32 {
     match execute(cli, io).await {
         Ok(report) if report.failures == 0 => 0,
         Ok(_) => 1,
+        Err(error) if error.is_closed_output() => 0,
         Err(error) => {
             io.error_line(&error);
             1

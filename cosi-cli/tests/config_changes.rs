@@ -106,8 +106,8 @@ async fn a_dry_run_prints_the_diff_and_changes_nothing() {
         format!(
             "Dry run summary:\nApplied configuration without a reboot (skipped in dry-run).\n\
              Config diff:\n\n--- a\n+++ b\n@@ -2,6 +2,8 @@\n machine:\n   \
-             type: controlplane\n   token: {token}\n+  nodeLabels:\n+    zone: a\n   network:\n     \
-             hostname: node-1\n cluster:\n"
+             type: controlplane\n   token: {token}\n+  nodeLabels:\n+    zone: a\n   kubelet:\n     \
+             image: ghcr.io/siderolabs/kubelet:v1.31.1\n   network:\n"
         )
     );
     assert_eq!(node.config_version().await, 1);
@@ -568,5 +568,22 @@ async fn insecure_without_a_fingerprint_is_a_usage_error() {
         out.stderr,
         "error: --insecure needs --cert-fingerprint: the fingerprint of the node's server key, \
          which a node in maintenance mode logs\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_in_maintenance_is_explained_with_the_command_that_configures_it() {
+    let cluster = Cluster::start(0).await;
+    let (node, _) = support::start_maintenance_node_of(&cluster).await;
+    let out = cluster.cosictl(&["-n", &node.name, "services"]).await;
+    assert_eq!((out.code, out.stdout.as_str()), (1, ""));
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: node {0} refused list services: it is in maintenance mode (it has no config \
+             yet) and accepts only a first config: `cosictl -n {0} apply-config --insecure \
+             --cert-fingerprint FINGERPRINT -f FILE`, with the fingerprint the node printed\n",
+            node.name
+        )
     );
 }

@@ -257,7 +257,12 @@ async fn starter_configs_run_the_kubelet_image_unless_told_none() {
     let image = |file: &str| {
         let text = std::fs::read_to_string(dir.path().join(file)).unwrap();
         let config = cosi_node::config::MachineConfig::from_text(&text).unwrap();
-        config.config().machine().kubelet.as_ref().and_then(|k| k.image.clone())
+        config
+            .config()
+            .machine()
+            .kubelet
+            .as_ref()
+            .and_then(|k| k.image.clone())
     };
     for (extra, expected) in [
         (&[][..], Some("ghcr.io/siderolabs/kubelet:v1.31.1")),
@@ -274,4 +279,36 @@ async fn starter_configs_run_the_kubelet_image_unless_told_none() {
             assert_eq!(image(file).as_deref(), expected, "{file} with {extra:?}");
         }
     }
+}
+
+/// A writer whose reader went away.
+struct ClosedPipe;
+
+impl std::io::Write for ClosedPipe {
+    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+        Err(std::io::ErrorKind::BrokenPipe.into())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_into_a_closed_pipe_ends_quietly_with_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    let cli = <cosi_cli::args::Cli as clap::Parser>::parse_from([
+        "cosictl",
+        "gen",
+        "ca",
+        "--out",
+        pki.to_str().unwrap(),
+    ]);
+    let mut err = Vec::new();
+    let code = cosi_cli::run(
+        cli,
+        &mut cosi_cli::session::Io::new(&mut ClosedPipe, &mut err),
+    )
+    .await;
+    assert_eq!((code, String::from_utf8(err).unwrap()), (0, String::new()));
 }

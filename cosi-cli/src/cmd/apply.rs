@@ -67,7 +67,7 @@ pub(crate) fn print_outcome(
     prefix: bool,
     outcome: &ApplyOutcome,
 ) -> Result<(), CliError> {
-    let write = |e: std::io::Error| CliError::Other(format!("cannot write the output: {e}"));
+    let write = CliError::output;
     for warning in &outcome.warnings {
         let line = format!("Warning: {warning}");
         write_lines(io.err, node, prefix, &line).map_err(write)?;
@@ -241,7 +241,7 @@ pub async fn patch(
     }))
     .await;
     let prefix = session.prefixed();
-    let write = |e: std::io::Error| CliError::Other(format!("cannot write the output: {e}"));
+    let write = CliError::output;
     for (node, result) in nodes.iter().zip(results) {
         match result {
             Ok(outcome) => {

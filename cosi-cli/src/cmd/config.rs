@@ -10,10 +10,6 @@ use crate::error::CliError;
 use crate::session::Io;
 use crate::table::TabWriter;
 
-fn write_error(e: std::io::Error) -> CliError {
-    CliError::Other(format!("cannot write the output: {e}"))
-}
-
 /// Runs a `config` command on the file at `config` (else the default path).
 pub fn run(
     config: Option<&Path>,
@@ -54,7 +50,7 @@ fn contexts(file: &ClientConfig, io: &mut Io<'_>) -> Result<(), CliError> {
             context.nodes.join(","),
         ]);
     }
-    table.flush(io.out).map_err(write_error)
+    table.flush(io.out).map_err(CliError::output)
 }
 
 /// The roles and expiry of a client certificate.
@@ -101,7 +97,7 @@ fn info(path: &Path, context: Option<&str>, io: &mut Io<'_>) -> Result<(), CliEr
         list(&roles),
         &date[..10],
     )
-    .map_err(write_error)
+    .map_err(CliError::output)
 }
 
 fn add(path: &Path, args: &ConfigAddArgs, io: &mut Io<'_>) -> Result<(), CliError> {
@@ -133,5 +129,5 @@ fn add(path: &Path, args: &ConfigAddArgs, io: &mut Io<'_>) -> Result<(), CliErro
         args.name,
         path.display()
     )
-    .map_err(write_error)
+    .map_err(CliError::output)
 }

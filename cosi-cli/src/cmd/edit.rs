@@ -97,7 +97,7 @@ async fn edit_one(
     base: &cosi_api::machine::ApplyRequest,
     io: &mut Io<'_>,
 ) -> Result<(), CliError> {
-    let write = |e: std::io::Error| CliError::Other(format!("cannot write the output: {e}"));
+    let write = CliError::output;
     let (original, version) = read_config(node, pointer).await?;
     let display = format!("{}/{}", pointer.resource_type(), pointer.id());
     let header = format!("# Editing {display} at node {}\n", node.name);

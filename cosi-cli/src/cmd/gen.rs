@@ -35,10 +35,6 @@ pub const CLIENT_CERTS: [(Role, &str); 3] = [
     (Role::Reader, "reader"),
 ];
 
-fn write_error(e: std::io::Error) -> CliError {
-    CliError::Other(format!("cannot write the output: {e}"))
-}
-
 fn pki_error(e: cosi_api::pki::PkiError) -> CliError {
     CliError::Other(e.to_string())
 }
@@ -78,7 +74,7 @@ pub fn ca(args: &GenCaArgs, io: &mut Io<'_>) -> Result<(), CliError> {
         .write_pem(&args.out, "ca")
         .map_err(pki_error)?;
     for path in &paths {
-        writeln!(io.out, "wrote {}", path.display()).map_err(write_error)?;
+        writeln!(io.out, "wrote {}", path.display()).map_err(CliError::output)?;
     }
     Ok(())
 }
@@ -122,7 +118,7 @@ pub fn certs(args: &GenCertsArgs, io: &mut Io<'_>) -> Result<(), CliError> {
     for (name, certified) in issued {
         let (cert, key) = certified.write_pem(&args.out, name).map_err(pki_error)?;
         writeln!(io.out, "wrote {}\nwrote {}", cert.display(), key.display())
-            .map_err(write_error)?;
+            .map_err(CliError::output)?;
     }
     Ok(())
 }
@@ -281,12 +277,12 @@ pub fn config(args: &GenConfigArgs, io: &mut Io<'_>) -> Result<(), CliError> {
         };
         let text = machine_config(role, &args.cluster, &args.endpoint, &token, starter);
         std::fs::write(path, text).map_err(|e| CliError::file(path, e))?;
-        writeln!(io.out, "wrote {}", path.display()).map_err(write_error)?;
+        writeln!(io.out, "wrote {}", path.display()).map_err(CliError::output)?;
     }
     if let Some(client) = client {
         let path = &paths[2];
         client.save(path)?;
-        writeln!(io.out, "wrote {}", path.display()).map_err(write_error)?;
+        writeln!(io.out, "wrote {}", path.display()).map_err(CliError::output)?;
     }
     Ok(())
 }

@@ -200,10 +200,6 @@ fn printing_error(e: cosi_core::Error) -> CliError {
     CliError::Other(format!("cannot print: {e}"))
 }
 
-fn output_error(e: std::io::Error) -> CliError {
-    CliError::Other(format!("cannot write the output: {e}"))
-}
-
 impl<'c> Printer<'c> {
     fn new(format: OutputFormat, columns: &'c Columns<'c>, watching: bool) -> Self {
         Printer {
@@ -234,15 +230,15 @@ impl<'c> Printer<'c> {
                 let text = print::resource_yaml(node, event.map(|(_, n)| n), &**resource)
                     .map_err(printing_error)?;
                 if self.documents > 0 {
-                    writeln!(out, "---").map_err(output_error)?;
+                    writeln!(out, "---").map_err(CliError::output)?;
                 }
-                write!(out, "{text}").map_err(output_error)?;
+                write!(out, "{text}").map_err(CliError::output)?;
                 self.documents += 1;
             }
             OutputFormat::Json => {
                 let text = print::resource_json(node, event.map(|(_, n)| n), &**resource)
                     .map_err(printing_error)?;
-                writeln!(out, "{text}").map_err(output_error)?;
+                writeln!(out, "{text}").map_err(CliError::output)?;
                 self.documents += 1;
             }
         }
@@ -271,8 +267,8 @@ impl<'c> Printer<'c> {
         if self.format == OutputFormat::Table {
             self.ensure_header();
         }
-        self.table.flush(out).map_err(output_error)?;
-        out.flush().map_err(output_error)
+        self.table.flush(out).map_err(CliError::output)?;
+        out.flush().map_err(CliError::output)
     }
 
     fn finish(&mut self, out: &mut dyn Write) -> Result<(), CliError> {

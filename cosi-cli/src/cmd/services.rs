@@ -13,10 +13,6 @@ use crate::table::TabWriter;
 
 const SERVICE_LIST: &str = "/cosi.machine.MachineService/ServiceList";
 
-fn write_error(e: std::io::Error) -> CliError {
-    CliError::Other(format!("cannot write the output: {e}"))
-}
-
 /// `?` before the first check, `OK` or `Fail`.
 fn health(service: &ServiceStatus) -> &'static str {
     match (service.health.unknown, service.health.healthy) {
@@ -67,7 +63,7 @@ pub async fn list(session: &Session, io: &mut Io<'_>) -> Result<Report, CliError
         }
     }
     if answered {
-        table.flush(io.out).map_err(write_error)?;
+        table.flush(io.out).map_err(CliError::output)?;
     }
     Ok(report)
 }
@@ -115,7 +111,7 @@ async fn show(session: &Session, id: &str, io: &mut Io<'_>) -> Result<Report, Cl
             }
         };
         if blocks > 0 {
-            writeln!(io.out).map_err(write_error)?;
+            writeln!(io.out).map_err(CliError::output)?;
         }
         blocks += 1;
         let mut table = TabWriter::default();
@@ -139,7 +135,7 @@ async fn show(session: &Session, id: &str, io: &mut Io<'_>) -> Result<Report, Cl
             ]);
             label = "";
         }
-        table.flush(io.out).map_err(write_error)?;
+        table.flush(io.out).map_err(CliError::output)?;
     }
     Ok(report)
 }
@@ -181,7 +177,7 @@ async fn act(
         }
     }
     if answered {
-        table.flush(io.out).map_err(write_error)?;
+        table.flush(io.out).map_err(CliError::output)?;
     }
     Ok(report)
 }

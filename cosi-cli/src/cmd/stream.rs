@@ -14,10 +14,6 @@ use crate::table::TabWriter;
 /// in pieces), so a node that never sends a newline cannot grow the client's memory.
 pub const MAX_LINE: usize = 64 * 1024;
 
-fn write_error(e: std::io::Error) -> CliError {
-    CliError::Other(format!("cannot write the output: {e}"))
-}
-
 /// Merges per-node streams and hands each item to `each` until every stream ended or `stop`.
 async fn drain<T, S>(
     io: &mut Io<'_>,
@@ -103,9 +99,9 @@ pub async fn logs(session: &Session, args: &LogsArgs, io: &mut Io<'_>) -> Result
             let text = String::from_utf8_lossy(bytes);
             let text = text.strip_suffix('\n').unwrap_or(&text);
             if prefix {
-                writeln!(io.out, "{}: {text}", names[i]).map_err(write_error)
+                writeln!(io.out, "{}: {text}", names[i]).map_err(CliError::output)
             } else {
-                writeln!(io.out, "{text}").map_err(write_error)
+                writeln!(io.out, "{text}").map_err(CliError::output)
             }
         };
         match item {
@@ -119,7 +115,7 @@ pub async fn logs(session: &Session, args: &LogsArgs, io: &mut Io<'_>) -> Result
                     let piece = std::mem::take(&mut partial[i]);
                     line_out(io, &piece)?;
                 }
-                io.out.flush().map_err(write_error)
+                io.out.flush().map_err(CliError::output)
             }
             Some(Err(e)) => {
                 failures.push(CliError::node(
@@ -218,7 +214,7 @@ pub async fn events(
     drain(io, streams, |io, i, item| match item {
         Some(Ok(event)) => {
             table.row(event_row(&names[i], &event));
-            table.flush(io.out).map_err(write_error)
+            table.flush(io.out).map_err(CliError::output)
         }
         Some(Err(e)) => {
             failures.push(CliError::node(
@@ -232,7 +228,7 @@ pub async fn events(
         None => Ok(()),
     })
     .await?;
-    table.flush(io.out).map_err(write_error)?;
+    table.flush(io.out).map_err(CliError::output)?;
     for failure in failures {
         report.fail(io, &failure);
     }

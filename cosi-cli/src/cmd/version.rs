@@ -5,10 +5,6 @@ use cosi_api::auth::required_role;
 use crate::error::CliError;
 use crate::session::{Io, Report, Session};
 
-fn write_error(e: std::io::Error) -> CliError {
-    CliError::Other(format!("cannot write the output: {e}"))
-}
-
 /// Prints the client's version block.
 pub fn client(io: &mut Io<'_>) -> Result<(), CliError> {
     writeln!(
@@ -18,7 +14,7 @@ pub fn client(io: &mut Io<'_>) -> Result<(), CliError> {
         std::env::consts::OS,
         std::env::consts::ARCH
     )
-    .map_err(write_error)
+    .map_err(CliError::output)
 }
 
 /// Runs `version`: the client's block, then one `Server:` block per node.
@@ -44,7 +40,7 @@ pub async fn run(session: &Session, io: &mut Io<'_>) -> Result<Report, CliError>
                 "Server:\n\tNODE:        {}\n\tTag:         {}\n\tSHA:         {}\n\tBuilt:       {}\n\tRust:        {}\n\tOS/Arch:     {}/{}",
                 node.name, v.tag, v.sha, v.built, v.rust_version, v.os, v.arch
             )
-            .map_err(write_error)?,
+            .map_err(CliError::output)?,
             Err(e) => report.fail(io, &e),
         }
     }

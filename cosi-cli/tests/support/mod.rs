@@ -423,6 +423,21 @@ pub fn cli(cluster: &Cluster, args: &[&str]) -> cosi_cli::args::Cli {
 /// fingerprint of its key.
 pub async fn start_maintenance_node() -> (TestNode, cosi_api::tls::Fingerprint) {
     let identity = cosi_api::pki::self_signed_server(&["127.0.0.1".parse().unwrap()], &[]).unwrap();
+    maintenance_node(identity).await
+}
+
+/// A node in maintenance mode presenting the server certificate of `cluster` (so that the
+/// cluster's client contexts reach it and hear its refusal).
+pub async fn start_maintenance_node_of(
+    cluster: &Cluster,
+) -> (TestNode, cosi_api::tls::Fingerprint) {
+    let pki = cluster.dir.path().join("pki");
+    let identity =
+        CertifiedKey::read_pem(&pki.join("server.pem"), &pki.join("server-key.pem")).unwrap();
+    maintenance_node(identity).await
+}
+
+async fn maintenance_node(identity: CertifiedKey) -> (TestNode, cosi_api::tls::Fingerprint) {
     let fingerprint = cosi_api::tls::fingerprint_of_pem(&identity.cert_pem).unwrap();
     let state = Arc::new(MemoryState::default());
     let (signal, _restarts) = RestartSignal::new();
