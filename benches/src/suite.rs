@@ -87,7 +87,7 @@ pub fn sweep_sizes(mode: Mode) -> (Vec<usize>, Vec<usize>) {
 /// ```
 /// use benches::suite::{plan, Mode};
 /// let binaries: Vec<_> = plan(Mode::Quick).iter().map(|s| s.binary).collect();
-/// for binary in ["w1", "w2", "w3", "w5", "w6"] {
+/// for binary in ["w1", "w2", "w3", "w5", "w6", "w7"] {
 ///     assert!(binaries.contains(&binary));
 /// }
 /// ```
@@ -139,6 +139,11 @@ pub fn plan(mode: Mode) -> Vec<Step> {
             steps.push(step("W6", "w6", 1_000_000, 3));
         }
     }
+    // Node scale: a fixed size (its n is the controller count).
+    steps.push(match mode {
+        Mode::Quick => step("W7", "w7", 250, 3),
+        Mode::Full => step("W7", "w7", 250, 5),
+    });
     steps
 }
 
@@ -152,7 +157,7 @@ pub struct Parameters {
 /// One figure in the results file.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Record {
-    /// `W1` ... `W6`.
+    /// `W1` ... `W7`.
     pub workload: String,
     /// Dotted name: `w1.create`, `w4.w1.create`.
     pub figure: String,

@@ -1,5 +1,5 @@
 //! The whole benchmark suite in one command: every workload (W1, W2, W3 in its variants, W5,
-//! W6) and the W4 scale sweep, each run as its own process (the workload binaries built beside
+//! W6, W7) and the W4 scale sweep, each run as its own process (the workload binaries built beside
 //! this one), with a progress line per step. Every workload checks its own result; a workload
 //! that fails makes the suite fail. Writes `results/suite-<mode>.json` (one record per figure),
 //! `results/w4-<mode>.png` (W4 per-item cost against N) and prints a table of every figure.
