@@ -183,6 +183,46 @@ async fn kubelet(
     wait_for::<ServiceStatus>(client, "kubelet", what, |s| condition(&s.spec)).await;
 }
 
+/// The cells of a line of `cosictl events` (padded by at least three spaces; a long cell
+/// pushes the next ones right, as the stream cannot know widths ahead).
+fn cells(line: &str) -> Vec<String> {
+    line.split("   ")
+        .map(str::trim)
+        .filter(|cell| !cell.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every kept event of the node, as cells, up to and including the first whose source starts
+/// with `last` (the stream follows; it is stopped there).
+async fn event_lines(cluster: &Cluster, last: &str) -> Vec<Vec<String>> {
+    let mut child = cluster
+        .command(&["events", "--tail", "-1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut events = Vec::new();
+    loop {
+        let line = tokio::time::timeout(PATIENCE, lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("no event {last:?} in {events:#?}"))
+            .unwrap()
+            .expect("the event stream runs");
+        let cells = cells(&line);
+        if cells[0] == "NODE" {
+            continue;
+        }
+        let done = cells[3].starts_with(last);
+        events.push(cells);
+        if done {
+            break;
+        }
+    }
+    child.kill().await.unwrap();
+    events
+}
+
 fn healthy(status: &ServiceStatus) -> bool {
     status.state == ServiceState::Running && status.health == Health::Ok
 }
@@ -502,6 +542,62 @@ async fn a_nodes_life_through_cosictl() {
         columns(&services, &["SERVICE", "STATE", "HEALTH", "LAST EVENT"]),
         strings(&[&["kubelet", "Running", "OK", "Health check successful"]])
     );
+
+    // The node's events tell the same story: every config version, and the kubelet's failure
+    // between the typo and its fix
+    let events = event_lines(&cluster, "version 6 (").await;
+    let config: Vec<Vec<String>> = events
+        .iter()
+        .filter(|cells| cells[2] == "config")
+        .map(|cells| cells[3..].to_vec())
+        .collect();
+    assert_eq!(
+        config,
+        strings(&[
+            &[
+                "version 1 (no-reboot)",
+                "no-reboot by caller (no role): +19 -0: v1alpha1"
+            ],
+            &[
+                "version 2 (no-reboot)",
+                "no-reboot by admin (os:admin): +2 -0: machine.nodeLabels"
+            ],
+            &[
+                "version 3 (try)",
+                "try by admin (os:admin): +1 -0: machine.nodeLabels.canary"
+            ],
+            // The wire's event names the apply mode a version belongs to: the rollback ends
+            // the try (its message says what happened).
+            &[
+                "version 4 (try)",
+                "rollback by node: +0 -1: machine.nodeLabels.canary"
+            ],
+            &[
+                "version 5 (no-reboot)",
+                "no-reboot by admin (os:admin): +1 -0: machine.kubelet.extraArgs.sync-frequncy"
+            ],
+            &[
+                "version 6 (no-reboot)",
+                "no-reboot by admin (os:admin): +0 -1: machine.kubelet.extraArgs.sync-frequncy"
+            ],
+        ])
+    );
+    // Config events are fed from the history's watch, so the one of version 5 may land after
+    // the kubelet's first reaction to it; the failure is bracketed by the change before the
+    // typo and the fix, which was applied only once the failure was seen.
+    let position = |wanted: &dyn Fn(&Vec<String>) -> bool| events.iter().position(wanted);
+    let before_at = position(&|cells| cells[3] == "version 4 (try)").unwrap();
+    let fix_at = position(&|cells| cells[3] == "version 6 (no-reboot)").unwrap();
+    let failed_at = position(&|cells| {
+        cells[2..]
+            == [
+                "service".to_string(),
+                "kubelet".to_string(),
+                format!("Failed: {failed}"),
+            ]
+    })
+    .expect("the kubelet's failure is an event");
+    assert!(before_at < failed_at && failed_at < fix_at, "{events:#?}");
 
     // The history, and a dry run that changes nothing
     let history = table(&cluster.ok(&["get", "history"]).await);
