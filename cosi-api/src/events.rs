@@ -16,7 +16,7 @@ use cosi_core::{
 };
 use tonic::Status;
 
-use crate::codec::{encode_metadata, Codec, UnknownTypes};
+use crate::codec::{encode_metadata, Codec, Reader};
 use crate::proto::resource::{self as pb, EventType};
 use crate::query::{decode_bookmark, encode_bookmark};
 use crate::status::{error_detail, from_detail, to_status, Call};
@@ -250,5 +250,5 @@ fn decode_resource(codec: &Codec, resource: pb::Resource) -> Result<cosi_core::S
             spec: serde_json::Value::Null,
         }));
     }
-    codec.decode(resource, UnknownTypes::KeepDynamic)
+    codec.decode(resource, Reader::Client)
 }
