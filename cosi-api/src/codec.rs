@@ -207,7 +207,8 @@ impl Codec {
             None => {
                 // The spec is written straight from the typed value: building its dynamic form
                 // first costs as much again.
-                let mut json = Vec::new();
+                // Room for a typical small spec, so writing it rarely grows the buffer.
+                let mut json = Vec::with_capacity(128);
                 resource.write_spec_json(&mut json)?;
                 if json == b"null" {
                     // Tombstones and empty specs: nothing to encode (peers would try to decode

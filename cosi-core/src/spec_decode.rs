@@ -130,9 +130,26 @@ fn strict<S: ResourceSpec>(origin: Origin) -> bool {
     origin == Origin::Input && S::UNKNOWN_FIELDS == UnknownFields::Reject
 }
 
-/// Decodes `S` from `deserializer`: a value that does not fit is an error at its path; with
-/// `strict`, so is an unknown field. `message` turns the format's error into text.
-fn decode<'de, S, D>(
+/// Decodes `S` without tracking paths: the spec, or `None` when it does not decode or (with
+/// `strict`) has an unknown field. Tracking paths costs an allocation per map key, most of the
+/// cost of a small spec, so it is left to [`located`], which runs only when this fails.
+fn unlocated<'de, S, D>(deserializer: D, strict: bool) -> Option<S>
+where
+    S: DeserializeOwned,
+    D: Deserializer<'de>,
+{
+    if !strict {
+        return S::deserialize(deserializer).ok();
+    }
+    let mut unknown = false;
+    let spec = serde_ignored::deserialize(deserializer, |_| unknown = true).ok()?;
+    (!unknown).then_some(spec)
+}
+
+/// Decodes `S` from `deserializer` tracking paths: a value that does not fit is an error at
+/// its path; with `strict`, so is an unknown field. `message` turns the format's error into
+/// text.
+fn located<'de, S, D>(
     metadata: &Metadata,
     deserializer: D,
     strict: bool,
@@ -169,7 +186,11 @@ pub(crate) fn typed_from_value<S: ResourceSpec>(
     spec: serde_json::Value,
     origin: Origin,
 ) -> Result<SharedResource> {
-    let spec = decode::<S, _>(&metadata, spec, strict::<S>(origin), |e| e.to_string())?;
+    let strict = strict::<S>(origin);
+    let spec = match unlocated::<S, _>(&spec, strict) {
+        Some(spec) => spec,
+        None => located::<S, _>(&metadata, &spec, strict, |e| e.to_string())?,
+    };
     Ok(Resource::with_metadata(metadata, spec).into_shared())
 }
 
@@ -180,16 +201,20 @@ pub(crate) fn typed_from_json<S: ResourceSpec>(
     json: &[u8],
     origin: Origin,
 ) -> Result<SharedResource> {
+    let strict = strict::<S>(origin);
     let mut deserializer = serde_json::Deserializer::from_slice(json);
-    let spec = decode::<S, _>(
-        &metadata,
-        &mut deserializer,
-        strict::<S>(origin),
-        json_message,
-    )?;
-    deserializer
-        .end()
-        .map_err(|e| Error::invalid(metadata.pointer().to_string(), "spec", json_message(e)))?;
+    let spec = unlocated::<S, _>(&mut deserializer, strict).filter(|_| deserializer.end().is_ok());
+    let spec = match spec {
+        Some(spec) => spec,
+        None => {
+            let mut deserializer = serde_json::Deserializer::from_slice(json);
+            let spec = located::<S, _>(&metadata, &mut deserializer, strict, json_message)?;
+            deserializer.end().map_err(|e| {
+                Error::invalid(metadata.pointer().to_string(), "spec", json_message(e))
+            })?;
+            spec
+        }
+    };
     Ok(Resource::with_metadata(metadata, spec).into_shared())
 }
 
