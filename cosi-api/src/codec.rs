@@ -7,7 +7,11 @@
 //! encoding is JSON ([`JsonSpec`], the default); a type that has a protobuf form (a peer's type,
 //! say) registers its own [`SpecCodec`]. Decoding reads `proto_spec` with the type's codec and
 //! falls back to `yaml_spec` when `proto_spec` is empty or is not in the codec's form (a generic
-//! client may send only YAML).
+//! client may send only YAML). For the JSON default both directions skip the spec's dynamic
+//! form (`serde_json::Value`): the spec is written from its typed value and read straight into
+//! its registered type (decoding a small resource takes less than half the instructions it
+//! took, encoding two thirds; benches/README.md, W8). A type with a codec of its own goes
+//! through the dynamic form.
 //!
 //! Decoding is strict about identity and metadata — every malformed field is an
 //! [`Error::InvalidArgument`] naming the resource and the field — and otherwise depends on who
@@ -24,12 +28,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use cosi_core::spec_decode::Origin;
 use cosi_core::{
     AnyResource, DynamicResource, Error, Kind, Metadata, Phase, Pointer, Registry,
     ResourceDefinition, ResourceSpec, Result, SharedResource, Version,
 };
-
-use cosi_core::spec_decode::Origin;
 
 use crate::proto::resource as pb;
 use crate::yaml;
@@ -205,9 +208,8 @@ impl Codec {
         let (proto_spec, yaml_spec) = match self.specs.get(md.resource_type()) {
             Some(codec) => encode_through_value(&**codec, resource, yaml)?,
             None => {
-                // The spec is written straight from the typed value: building its dynamic form
-                // first costs as much again.
-                // Room for a typical small spec, so writing it rarely grows the buffer.
+                // Straight from the typed value: building the dynamic form first cost as much
+                // again. The room is a typical small spec's, so writing rarely grows it.
                 let mut json = Vec::with_capacity(128);
                 resource.write_spec_json(&mut json)?;
                 if json == b"null" {

@@ -8,7 +8,7 @@
 //! another (it could never be resolved). The YAML/JSON decoding built on the registry lives in
 //! [`dynamic`](crate::dynamic); this module knows no text format. Each caller of
 //! [`Registry::decode_spec`] says where the spec comes from ([`Origin`]): outside input is
-//! decoded strictly, what this project wrote tolerantly ([`spec_decode`](crate::spec_decode)
+//! decoded strictly, what this project wrote tolerantly ([`spec_decode`]
 //! draws that line).
 
 use std::collections::{BTreeMap, BTreeSet};

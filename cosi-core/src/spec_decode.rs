@@ -6,7 +6,7 @@
 //!
 //! - **Outside input** ([`Origin::Input`]) — a document a user wrote (YAML or JSON decoded by
 //!   [`dynamic`](crate::dynamic)), a remote caller's Create or Update (the API server), a
-//!   dynamic resource turned into a typed one on someone's request. An unknown field there is
+//!   dynamic resource a writer hands to a store that keeps it typed. An unknown field there is
 //!   almost always a typo (`extraArgz` for `extraArgs`); dropping it silently would store a
 //!   resource that is not what its author asked for. It is an [`Error::InvalidArgument`] that
 //!   names the resource (type and id) and the field's path (`spec.kubelet.extraArgz`), and
@@ -20,17 +20,26 @@
 //! The rule of thumb: whoever *accepts a write* from outside decodes strictly; whoever *reads
 //! back* what a trusted writer produced decodes tolerantly. The decision is made by the caller
 //! of [`Registry::decode_spec`](crate::Registry::decode_spec), not by the type: the same type is
-//! strict in one place and tolerant in the other.
+//! strict in one place and tolerant in the other. Across the workspace:
+//!
+//! | where | origin |
+//! |---|---|
+//! | [`dynamic::Decoder`](crate::dynamic::Decoder) (unless told otherwise) | input |
+//! | `cosi-api` server: the resource of a Create or Update | input |
+//! | `cosi-state` disk store: a dynamic resource handed to a write | input |
+//! | `cosi-state` disk and etcd stores: records loaded | read-back |
+//! | `cosi-api` client: resources in replies and watch events | read-back |
 //!
 //! A type that deliberately accepts extra fields on input (a spec that passes settings through
-//! to another program, or that keeps the fields it does not know) opts out with
-//! [`ResourceSpec::UNKNOWN_FIELDS`]` = `[`UnknownFields::Accept`]. Types with
+//! to another program, or that keeps the fields it does not know) opts out by setting
+//! [`ResourceSpec::UNKNOWN_FIELDS`] to [`UnknownFields::Accept`]. Types with
 //! `#[serde(deny_unknown_fields)]` refuse unknown fields everywhere, read-back included, which
 //! gives up forward compatibility; the registry's strictness makes that attribute unnecessary.
 //!
 //! Unknown fields are found with `serde_ignored` (every value the type's `Deserialize` skips),
-//! so they are found at any depth; values consumed by `#[serde(flatten)]` maps or untagged
-//! enums are the type's own business and are not reported.
+//! so they are found at any depth. Values serde buffers before the type sees them are beyond
+//! its reach: an unknown field beside a `#[serde(flatten)]` field, or inside an untagged enum,
+//! is not reported.
 
 use std::fmt::Write as _;
 
