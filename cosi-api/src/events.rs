@@ -170,7 +170,9 @@ pub struct Incoming {
 
 /// Decodes an event of a watch on `kind`.
 pub fn decode_event(codec: &Codec, kind: &Kind, event: pb::Event) -> Result<Incoming> {
-    let subject = kind.to_string();
+    // Formatted only for an error: formatting it for every event was 1.6 % of all of w8's
+    // instructions.
+    let subject = || kind.to_string();
     let raw = event.bookmark;
     let bookmark = match &raw {
         Some(bytes) => decode_bookmark(bytes),
@@ -180,13 +182,13 @@ pub fn decode_event(codec: &Codec, kind: &Kind, event: pb::Event) -> Result<Inco
     };
     let event_type = EventType::try_from(event.event_type).map_err(|_| {
         Error::invalid(
-            subject.as_str(),
+            subject(),
             "event.event_type",
             format!("unknown event type {}", event.event_type),
         )
     })?;
     let resource = |r: Option<pb::Resource>| -> Result<cosi_core::SharedResource> {
-        let r = r.ok_or_else(|| Error::invalid(subject.as_str(), "event.resource", "missing"))?;
+        let r = r.ok_or_else(|| Error::invalid(subject(), "event.resource", "missing"))?;
         decode_resource(codec, r)
     };
     let compacted = event.compacted;
@@ -219,7 +221,7 @@ pub fn decode_event(codec: &Codec, kind: &Kind, event: pb::Event) -> Result<Inco
                 .as_ref()
                 .and_then(from_detail)
                 .unwrap_or_else(|| Error::Backend {
-                    subject: subject.clone(),
+                    subject: subject(),
                     message: event.error.unwrap_or_else(|| "watch failed".into()),
                     retryable: false,
                     source: None,
