@@ -16,7 +16,7 @@ use cosi_core::{
 };
 use tonic::Status;
 
-use crate::codec::{encode_metadata, Codec, UnknownTypes};
+use crate::codec::{encode_metadata, Codec, Reader};
 use crate::proto::resource::{self as pb, EventType};
 use crate::query::{decode_bookmark, encode_bookmark};
 use crate::status::{error_detail, from_detail, to_status, Call};
@@ -170,7 +170,9 @@ pub struct Incoming {
 
 /// Decodes an event of a watch on `kind`.
 pub fn decode_event(codec: &Codec, kind: &Kind, event: pb::Event) -> Result<Incoming> {
-    let subject = kind.to_string();
+    // Formatted only for an error: formatting it for every event was 1.6 % of all of w8's
+    // instructions.
+    let subject = || kind.to_string();
     let raw = event.bookmark;
     let bookmark = match &raw {
         Some(bytes) => decode_bookmark(bytes),
@@ -180,13 +182,13 @@ pub fn decode_event(codec: &Codec, kind: &Kind, event: pb::Event) -> Result<Inco
     };
     let event_type = EventType::try_from(event.event_type).map_err(|_| {
         Error::invalid(
-            subject.as_str(),
+            subject(),
             "event.event_type",
             format!("unknown event type {}", event.event_type),
         )
     })?;
     let resource = |r: Option<pb::Resource>| -> Result<cosi_core::SharedResource> {
-        let r = r.ok_or_else(|| Error::invalid(subject.as_str(), "event.resource", "missing"))?;
+        let r = r.ok_or_else(|| Error::invalid(subject(), "event.resource", "missing"))?;
         decode_resource(codec, r)
     };
     let compacted = event.compacted;
@@ -219,7 +221,7 @@ pub fn decode_event(codec: &Codec, kind: &Kind, event: pb::Event) -> Result<Inco
                 .as_ref()
                 .and_then(from_detail)
                 .unwrap_or_else(|| Error::Backend {
-                    subject: subject.clone(),
+                    subject: subject(),
                     message: event.error.unwrap_or_else(|| "watch failed".into()),
                     retryable: false,
                     source: None,
@@ -250,5 +252,5 @@ fn decode_resource(codec: &Codec, resource: pb::Resource) -> Result<cosi_core::S
             spec: serde_json::Value::Null,
         }));
     }
-    codec.decode(resource, UnknownTypes::KeepDynamic)
+    codec.decode(resource, Reader::Client)
 }

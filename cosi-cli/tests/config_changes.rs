@@ -587,3 +587,26 @@ async fn a_node_in_maintenance_is_explained_with_the_command_that_configures_it(
         )
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misspelt_config_field_is_rejected_naming_its_path_and_leaves_the_version() {
+    let cluster = Cluster::start(1).await;
+    let node = &cluster.nodes[0];
+    let config = support::starter_config(cluster.dir.path())
+        .replace("  token:", "  nodeLabls: {zone: a}\n  token:");
+    let file = write(cluster.dir.path(), "typo.yaml", &config);
+    let out = cluster
+        .cosictl(&["-n", &node.name, "apply-config", "-f", &file])
+        .await;
+    assert_eq!((out.code, out.stdout.as_str()), (1, ""));
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: node {} rejected apply-config: MachineConfig: invalid machine.nodeLabls: \
+             unknown field `nodeLabls`, expected one of `type`, `token`, `install`, \
+             `nodeLabels`, `kubelet`, `network`, `sysctls`\n",
+            node.name
+        )
+    );
+    assert_eq!(node.config_version().await, 1);
+}

@@ -3,7 +3,11 @@
 
 mod support;
 
-use cosi_core::{Resource, ResourceSpec, State, StateExt};
+use std::sync::Arc;
+
+use cosi_core::{
+    DynamicResource, Resource, ResourceDefinition, ResourceSpec, State, StateExt, UpdateOptions,
+};
 use support::{dead_address, stamp, Cluster, Note};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,6 +122,42 @@ async fn get_rd_lists_the_definitions_with_their_aliases() {
             "[\"mc\",\"machineconfig\"]",
             "config"
         ]
+    );
+}
+
+/// A node of a later version publishes definitions with a field this client does not know:
+/// the client reads what a node wrote tolerantly, so types still resolve and print.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_definition_with_a_field_this_client_does_not_know_still_resolves() {
+    let cluster = Cluster::start(1).await;
+    let node = &cluster.nodes[0];
+    let pointer = ResourceDefinition::definition().kind().pointer(Note::TYPE);
+    let published = node.read(&pointer).await;
+    let mut spec = published.spec_value().unwrap();
+    spec["description"] = "Short texts a test leaves behind".into();
+    let newer = DynamicResource {
+        metadata: published.metadata().clone(),
+        spec,
+    };
+    node.state
+        .update(
+            Arc::new(newer),
+            UpdateOptions::owned_by(Some(cosi_core::registry::PUBLISHER)),
+        )
+        .await
+        .unwrap();
+
+    let out = cluster.cosictl(&["-n", &node.name, "get", "nt", "a"]).await;
+
+    assert_eq!((out.code, out.stderr.as_str()), (0, ""));
+    let pad = " ".repeat(node.name.len() - 4);
+    assert_eq!(
+        out.stdout,
+        format!(
+            "NODE{pad}   NAMESPACE   TYPE   ID   VERSION   TEXT    FIRST TAG\n\
+             {}   test        Note   a    1         hello   x\n",
+            node.name
+        )
     );
 }
 

@@ -32,7 +32,11 @@
 //!
 //! Decoding is strict: unknown fields in the document or its metadata are rejected, and a
 //! malformed document gives [`Error::InvalidArgument`] whose field is the path of the offending
-//! value (`metadata.version`, `spec.ports[1]`). `type` may be any name the registry
+//! value (`metadata.version`, `spec.ports[1]`). The documents are taken as outside input
+//! ([`Origin::Input`]): a spec field the registered type does not have is an error naming its
+//! path (`spec.kubelet.extraArgz`), unless the type [accepts
+//! them](crate::ResourceSpec::UNKNOWN_FIELDS); a decoder reading back what this project wrote
+//! (an export, say) can [skip them](Decoder::origin) instead. `type` may be any name the registry
 //! [resolves](Registry::resolve) (`mc`); the decoded resource carries the full type name. When
 //! absent, `namespace` is the type's default namespace, `version` 0, `phase` running and the
 //! timestamps the Unix epoch; `id` and `type` are required. A type the registry does not know is
@@ -43,7 +47,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::registry::spec_field;
+use crate::spec_decode::{spec_field, Origin};
 use crate::yaml::{self, Limits};
 use crate::{
     Annotations, AnyResource, DynamicResource, Error, Finalizers, Labels, Metadata, Phase, Pointer,
@@ -387,6 +391,7 @@ pub struct Decoder<'r> {
     registry: &'r Registry,
     unknown_types: UnknownTypes,
     limits: Limits,
+    origin: Origin,
 }
 
 impl<'r> Decoder<'r> {
@@ -402,7 +407,38 @@ impl<'r> Decoder<'r> {
             registry,
             unknown_types: UnknownTypes::Reject,
             limits: Limits::default(),
+            origin: Origin::Input,
         }
+    }
+
+    /// Sets who wrote the documents ([`Origin::Input`] unless set): outside input refuses spec
+    /// fields the registered type does not have; [`Origin::ReadBack`], for documents this
+    /// project wrote (possibly a newer version of it), skips them.
+    ///
+    /// ```
+    /// use cosi_core::dynamic::Decoder;
+    /// use cosi_core::spec_decode::Origin;
+    /// use cosi_core::{Registry, ResourceSpec};
+    /// # use serde::{Deserialize, Serialize};
+    /// #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+    /// struct Port { port: u16 }
+    /// impl ResourceSpec for Port {
+    ///     const TYPE: &'static str = "Ports.net.cosi.dev";
+    ///     const DEFAULT_NAMESPACE: &'static str = "network";
+    /// }
+    /// let registry = Registry::new().with::<Port>().unwrap();
+    /// let yaml = "metadata: {type: port, id: http}\nspec: {port: 80, weight: 2}\n";
+    /// let err = Decoder::new(&registry).decode_yaml(yaml).unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "network/Ports.net.cosi.dev/http: invalid spec.weight: \
+    ///      unknown field: Ports.net.cosi.dev has no such field (check its spelling)"
+    /// );
+    /// assert!(Decoder::new(&registry).origin(Origin::ReadBack).decode_yaml(yaml).is_ok());
+    /// ```
+    pub fn origin(mut self, origin: Origin) -> Self {
+        self.origin = origin;
+        self
     }
 
     /// Sets what happens to documents of types the registry does not know (see
@@ -559,7 +595,7 @@ impl<'r> Decoder<'r> {
             return Ok(std::sync::Arc::new(DynamicResource { metadata, spec }));
         }
         self.registry
-            .decode_spec(metadata, spec)
+            .decode_spec(metadata, spec, self.origin)
             .map_err(|err| match err {
                 // Already names the resource and the spec path.
                 Error::InvalidArgument { .. } => err,

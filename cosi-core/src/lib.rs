@@ -6,6 +6,20 @@
 //! `{metadata, spec}` YAML and JSON form tools work on, the limits YAML from outside is held to,
 //! and the error type.
 //!
+//! # Strict input, tolerant read-back
+//!
+//! A spec field its type does not have is an error where the spec is *outside input* — a
+//! user's YAML or JSON document ([`dynamic`]), a remote caller's Create or Update (the API
+//! server in `cosi-api`), a dynamic resource a writer hands to a store that converts it to its
+//! typed form — and the error names the resource and the field's path
+//! (`config/Machines.config.cosi.dev/m1: invalid spec.kubelet.extraArgz: unknown field: …`).
+//! Where the spec is *read back* from what this project wrote — a disk or etcd record loaded
+//! by a backend, a reply a client gets from this project's server — the field is skipped, so a
+//! store or node written by a newer version still works with an older one. Each caller of
+//! [`Registry::decode_spec`] states which it is ([`spec_decode::Origin`]); a type that takes
+//! extra fields on purpose sets [`ResourceSpec::UNKNOWN_FIELDS`]. The rules and their reasons
+//! are in [`spec_decode`].
+//!
 //! This crate knows no backend and no runtime: backends live in `cosi-state`, controllers in
 //! `cosi-controllers`.
 //!
@@ -24,6 +38,9 @@
 //!   entry point of the workspace checks with it);
 //!   [`Columns`] turns a resource into the cells of its definition's print columns, and (with
 //!   the `table` feature) `table` prints resources as a text table.
+//! - [`spec_decode`] draws the line between outside input, where an unknown spec field is an
+//!   error naming its path, and what this project's own stores and servers wrote, which is read
+//!   tolerantly so an older reader keeps working with a newer writer.
 
 mod bookmark;
 mod columns;
@@ -39,6 +56,7 @@ mod pointer;
 pub mod registry;
 mod resource;
 pub mod selector;
+pub mod spec_decode;
 mod state;
 mod state_ext;
 #[cfg(feature = "table")]
@@ -58,7 +76,7 @@ pub use pointer::{Kind, Pointer};
 pub use registry::Registry;
 pub use resource::{
     downcast, downcast_ref, make_mut, same_content, AnyResource, DynamicResource, Resource,
-    ResourceSpec, SharedResource,
+    ResourceSpec, SharedResource, UnknownFields,
 };
 pub use state::{
     CreateOptions, DestroyOptions, ListOptions, State, UpdateOptions, WatchKindOptions,

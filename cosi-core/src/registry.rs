@@ -6,10 +6,14 @@
 //! always wins; any other name that fits several types is an error naming every one of them.
 //! Registration refuses a type registered twice and a name of one type that is the full name of
 //! another (it could never be resolved). The YAML/JSON decoding built on the registry lives in
-//! [`dynamic`](crate::dynamic); this module knows no text format.
+//! [`dynamic`](crate::dynamic); this module knows no text format. Each caller of
+//! [`Registry::decode_spec`] says where the spec comes from ([`Origin`]): outside input is
+//! decoded strictly, what this project wrote tolerantly ([`spec_decode`]
+//! draws that line).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::spec_decode::{self, Origin};
 use crate::{
     Error, ListOptions, Metadata, Resource, ResourceDefinition, ResourceSpec, Result,
     SharedResource, State, StateExt, UpdateOptions,
@@ -18,13 +22,18 @@ use crate::{
 /// The owner of the definitions [`Registry::publish`] writes.
 pub const PUBLISHER: &str = "cosi.registry";
 
-/// Builds a typed resource from metadata and a spec in dynamic form.
-type SpecDecoder = fn(Metadata, serde_json::Value) -> Result<SharedResource>;
+/// How one type's resources are built from metadata and a spec: in dynamic form, or as JSON
+/// text (the wire's form, decoded without the dynamic form on the way).
+#[derive(Clone, Copy, Debug)]
+struct SpecDecoders {
+    value: fn(Metadata, serde_json::Value, Origin) -> Result<SharedResource>,
+    json: fn(Metadata, &[u8], Origin) -> Result<SharedResource>,
+}
 
 #[derive(Clone, Debug)]
 struct Entry {
     definition: ResourceDefinition,
-    decode: SpecDecoder,
+    decode: SpecDecoders,
 }
 
 /// Known resource types, looked up by any of their names.
@@ -136,10 +145,14 @@ impl Registry {
                 ),
             ));
         }
-        self.insert(definition, decode_typed::<S>)
+        let decoders = SpecDecoders {
+            value: spec_decode::typed_from_value::<S>,
+            json: spec_decode::typed_from_json::<S>,
+        };
+        self.insert(definition, decoders)
     }
 
-    fn insert(&mut self, definition: ResourceDefinition, decode: SpecDecoder) -> Result<()> {
+    fn insert(&mut self, definition: ResourceDefinition, decode: SpecDecoders) -> Result<()> {
         let full = definition.resource_type.clone();
         let invalid = |field: &str, message: String| Error::invalid(full.as_str(), field, message);
         check_name(&full).map_err(|m| invalid("resource type", m))?;
@@ -208,7 +221,11 @@ impl Registry {
     /// assert_eq!(registry.resolve("member").unwrap().default_namespace, "cluster");
     /// ```
     pub fn register_definition(&mut self, definition: ResourceDefinition) -> Result<()> {
-        self.insert(definition, decode_dynamic)
+        let decoders = SpecDecoders {
+            value: dynamic_from_value,
+            json: dynamic_from_json,
+        };
+        self.insert(definition, decoders)
     }
 
     /// Whether a type is registered under exactly this full type name.
@@ -333,14 +350,20 @@ impl Registry {
     }
 
     /// Builds the typed resource of `metadata`'s type from a spec in dynamic form (the value
-    /// [`AnyResource::spec_value`](crate::AnyResource::spec_value) gives). Backends that store
-    /// resources as data use it on load.
+    /// [`AnyResource::spec_value`](crate::AnyResource::spec_value) gives). `origin` says who
+    /// wrote the spec: for outside input ([`Origin::Input`]: an API write, a user's document)
+    /// a field the type does not have is an error, unless the type
+    /// [accepts them](ResourceSpec::UNKNOWN_FIELDS); for what this project's own store or
+    /// server wrote ([`Origin::ReadBack`]: backends loading records, clients reading replies)
+    /// it is skipped, so a newer writer's fields do not break an older reader.
     ///
-    /// Errors when the type is not registered (exact full name) or the spec does not decode; the
-    /// error's field is the path into the spec, e.g. `spec.ports[1]`.
+    /// Errors when the type is not registered (exact full name) or the spec does not decode;
+    /// the error names the resource and its field is the path into the spec, e.g.
+    /// `spec.ports[1]`.
     ///
     /// ```
     /// use cosi_core::registry::Registry;
+    /// use cosi_core::spec_decode::Origin;
     /// use cosi_core::{downcast_ref, Metadata, ResourceSpec};
     /// # use serde::{Deserialize, Serialize};
     /// #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
@@ -353,30 +376,80 @@ impl Registry {
     /// let mut registry = Registry::new();
     /// registry.register::<Port>().unwrap();
     /// let md = Metadata::new(Port::kind().pointer("http"));
-    /// let r = registry.decode_spec(md.clone(), serde_json::json!({"port": 80})).unwrap();
+    /// let r = registry.decode_spec(md.clone(), serde_json::json!({"port": 80}), Origin::Input).unwrap();
     /// assert_eq!(downcast_ref::<Port>(&*r).unwrap().spec, Port { port: 80 });
     ///
-    /// let err = registry.decode_spec(md, serde_json::json!({"port": 70000})).unwrap_err();
+    /// let err = registry.decode_spec(md.clone(), serde_json::json!({"port": 70000}), Origin::Input).unwrap_err();
     /// assert_eq!(
     ///     err.to_string(),
     ///     "network/Ports.net.cosi.dev/http: invalid spec.port: \
     ///      invalid value: integer `70000`, expected u16"
     /// );
+    ///
+    /// let typo = serde_json::json!({"port": 80, "protocl": "tcp"});
+    /// let err = registry.decode_spec(md.clone(), typo.clone(), Origin::Input).unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "network/Ports.net.cosi.dev/http: invalid spec.protocl: \
+    ///      unknown field: Ports.net.cosi.dev has no such field (check its spelling)"
+    /// );
+    /// // What a newer version of this program stored: its extra field is skipped.
+    /// assert!(registry.decode_spec(md, typo, Origin::ReadBack).is_ok());
     /// ```
     pub fn decode_spec(
         &self,
         metadata: Metadata,
         spec: serde_json::Value,
+        origin: Origin,
     ) -> Result<SharedResource> {
         match self.entries.get(metadata.resource_type()) {
-            Some(entry) => (entry.decode)(metadata, spec),
-            None => Err(Error::invalid(
-                metadata.pointer().to_string(),
-                "metadata.type",
-                format!("type {:?} is not registered", metadata.resource_type()),
-            )),
+            Some(entry) => (entry.decode.value)(metadata, spec, origin),
+            None => Err(not_registered(&metadata)),
         }
     }
+
+    /// Builds the typed resource of `metadata`'s type from a spec written as JSON, decoded
+    /// straight into the type (no dynamic form on the way; the wire's path). Unknown fields
+    /// and errors as in [`Registry::decode_spec`]; JSON that does not parse is an error whose
+    /// message says so, with its position.
+    ///
+    /// ```
+    /// use cosi_core::registry::Registry;
+    /// use cosi_core::spec_decode::Origin;
+    /// use cosi_core::{downcast_ref, Metadata, ResourceSpec};
+    /// # use serde::{Deserialize, Serialize};
+    /// #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+    /// struct Port { port: u16 }
+    /// impl ResourceSpec for Port {
+    ///     const TYPE: &'static str = "Ports.net.cosi.dev";
+    ///     const DEFAULT_NAMESPACE: &'static str = "network";
+    /// }
+    /// let registry = Registry::new().with::<Port>().unwrap();
+    /// let md = Metadata::new(Port::kind().pointer("http"));
+    /// let r = registry.decode_spec_json(md.clone(), br#"{"port": 80}"#, Origin::Input).unwrap();
+    /// assert_eq!(downcast_ref::<Port>(&*r).unwrap().spec, Port { port: 80 });
+    /// let err = registry.decode_spec_json(md, br#"{"port": 80, "prot": 1}"#, Origin::Input).unwrap_err();
+    /// assert!(err.to_string().starts_with("network/Ports.net.cosi.dev/http: invalid spec.prot: unknown field"));
+    /// ```
+    pub fn decode_spec_json(
+        &self,
+        metadata: Metadata,
+        json: &[u8],
+        origin: Origin,
+    ) -> Result<SharedResource> {
+        match self.entries.get(metadata.resource_type()) {
+            Some(entry) => (entry.decode.json)(metadata, json, origin),
+            None => Err(not_registered(&metadata)),
+        }
+    }
+}
+
+fn not_registered(metadata: &Metadata) -> Error {
+    Error::invalid(
+        metadata.pointer().to_string(),
+        "metadata.type",
+        format!("type {:?} is not registered", metadata.resource_type()),
+    )
 }
 
 // Here rather than with the definition: resources depend on definitions, not the reverse.
@@ -444,34 +517,20 @@ impl Registry {
     }
 }
 
-fn decode_dynamic(metadata: Metadata, spec: serde_json::Value) -> Result<SharedResource> {
+fn dynamic_from_value(
+    metadata: Metadata,
+    spec: serde_json::Value,
+    _: Origin,
+) -> Result<SharedResource> {
     Ok(std::sync::Arc::new(crate::DynamicResource {
         metadata,
         spec,
     }))
 }
 
-fn decode_typed<S: ResourceSpec>(
-    metadata: Metadata,
-    spec: serde_json::Value,
-) -> Result<SharedResource> {
-    match serde_path_to_error::deserialize::<_, S>(spec) {
-        Ok(spec) => Ok(Resource::with_metadata(metadata, spec).into_shared()),
-        Err(err) => Err(Error::invalid(
-            metadata.pointer().to_string(),
-            spec_field(&err.path().to_string()),
-            err.into_inner().to_string(),
-        )),
-    }
-}
-
-/// `spec` followed by a path as `serde_path_to_error` writes it (`.` for the root).
-pub(crate) fn spec_field(path: &str) -> String {
-    match path {
-        "." => "spec".to_string(),
-        p if p.starts_with('[') => format!("spec{p}"),
-        p => format!("spec.{p}"),
-    }
+fn dynamic_from_json(metadata: Metadata, json: &[u8], origin: Origin) -> Result<SharedResource> {
+    let spec = spec_decode::value_from_json(&metadata, json)?;
+    dynamic_from_value(metadata, spec, origin)
 }
 
 /// The lowercased plural, singular and aliases of a definition.
@@ -599,7 +658,7 @@ mod tests {
     fn unknown_type_in_decode_spec_is_an_error_naming_it() {
         let md = Metadata::new(crate::Pointer::new("ns", "Nopes.test.cosi.dev", "x"));
         let err = registry()
-            .decode_spec(md, serde_json::Value::Null)
+            .decode_spec(md, serde_json::Value::Null, Origin::Input)
             .unwrap_err();
         assert_eq!(
             err.to_string(),

@@ -39,6 +39,30 @@ pub trait ResourceSpec:
     const TYPE: &'static str;
     /// Namespace used by [`Resource::new`].
     const DEFAULT_NAMESPACE: &'static str;
+    /// Whether a spec from outside input (a user's document, a remote caller's write) may
+    /// carry fields this type does not have. The default, [`UnknownFields::Reject`], makes
+    /// such a field an error naming its path; [`UnknownFields::Accept`] skips it, for types
+    /// that deliberately take extra fields. What a store or server of this project wrote is
+    /// always read tolerantly (see [`spec_decode`](crate::spec_decode)).
+    ///
+    /// ```
+    /// use cosi_core::{Metadata, Registry, ResourceSpec, UnknownFields};
+    /// use cosi_core::spec_decode::Origin;
+    /// # use serde::{Deserialize, Serialize};
+    /// #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+    /// struct Plugin { name: String }
+    /// impl ResourceSpec for Plugin {
+    ///     const TYPE: &'static str = "Plugins.ext.cosi.dev";
+    ///     const DEFAULT_NAMESPACE: &'static str = "ext";
+    ///     // Plugin settings are passed through to plugins this node does not know.
+    ///     const UNKNOWN_FIELDS: UnknownFields = UnknownFields::Accept;
+    /// }
+    /// let registry = Registry::new().with::<Plugin>().unwrap();
+    /// let md = Metadata::new(Plugin::kind().pointer("p"));
+    /// let spec = serde_json::json!({"name": "p", "colour": "red"});
+    /// assert!(registry.decode_spec(md, spec, Origin::Input).is_ok());
+    /// ```
+    const UNKNOWN_FIELDS: UnknownFields = UnknownFields::Reject;
 
     /// The full definition. Override to add aliases, print columns or sensitivity.
     fn definition() -> ResourceDefinition {
@@ -54,6 +78,17 @@ pub trait ResourceSpec:
     fn kind_in(namespace: &str) -> Kind {
         Kind::new(namespace, Self::TYPE)
     }
+}
+
+/// What a type does with a spec field from outside input that it does not have
+/// ([`ResourceSpec::UNKNOWN_FIELDS`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum UnknownFields {
+    /// An error naming the field's path (the default).
+    #[default]
+    Reject,
+    /// Skipped: the type deliberately takes fields it does not declare.
+    Accept,
 }
 
 /// A typed resource.
@@ -97,6 +132,46 @@ pub trait AnyResource: Debug + Send + Sync + 'static {
     fn spec_any(&self) -> &dyn Any;
     /// The spec in dynamic form.
     fn spec_value(&self) -> Result<serde_json::Value>;
+    /// Appends the spec as JSON to `out`: the JSON of [`spec_value`](Self::spec_value), written
+    /// straight from the typed value where there is one (the wire form of a spec, without the
+    /// cost of building the dynamic form first). Map keys come in the spec's own order.
+    ///
+    /// ```
+    /// use cosi_core::{AnyResource, Resource, ResourceSpec};
+    /// # use serde::{Deserialize, Serialize};
+    /// #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+    /// struct Port { port: u16, name: String }
+    /// impl ResourceSpec for Port {
+    ///     const TYPE: &'static str = "Ports.net.cosi.dev";
+    ///     const DEFAULT_NAMESPACE: &'static str = "network";
+    /// }
+    /// let mut out = Vec::new();
+    /// Resource::new("http", Port { port: 80, name: "http".into() }).write_spec_json(&mut out).unwrap();
+    /// assert_eq!(out, br#"{"port":80,"name":"http"}"#);
+    /// ```
+    fn write_spec_json(&self, out: &mut Vec<u8>) -> Result<()> {
+        let value = self.spec_value()?;
+        serde_json::to_writer(out, &value).map_err(|e| spec_write_error(self.metadata(), "JSON", e))
+    }
+    /// The spec as one YAML document (no leading `---`), written straight from the typed value
+    /// where there is one. Map keys come in the spec's own order.
+    ///
+    /// ```
+    /// use cosi_core::{AnyResource, Resource, ResourceSpec};
+    /// # use serde::{Deserialize, Serialize};
+    /// # #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+    /// # struct Port { port: u16, name: String }
+    /// # impl ResourceSpec for Port {
+    /// #     const TYPE: &'static str = "Ports.net.cosi.dev";
+    /// #     const DEFAULT_NAMESPACE: &'static str = "network";
+    /// # }
+    /// let r = Resource::new("http", Port { port: 80, name: "http".into() });
+    /// assert_eq!(r.spec_yaml().unwrap(), "port: 80\nname: http\n");
+    /// ```
+    fn spec_yaml(&self) -> Result<String> {
+        let value = self.spec_value()?;
+        crate::yaml::to_string(&value).map_err(|e| spec_write_error(self.metadata(), "YAML", e))
+    }
     /// Whether both specs are equal (same type and equal values, or equal dynamic forms).
     fn spec_eq(&self, other: &dyn AnyResource) -> bool;
     /// A deep copy.
@@ -123,6 +198,13 @@ impl<S: ResourceSpec> AnyResource for Resource<S> {
     fn spec_value(&self) -> Result<serde_json::Value> {
         serde_json::to_value(&self.spec)
             .map_err(|e| Error::invalid(self.metadata.pointer().to_string(), "spec", e.to_string()))
+    }
+    fn write_spec_json(&self, out: &mut Vec<u8>) -> Result<()> {
+        serde_json::to_writer(out, &self.spec)
+            .map_err(|e| spec_write_error(&self.metadata, "JSON", e))
+    }
+    fn spec_yaml(&self) -> Result<String> {
+        crate::yaml::to_string(&self.spec).map_err(|e| spec_write_error(&self.metadata, "YAML", e))
     }
     fn spec_eq(&self, other: &dyn AnyResource) -> bool {
         match other.spec_any().downcast_ref::<S>() {
@@ -164,6 +246,13 @@ impl AnyResource for DynamicResource {
     fn spec_value(&self) -> Result<serde_json::Value> {
         Ok(self.spec.clone())
     }
+    fn write_spec_json(&self, out: &mut Vec<u8>) -> Result<()> {
+        serde_json::to_writer(out, &self.spec)
+            .map_err(|e| spec_write_error(&self.metadata, "JSON", e))
+    }
+    fn spec_yaml(&self) -> Result<String> {
+        crate::yaml::to_string(&self.spec).map_err(|e| spec_write_error(&self.metadata, "YAML", e))
+    }
     fn spec_eq(&self, other: &dyn AnyResource) -> bool {
         match other.spec_any().downcast_ref::<serde_json::Value>() {
             Some(spec) => *spec == self.spec,
@@ -179,6 +268,14 @@ impl AnyResource for DynamicResource {
     fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
     }
+}
+
+fn spec_write_error(metadata: &Metadata, format: &str, err: impl std::fmt::Display) -> Error {
+    Error::invalid(
+        metadata.pointer().to_string(),
+        "spec",
+        format!("cannot be written as {format}: {err}"),
+    )
 }
 
 /// Whether two resources are equal for the no-op rule: metadata ignoring timestamps, and spec.

@@ -390,6 +390,53 @@ async fn a_dynamic_write_of_a_registered_type_is_stored_typed() {
 }
 
 #[tokio::test]
+async fn a_dynamic_write_with_a_field_its_type_lacks_is_refused_naming_it() {
+    let (_dir, path) = temp_store();
+    let state = open_knowing_widgets(&path).await;
+    let typo = Arc::new(DynamicResource {
+        metadata: cosi_core::Metadata::new(Widget::kind().pointer("w")),
+        spec: serde_json::json!({"size": 9, "colour": "red"}),
+    });
+
+    let err = state
+        .create(typo, CreateOptions::default())
+        .await
+        .unwrap_err();
+
+    assert_eq!(
+        err.to_string(),
+        "test/Widgets.test.cosi.dev/w: invalid spec.colour: unknown field: \
+         Widgets.test.cosi.dev has no such field (check its spelling)"
+    );
+    assert!(state
+        .get(&Widget::kind().pointer("w"))
+        .await
+        .unwrap_err()
+        .is_not_found());
+}
+
+#[tokio::test]
+async fn a_field_a_later_version_stored_is_skipped_by_an_earlier_reader() {
+    let (_dir, path) = temp_store();
+    let v2 = std::sync::Arc::new(cosi_core::Registry::new().with::<WidgetV2>().unwrap());
+    let state = open(&path, DiskOptions::default(), v2).await;
+    let later = WidgetV2 {
+        size: 7,
+        color: "red".into(),
+    };
+    create(&state, "w", later).await;
+    state.close().await;
+
+    let state = open_knowing_widgets(&path).await;
+    let earlier = state
+        .get_typed::<Widget>(&Widget::kind().pointer("w"))
+        .await
+        .unwrap();
+
+    assert_eq!(earlier.spec, Widget { size: 7 });
+}
+
+#[tokio::test]
 async fn the_durable_change_log_keeps_only_the_retained_changes_per_kind() {
     let (_dir, path) = temp_store();
     let options = DiskOptions {

@@ -45,9 +45,9 @@ pub fn selector(data: &[u8]) -> Outcome {
 }
 
 /// A service-like spec with the shapes YAML makes tricky: nested maps, lists, options, floats and
-/// an enum with data.
+/// an enum with data. Unknown fields are refused by the registry's strict decoding of input,
+/// not by the type.
 #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ServiceSpec {
     /// Container image.
     pub image: String,

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use cosi_api::codec::{Codec, UnknownTypes};
+use cosi_api::codec::{Codec, Reader};
 use cosi_api::proto::resource as pb;
 use cosi_api::query::{decode_bookmark, decode_ids, decode_labels, encode_labels};
 use cosi_core::{same_content, Registry, ResourceSpec};
@@ -47,14 +47,14 @@ pub fn wire_resource(data: &[u8]) -> WireOutcome {
         return WireOutcome::Rejected;
     };
     let codec = codec();
-    let Ok(resource) = codec.decode(message, UnknownTypes::Reject) else {
+    let Ok(resource) = codec.decode(message, Reader::Server) else {
         return WireOutcome::Rejected;
     };
     let encoded = codec
         .encode(&*resource, true)
         .unwrap_or_else(|e| panic!("a decoded resource does not encode: {e}"));
     let back = codec
-        .decode(encoded, UnknownTypes::Reject)
+        .decode(encoded, Reader::Server)
         .unwrap_or_else(|e| panic!("an encoded resource does not decode: {e}"));
     assert!(
         same_content(&*resource, &*back),

@@ -15,7 +15,7 @@ use cosi_core::{
 use tonic::transport::Channel;
 use tonic::Request;
 
-use crate::codec::{Codec, UnknownTypes};
+use crate::codec::{Codec, Reader};
 use crate::proto::resource::{self as pb, state_client::StateClient};
 use crate::query::{encode_ids, encode_labels};
 use crate::server::{MAX_MESSAGE_SIZE, OMIT_YAML_HEADER};
@@ -157,7 +157,7 @@ impl RemoteState {
             retryable: false,
             source: None,
         })?;
-        self.codec.decode(resource, UnknownTypes::KeepDynamic)
+        self.codec.decode(resource, Reader::Client)
     }
 
     fn encode(&self, resource: &dyn AnyResource) -> Result<pb::Resource> {

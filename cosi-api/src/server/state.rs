@@ -21,7 +21,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{caller_of, Caller, StatePolicy};
-use crate::codec::{decode_phase, Codec, UnknownTypes};
+use crate::codec::{decode_phase, Codec, Reader};
 use crate::events::{encode_event, Outgoing};
 use crate::proto::resource::{self as pb, state_server};
 use crate::query::{decode_bookmark, decode_ids, decode_labels, exact_id};
@@ -244,7 +244,7 @@ impl state_server::State for StateService {
             .decode(
                 r.resource
                     .ok_or_else(|| Status::invalid_argument("create: resource: missing"))?,
-                UnknownTypes::Reject,
+                Reader::Server,
             )
             .map_err(err(Call::Create))?;
         let owner = owner(r.options.unwrap_or_default().owner);
@@ -273,7 +273,7 @@ impl state_server::State for StateService {
             .decode(
                 r.new_resource
                     .ok_or_else(|| Status::invalid_argument("update: new_resource: missing"))?,
-                UnknownTypes::Reject,
+                Reader::Server,
             )
             .map_err(err(Call::Update))?;
         let pointer = resource.metadata().pointer().clone();
