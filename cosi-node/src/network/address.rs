@@ -89,7 +89,7 @@ impl AddressScope {
 /// assert_eq!(spec.layered_id(), "operator/eth0/192.0.2.10/24");
 /// ```
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct AddressSpec {
     /// The address with its prefix length, e.g. `192.0.2.10/24`.
     pub address: IpNet,

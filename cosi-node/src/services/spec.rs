@@ -27,7 +27,6 @@ pub enum Program {
 
 /// The written form of a [`Program`] (a plain map in YAML and JSON alike).
 #[derive(Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct ProgramForm {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     command: Option<String>,
@@ -99,7 +98,6 @@ pub enum Probe {
 }
 
 #[derive(Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct ExecForm {
     command: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -107,20 +105,17 @@ struct ExecForm {
 }
 
 #[derive(Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct TcpForm {
     address: String,
 }
 
 #[derive(Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct HttpForm {
     url: String,
 }
 
 /// The written form of a [`Probe`].
 #[derive(Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct ProbeForm {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     exec: Option<ExecForm>,
@@ -164,7 +159,7 @@ impl From<Probe> for ProbeForm {
 
 /// A health check: a probe and its timing.
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct HealthCheck {
     /// What to probe.
     pub probe: Probe,
@@ -221,7 +216,7 @@ fn enabled_by_default() -> bool {
 /// assert_eq!(spec.stop_timeout, std::time::Duration::from_secs(2));
 /// ```
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ServiceSpec {
     /// The program.
     pub program: Program,
@@ -379,11 +374,35 @@ mod tests {
         assert_eq!(again, spec);
     }
 
+    fn decode(spec: &str, origin: cosi_core::spec_decode::Origin) -> cosi_core::Result<()> {
+        let mut registry = cosi_core::Registry::new();
+        registry.register::<ServiceSpec>().unwrap();
+        let metadata = cosi_core::Metadata::new(ServiceSpec::kind().pointer("db"));
+        let spec = serde_yaml::from_str(spec).unwrap();
+        registry.decode_spec(metadata, spec, origin).map(|_| ())
+    }
+
     #[test]
-    fn unknown_spec_field_is_rejected_with_its_name() {
-        let err = serde_yaml::from_str::<ServiceSpec>("program:\n  command: x\nrestrat: never\n")
-            .unwrap_err();
-        assert!(err.to_string().contains("unknown field `restrat`"), "{err}");
+    fn an_unknown_spec_field_from_outside_is_rejected_with_its_path() {
+        let err = decode(
+            "program:\n  command: x\nhealth:\n  probe:\n    tcp: {address: 'a:1', tls: true}\n",
+            cosi_core::spec_decode::Origin::Input,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("spec.health.probe.tcp.tls"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_spec_field_read_back_is_skipped() {
+        // A newer version's record: an older reader keeps what it knows.
+        decode(
+            "program:\n  command: x\nrestartJitter: 1s\n",
+            cosi_core::spec_decode::Origin::ReadBack,
+        )
+        .unwrap();
     }
 
     #[test]
