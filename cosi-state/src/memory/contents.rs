@@ -337,7 +337,19 @@ impl KindContents {
     ) -> Option<u64> {
         let mut position = position;
         let mut taken = 0;
-        for change in self.window.after(position)? {
+        let changes = self.window.after(position)?;
+        // At most this many: grown once (an emptied buffer was handed out whole, see
+        // `KindWatcher::next_batch`), not by doubling.
+        out.reserve(changes.len().min(max));
+        if filter.passes_everything() {
+            // Nothing to translate: every change is its own event.
+            out.extend(changes.take(max).map(|change| {
+                position = change.seq;
+                change.event(self.origin)
+            }));
+            return Some(position);
+        }
+        for change in changes {
             if taken == max {
                 break;
             }
