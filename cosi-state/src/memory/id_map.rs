@@ -1,20 +1,26 @@
 //! [`IdMap`]: a kind's live resources, found by id in constant time and listed in id order.
 //!
 //! Every write and every read of one resource looks its id up here, and most of them do nothing
-//! else with the map; only `list`, bootstrap and catch-up need id order. So the map is three
-//! parts: the values in an arena of slots (a `Vec`), a hash index from id to slot, and the id
-//! order as a list of short sorted chunks of slot numbers. A get, an update or a destroy is one
-//! hash probe, whatever the size of the kind — a search tree would walk from its root and
-//! compare ids at every level, which is what these operations cost before (~900 instructions
-//! each at 100k resources). A create whose id sorts after every id held (sequentially named
-//! resources) appends to the last chunk after one comparison; any other create finds its place
-//! by binary search over the chunks and then within one, and inserts into a chunk of at most
+//! else with the map; only `list`, bootstrap and catch-up need id order. So the map is an arena
+//! of slots (a `Vec`), a hash index from id to slot, and, once needed, the id order kept apart.
+//! A get, an update or a destroy is one hash probe, whatever the size of the kind — a search
+//! tree walks from its root and compares ids at every level, which is what these operations
+//! cost before (~900 instructions each at 100k resources). The index keeps each id's 32-bit
+//! hash beside its slot number, so that growing the table reads no id (in a large kind each
+//! would be two dependent cache misses).
+//!
+//! While every create's id sorts after all ids held (sequentially named resources), the arena
+//! itself is in id order: such a create checks one comparison, skips the probe (nothing can
+//! match an id beyond the last), and appends, and a list reads the arena front to back. The
+//! first create out of order builds the order apart, as short sorted chunks of slot numbers:
+//! then a create that sorts last appends to the last chunk, and any other finds its place by
+//! binary search over the chunks and then within one, and inserts into a chunk of at most
 //! [`CHUNK`] slot numbers, splitting it when full.
 //!
 //! A destroy leaves its slot in place, dead, keeping only the id: the order and the index stay
 //! as they are, and a later create of the same id (a recreation) revives the slot. Dead slots
-//! are dropped all at once when they outnumber the live ones (a rebuild in id order, so the
-//! arena is then in id order too and a list reads it front to back): amortized O(1) per
+//! are dropped all at once when they outnumber the live ones (the arena rebuilt in id order, so
+//! it needs no separate order again, and the index renumbered in place): amortized O(1) per
 //! destroy, and never more than twice the live slots plus a constant.
 //!
 //! Ids compare bytewise, like `str`, eight bytes at a time ([`compare_ids`]): ids are short
@@ -63,9 +69,12 @@ impl<V: Identified> Slot<V> {
 pub(crate) struct IdMap<V> {
     /// Every slot, live or dead; each id has at most one.
     slots: Vec<Slot<V>>,
-    /// Slot numbers by the hash of their id: every slot, live or dead.
-    index: HashTable<u32>,
-    /// Every slot number once, in id order: non-empty chunks of at most [`CHUNK`].
+    /// Every slot, live or dead, by the hash of its id: [`IndexEntry`]s.
+    index: HashTable<u64>,
+    /// Whether the arena itself is in id order (every create so far appended, or a rebuild
+    /// sorted it): then `order` is empty and not needed.
+    sorted: bool,
+    /// Otherwise every slot number once, in id order: non-empty chunks of at most [`CHUNK`].
     order: Vec<Vec<u32>>,
     /// Live slots.
     live: usize,
@@ -77,6 +86,7 @@ impl<V> Default for IdMap<V> {
         IdMap {
             slots: Vec::new(),
             index: HashTable::new(),
+            sorted: true,
             order: Vec::new(),
             live: 0,
             hasher: foldhash::fast::RandomState::default(),
@@ -102,7 +112,7 @@ pub(crate) struct OccupiedEntry<'a, V> {
 pub(crate) struct VacantEntry<'a, V> {
     map: &'a mut IdMap<V>,
     id: Arc<str>,
-    hash: u64,
+    hash: u32,
     /// The dead slot the id had, if any.
     dead: Option<u32>,
 }
@@ -113,16 +123,33 @@ impl<V: Identified> IdMap<V> {
         self.live
     }
 
-    fn hash(&self, id: &str) -> u64 {
-        self.hasher.hash_one(id)
+    fn hash(&self, id: &str) -> u32 {
+        (self.hasher.hash_one(id) >> 32) as u32
+    }
+
+    /// The slot holding `id` (whose hash is `hash`), live or dead.
+    fn find_hashed(&self, id: &str, hash: u32) -> Option<u32> {
+        let slots = &self.slots;
+        self.index
+            .find(spread(hash), |&entry| {
+                entry_hash(entry) == hash && same_id(slots[entry_slot(entry)].id(), id)
+            })
+            .map(|&entry| entry_slot(entry) as u32)
     }
 
     /// The slot holding `id`, live or dead.
     fn find(&self, id: &str) -> Option<u32> {
-        let slots = &self.slots;
-        self.index
-            .find(self.hash(id), |&s| same_id(slots[s as usize].id(), id))
-            .copied()
+        self.find_hashed(id, self.hash(id))
+    }
+
+    /// The id that sorts last of all slots (live or dead).
+    fn last_id(&self) -> Option<&Arc<str>> {
+        let slot = if self.sorted {
+            self.slots.len().checked_sub(1)?
+        } else {
+            *self.order.last()?.last()? as usize
+        };
+        Some(self.slots[slot].id())
     }
 
     /// The value of `id`.
@@ -162,11 +189,16 @@ impl<V: Identified> IdMap<V> {
     /// The slot of `id`, for checking and changing it with one search.
     pub(crate) fn entry(&mut self, id: Arc<str>) -> Entry<'_, V> {
         let hash = self.hash(&id);
-        let slots = &self.slots;
-        let found = self
-            .index
-            .find(hash, |&s| same_id(slots[s as usize].id(), &id))
-            .copied();
+        // An id sorting after every slot's has none: sequentially named creates skip the
+        // probe (a cache miss in a large table).
+        let appends = self
+            .last_id()
+            .is_none_or(|last| compare_ids(id.as_bytes(), last.as_bytes()) == Ordering::Greater);
+        let found = if appends {
+            None
+        } else {
+            self.find_hashed(&id, hash)
+        };
         match found {
             Some(slot) if matches!(self.slots[slot as usize], Slot::Live(_)) => {
                 Entry::Occupied(OccupiedEntry { map: self, slot })
@@ -195,15 +227,28 @@ impl<V: Identified> IdMap<V> {
             slots: &self.slots,
             order: self.order.iter(),
             chunk: [].iter(),
+            next_slot: if self.sorted { 0 } else { self.slots.len() },
             remaining: self.live,
         }
     }
 
-    /// Files a new slot into the id order.
+    /// Files a new slot (the arena's last) into the id order.
     fn order_insert(&mut self, slot: u32) {
         let slots = &self.slots;
         let id_of = |s: u32| slots[s as usize].id().as_bytes();
         let id = id_of(slot);
+        if self.sorted {
+            let in_order = slot
+                .checked_sub(1)
+                .is_none_or(|before| compare_ids(id, id_of(before)) == Ordering::Greater);
+            if in_order {
+                return;
+            }
+            // The first create out of order: from now on the order is kept apart.
+            self.sorted = false;
+            let before: Vec<u32> = (0..slot).collect();
+            self.order = before.chunks(CHUNK).map(new_chunk_from).collect();
+        }
         let Some(last) = self.order.last_mut() else {
             self.order.push(new_chunk(slot));
             return;
@@ -235,8 +280,7 @@ impl<V: Identified> IdMap<V> {
     }
 
     /// Drops the dead slots once they outnumber the live ones: moves the live values to a new
-    /// arena in id order, renumbers the order as full chunks, and renumbers the index in place
-    /// (no id is hashed again).
+    /// arena in id order (which then needs no separate order) and renumbers the index in place.
     fn compact_if_sparse(&mut self) {
         let dead = self.slots.len() - self.live;
         if dead <= self.live.max(MIN_DEAD) {
@@ -252,7 +296,13 @@ impl<V: Identified> IdMap<V> {
         // Old slot number to new; `u32::MAX` for the dead.
         let mut renumber = vec![u32::MAX; old.len()];
         let mut slots = Vec::with_capacity(self.live);
-        for &s in self.order.iter().flatten() {
+        let count = u32::try_from(old.len()).unwrap_or(u32::MAX);
+        let in_id_order: Box<dyn Iterator<Item = u32>> = if self.sorted {
+            Box::new(0..count)
+        } else {
+            Box::new(std::mem::take(&mut self.order).into_iter().flatten())
+        };
+        for s in in_id_order {
             if let Some(value) = old[s as usize].take() {
                 renumber[s as usize] = u32::try_from(slots.len()).unwrap_or(u32::MAX);
                 slots.push(Slot::Live(value));
@@ -260,20 +310,16 @@ impl<V: Identified> IdMap<V> {
         }
         drop(old);
         self.slots = slots;
-        let count = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
-        self.order = (0..count)
-            .collect::<Vec<u32>>()
-            .chunks(CHUNK)
-            .map(<[u32]>::to_vec)
-            .collect();
-        self.index.retain(|s| {
-            *s = renumber[*s as usize];
-            *s != u32::MAX
+        // The arena is now in id order.
+        self.sorted = true;
+        self.order = Vec::new();
+        self.index.retain(|entry| {
+            let slot = renumber[entry_slot(*entry)];
+            *entry = index_entry(slot, entry_hash(*entry));
+            slot != u32::MAX
         });
-        // A table much larger than what it holds is rebuilt smaller (that hashes every id).
         if self.index.capacity() > 4 * self.live.max(MIN_DEAD) {
-            self.index
-                .shrink_to(2 * self.live, rehash(&self.slots, &self.hasher));
+            self.index.shrink_to(2 * self.live, rehash);
         }
     }
 }
@@ -327,7 +373,7 @@ impl<'a, V: Identified> VacantEntry<'a, V> {
                 let slot = u32::try_from(map.slots.len()).unwrap_or(u32::MAX);
                 map.slots.push(Slot::Live(value));
                 map.index
-                    .insert_unique(self.hash, slot, rehash(&map.slots, &map.hasher));
+                    .insert_unique(spread(self.hash), index_entry(slot, self.hash), rehash);
                 map.order_insert(slot);
                 slot
             }
@@ -339,17 +385,41 @@ impl<'a, V: Identified> VacantEntry<'a, V> {
     }
 }
 
-/// The hash of a slot's id, for the index to move its entries when it resizes.
-fn rehash<'a, V: Identified>(
-    slots: &'a [Slot<V>],
-    hasher: &'a foldhash::fast::RandomState,
-) -> impl Fn(&u32) -> u64 + 'a {
-    move |&s| hasher.hash_one(&**slots[s as usize].id())
+/// An entry of the index: a slot number and the 32-bit hash of its id. Keeping the hash there
+/// lets the table move its entries when it grows without reading a single id (which would be
+/// two dependent cache misses per entry in a large kind), and skips reading the slot of an
+/// entry whose tag matched by chance.
+fn index_entry(slot: u32, hash: u32) -> u64 {
+    u64::from(hash) << 32 | u64::from(slot)
+}
+
+fn entry_slot(entry: u64) -> usize {
+    (entry & 0xffff_ffff) as usize
+}
+
+fn entry_hash(entry: u64) -> u32 {
+    (entry >> 32) as u32
+}
+
+/// The table's 64-bit hash of a 32-bit id hash: multiplying by an odd constant is one-to-one
+/// and moves every bit into the high ones, which the table takes its tags from (its bucket
+/// index comes from the low ones, which are the id hash's own).
+fn spread(hash: u32) -> u64 {
+    u64::from(hash).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// The table's hash of an entry, for moving it when the table resizes.
+fn rehash(entry: &u64) -> u64 {
+    spread(entry_hash(*entry))
 }
 
 fn new_chunk(slot: u32) -> Vec<u32> {
+    new_chunk_from(&[slot])
+}
+
+fn new_chunk_from(slots: &[u32]) -> Vec<u32> {
     let mut chunk = Vec::with_capacity(CHUNK);
-    chunk.push(slot);
+    chunk.extend_from_slice(slots);
     chunk
 }
 
@@ -364,6 +434,8 @@ pub(crate) struct Values<'a, V> {
     slots: &'a [Slot<V>],
     order: std::slice::Iter<'a, Vec<u32>>,
     chunk: std::slice::Iter<'a, u32>,
+    /// While the arena is in id order (`order` empty), the next slot to read.
+    next_slot: usize,
     /// Live values not yet returned: the walk stops after the last one.
     remaining: usize,
 }
@@ -373,14 +445,21 @@ impl<'a, V> Iterator for Values<'a, V> {
 
     fn next(&mut self) -> Option<&'a V> {
         while self.remaining > 0 {
-            match self.chunk.next() {
-                Some(&s) => {
-                    if let Slot::Live(value) = &self.slots[s as usize] {
-                        self.remaining -= 1;
-                        return Some(value);
+            let slot = if self.next_slot < self.slots.len() {
+                self.next_slot += 1;
+                self.next_slot - 1
+            } else {
+                match self.chunk.next() {
+                    Some(&s) => s as usize,
+                    None => {
+                        self.chunk = self.order.next()?.iter();
+                        continue;
                     }
                 }
-                None => self.chunk = self.order.next()?.iter(),
+            };
+            if let Slot::Live(value) = &self.slots[slot] {
+                self.remaining -= 1;
+                return Some(value);
             }
         }
         None
@@ -555,6 +634,21 @@ mod tests {
         slot.insert(item("a", 2));
         assert_eq!(map.get("a"), Some(&item("a", 2)));
         assert_eq!(map.len(), 1);
+    }
+
+    #[test]
+    fn an_arena_filled_in_id_order_needs_no_separate_order_until_a_create_out_of_order() {
+        let mut map = IdMap::default();
+        for i in 0..300u32 {
+            map.insert(item(&format!("item-{i:07}"), i));
+        }
+        assert!(map.sorted && map.order.is_empty());
+        map.insert(item("a", 0));
+        assert!(!map.sorted);
+        assert_eq!(map.order.iter().map(Vec::len).sum::<usize>(), 301);
+        let listed: Vec<u32> = map.values().map(|v| v.1).collect();
+        assert_eq!(listed[0], 0);
+        assert_eq!(listed[1..], (0..300).collect::<Vec<_>>());
     }
 
     #[test]
