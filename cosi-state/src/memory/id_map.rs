@@ -286,30 +286,46 @@ impl<V: Identified> IdMap<V> {
         if dead <= self.live.max(MIN_DEAD) {
             return;
         }
-        let mut old: Vec<Option<V>> = std::mem::take(&mut self.slots)
-            .into_iter()
-            .map(|slot| match slot {
-                Slot::Live(value) => Some(value),
-                Slot::Dead(_) => None,
-            })
-            .collect();
         // Old slot number to new; `u32::MAX` for the dead.
-        let mut renumber = vec![u32::MAX; old.len()];
-        let mut slots = Vec::with_capacity(self.live);
-        let count = u32::try_from(old.len()).unwrap_or(u32::MAX);
-        let in_id_order: Box<dyn Iterator<Item = u32>> = if self.sorted {
-            Box::new(0..count)
-        } else {
-            Box::new(std::mem::take(&mut self.order).into_iter().flatten())
-        };
-        for s in in_id_order {
-            if let Some(value) = old[s as usize].take() {
-                renumber[s as usize] = u32::try_from(slots.len()).unwrap_or(u32::MAX);
-                slots.push(Slot::Live(value));
+        let renumber: Vec<u32> = if self.sorted {
+            // Already in id order: drop the dead in place, one pass.
+            let mut next = 0;
+            let renumber = self
+                .slots
+                .iter()
+                .map(|slot| match slot {
+                    Slot::Live(_) => {
+                        next += 1;
+                        next - 1
+                    }
+                    Slot::Dead(_) => u32::MAX,
+                })
+                .collect();
+            self.slots.retain(|slot| matches!(slot, Slot::Live(_)));
+            if self.slots.capacity() > 4 * self.slots.len().max(MIN_DEAD) {
+                self.slots.shrink_to(2 * self.slots.len());
             }
-        }
-        drop(old);
-        self.slots = slots;
+            renumber
+        } else {
+            // Move the live values to a new arena in id order.
+            let mut old: Vec<Option<V>> = std::mem::take(&mut self.slots)
+                .into_iter()
+                .map(|slot| match slot {
+                    Slot::Live(value) => Some(value),
+                    Slot::Dead(_) => None,
+                })
+                .collect();
+            let mut renumber = vec![u32::MAX; old.len()];
+            let mut slots = Vec::with_capacity(self.live);
+            for s in std::mem::take(&mut self.order).into_iter().flatten() {
+                if let Some(value) = old[s as usize].take() {
+                    renumber[s as usize] = u32::try_from(slots.len()).unwrap_or(u32::MAX);
+                    slots.push(Slot::Live(value));
+                }
+            }
+            self.slots = slots;
+            renumber
+        };
         // The arena is now in id order.
         self.sorted = true;
         self.order = Vec::new();
