@@ -30,6 +30,7 @@
 
 use std::cmp::Ordering;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU32, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
@@ -78,6 +79,10 @@ pub(crate) struct IdMap<V> {
     order: Vec<Vec<u32>>,
     /// Live slots.
     live: usize,
+    /// The slot of the id found last: a read-modify-write looks the same id up twice, and a
+    /// walk in id order (a controller writing what it listed) looks up the next slot's. Both
+    /// are checked by address before hashing (a probe of a large table is a cache miss).
+    finger: AtomicU32,
     hasher: foldhash::fast::RandomState,
 }
 
@@ -89,6 +94,7 @@ impl<V> Default for IdMap<V> {
             sorted: true,
             order: Vec::new(),
             live: 0,
+            finger: AtomicU32::new(0),
             hasher: foldhash::fast::RandomState::default(),
         }
     }
@@ -139,7 +145,24 @@ impl<V: Identified> IdMap<V> {
 
     /// The slot holding `id`, live or dead.
     fn find(&self, id: &str) -> Option<u32> {
-        self.find_hashed(id, self.hash(id))
+        let found = self
+            .near_finger(id)
+            .or_else(|| self.find_hashed(id, self.hash(id)));
+        if let Some(slot) = found {
+            self.finger.store(slot, AtomicOrdering::Relaxed);
+        }
+        found
+    }
+
+    /// The slot at or just after the finger, if it holds `id` itself (the same shared string,
+    /// not merely equal bytes: that check costs no read of the id).
+    fn near_finger(&self, id: &str) -> Option<u32> {
+        let finger = self.finger.load(AtomicOrdering::Relaxed);
+        [finger, finger.wrapping_add(1)].into_iter().find(|&slot| {
+            self.slots
+                .get(slot as usize)
+                .is_some_and(|s| same_string(s.id(), id))
+        })
     }
 
     /// The id that sorts last of all slots (live or dead).
@@ -197,8 +220,12 @@ impl<V: Identified> IdMap<V> {
         let found = if appends {
             None
         } else {
-            self.find_hashed(&id, hash)
+            self.near_finger(&id)
+                .or_else(|| self.find_hashed(&id, hash))
         };
+        if let Some(slot) = found {
+            *self.finger.get_mut() = slot;
+        }
         match found {
             Some(slot) if matches!(self.slots[slot as usize], Slot::Live(_)) => {
                 Entry::Occupied(OccupiedEntry { map: self, slot })
@@ -328,6 +355,7 @@ impl<V: Identified> IdMap<V> {
         };
         // The arena is now in id order.
         self.sorted = true;
+        *self.finger.get_mut() = 0;
         self.order = Vec::new();
         self.index.retain(|entry| {
             let slot = renumber[entry_slot(*entry)];
@@ -442,7 +470,12 @@ fn new_chunk_from(slots: &[u32]) -> Vec<u32> {
 /// Whether a stored id is `id`: the same shared string (the common case: a pointer built from
 /// the stored value) or equal bytes.
 fn same_id(stored: &Arc<str>, id: &str) -> bool {
-    std::ptr::eq(stored.as_ptr(), id.as_ptr()) && stored.len() == id.len() || **stored == *id
+    same_string(stored, id) || **stored == *id
+}
+
+/// Whether `id` is the stored string itself.
+fn same_string(stored: &Arc<str>, id: &str) -> bool {
+    std::ptr::eq(stored.as_ptr(), id.as_ptr()) && stored.len() == id.len()
 }
 
 /// The values of an [`IdMap`] in id order.
@@ -570,6 +603,11 @@ mod tests {
         for (id, n) in model {
             assert_eq!(map.get(id).map(|v| v.1), Some(*n));
         }
+        // Looked up by the stored strings themselves, in id order (the finger's cases).
+        let stored: Vec<Arc<str>> = map.values().map(|v| v.0.clone()).collect();
+        for id in &stored {
+            assert_eq!(map.get(id).map(|v| &v.0), Some(id));
+        }
         assert!(map.order.iter().all(|c| !c.is_empty() && c.len() <= CHUNK));
         assert!(map.slots.len() - map.live <= map.live.max(MIN_DEAD));
     }
@@ -603,7 +641,10 @@ mod tests {
                         prop_assert_eq!(replaced, model.insert(id, n));
                     }
                     Op::Remove(id) => {
-                        let removed = map.remove(&Arc::from(id.as_str())).map(|v| v.1);
+                        // By the stored string when there is one (found at the finger, or
+                        // hashed), else by a fresh one.
+                        let key = map.get(&id).map_or_else(|| Arc::from(id.as_str()), |v| v.0.clone());
+                        let removed = map.remove(&key).map(|v| v.1);
                         prop_assert_eq!(removed, model.remove(&id));
                     }
                 }
