@@ -70,7 +70,8 @@ impl<V: Identified> Slot<V> {
 pub(crate) struct IdMap<V> {
     /// Every slot, live or dead; each id has at most one.
     slots: Vec<Slot<V>>,
-    /// Every slot, live or dead, by the hash of its id: [`IndexEntry`]s.
+    /// Every slot, live or dead, by the hash of its id: entries of a slot number and that hash
+    /// (see `index_entry`).
     index: HashTable<u64>,
     /// Whether the arena itself is in id order (every create so far appended, or a rebuild
     /// sorted it): then `order` is empty and not needed.
