@@ -23,6 +23,13 @@
 //!
 //! See `benches/README.md` for how to run the workloads and how to add one.
 
+/// With the `mimalloc` feature, every benchmark binary allocates through mimalloc: the
+/// allocator is the application's choice (the project's libraries make none), and this is how
+/// the workloads measure what that choice changes ([`machine::allocator`] says which is in use).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 pub mod args;
 pub mod backend;
 pub mod check;

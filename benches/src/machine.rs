@@ -2,12 +2,33 @@
 //! the top of every workload's output, because figures from a busy shared machine mean little
 //! without it.
 
-/// One line describing the machine now: `2 CPUs, AMD EPYC, load average 1.52 (1 min)`.
-/// Parts that cannot be read (not Linux) are left out.
+/// One line describing the machine now and the allocator the workload runs with:
+/// `2 CPUs, AMD EPYC, load average 1.52 (1 min), system allocator`. Parts that cannot be read
+/// (not Linux) are left out.
 pub fn describe() -> String {
+    let allocator = format!("{} allocator", allocator());
     match load_average() {
-        Some(load) => format!("{}, load average {load:.2} (1 min)", hardware()),
-        None => hardware(),
+        Some(load) => format!(
+            "{}, load average {load:.2} (1 min), {allocator}",
+            hardware()
+        ),
+        None => format!("{}, {allocator}", hardware()),
+    }
+}
+
+/// The global allocator of the benchmark binaries: `"system"` (the default), or `"mimalloc"`
+/// when built with the `mimalloc` feature. The project's libraries never choose one; this
+/// feature exists to measure what the choice changes.
+///
+/// ```
+/// let expected = if cfg!(feature = "mimalloc") { "mimalloc" } else { "system" };
+/// assert_eq!(benches::machine::allocator(), expected);
+/// ```
+pub fn allocator() -> &'static str {
+    if cfg!(feature = "mimalloc") {
+        "mimalloc"
+    } else {
+        "system"
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 /// Every workload binary the quick plan runs, but the optional `w3_kube`.
-const WORKLOADS: [&str; 5] = ["w1", "w2", "w3", "w5", "w6"];
+const WORKLOADS: [&str; 6] = ["w1", "w2", "w3", "w5", "w6", "w7"];
 
 /// Writes a stand-in for each workload: prints one figure named after the binary
 /// (`w1.create`, `w2.create`, ...), except for `failing`, which fails like a workload whose
@@ -21,8 +21,14 @@ fn stand_ins_of(dir: &Path, workloads: &[&str], failing: Option<&str>) {
         let body = if Some(name) == failing {
             format!("echo 'FAILED: {name}: C item-0000007 has value 3, expected 9' >&2\nexit 1\n")
         } else {
+            // W7 has a fixed size and refuses `--n`, as the real binary does.
+            let refuse_n = if name == "w7" {
+                "case \" $* \" in *' --n '*) echo 'FAILED: w7: --n is not accepted' >&2; exit 1;; esac\n"
+            } else {
+                ""
+            };
             format!(
-                "echo '# {name}: stand-in'\n\
+                "{refuse_n}echo '# {name}: stand-in'\n\
                  echo '# {name}.create min 1000 max 4000 ops/s (3 runs)'\n\
                  echo '{name}.create 2000 ops/s'\n"
             )
@@ -54,9 +60,9 @@ fn suite_records_every_printed_figure_with_its_spread_and_the_w4_cost() {
     // when the quick suite runs,
     let output = run_quick_suite(bin_dir.path(), out.path());
 
-    // then it succeeds and writes one record per figure: 8 steps (W1 at 3 sizes, W2, W3 at 2
-    // sizes, W5, W6; the optional `w3_kube` was not built) plus a W4 per-item cost for each W1
-    // step.
+    // then it succeeds and writes one record per figure: 9 steps (W1 at 3 sizes, W2, W3 at 2
+    // sizes, W5, W6, W7 — without `--n`, which its stand-in refuses; the optional `w3_kube` was
+    // not built) plus a W4 per-item cost for each W1 step.
     assert!(
         output.status.success(),
         "{}",
@@ -66,7 +72,7 @@ fn suite_records_every_printed_figure_with_its_spread_and_the_w4_cost() {
     let results: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(results["mode"], "quick");
     let records = results["records"].as_array().unwrap();
-    assert_eq!(records.len(), 11);
+    assert_eq!(records.len(), 12);
     assert_eq!(
         records[0],
         serde_json::json!({
@@ -87,7 +93,7 @@ fn suite_records_every_printed_figure_with_its_spread_and_the_w4_cost() {
         .collect();
     assert_eq!(
         workloads,
-        ["W1", "W4", "W1", "W4", "W1", "W4", "W2", "W3", "W3", "W5", "W6"]
+        ["W1", "W4", "W1", "W4", "W1", "W4", "W2", "W3", "W3", "W5", "W6", "W7"]
     );
     let png = std::fs::read(out.path().join("w4-quick.png")).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
@@ -109,7 +115,7 @@ fn failing_workload_fails_the_suite_and_no_results_are_written() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains(
-            "FAILED: suite: 2 of 9 steps failed, no results written:\n  \
+            "FAILED: suite: 2 of 10 steps failed, no results written:\n  \
              w3 N = 1000: exit status: 1: FAILED: w3: C item-0000007 has value 3, expected 9\n  \
              w3 N = 10000: exit status: 1: FAILED: w3: C item-0000007 has value 3, expected 9\n"
         ),
@@ -125,7 +131,7 @@ fn optional_kube_peer_step_runs_when_its_binary_was_built() {
     let out = tempfile::tempdir().unwrap();
     stand_ins_of(
         bin_dir.path(),
-        &["w1", "w2", "w3", "w3_kube", "w5", "w6"],
+        &["w1", "w2", "w3", "w3_kube", "w5", "w6", "w7"],
         None,
     );
 
@@ -141,7 +147,7 @@ fn optional_kube_peer_step_runs_when_its_binary_was_built() {
     let json = std::fs::read_to_string(out.path().join("suite-quick.json")).unwrap();
     let results: serde_json::Value = serde_json::from_str(&json).unwrap();
     let records = results["records"].as_array().unwrap();
-    assert_eq!(records.len(), 12);
+    assert_eq!(records.len(), 13);
     assert_eq!(
         records[9],
         serde_json::json!({

@@ -303,6 +303,32 @@ impl Metadata {
         self.timestamps = Timestamps::new(created, updated);
     }
 
+    /// Sets `created` to that of `previous` and `updated` to `updated`: what a store stamps on
+    /// an update of the value `previous`. The same as `set_timestamps(previous.created(),
+    /// updated)`, without taking `created` apart and putting it together again (every update
+    /// of every store does this).
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use cosi_core::{Metadata, Pointer};
+    /// let pointer = Pointer::new("ns", "Things.test.cosi.dev", "a");
+    /// let created = SystemTime::UNIX_EPOCH + Duration::from_nanos(1_500_000_000_123);
+    /// let mut stored = Metadata::new(pointer.clone());
+    /// stored.set_timestamps(created, created);
+    /// let mut next = Metadata::new(pointer);
+    /// let now = SystemTime::now();
+    /// next.set_updated_after(&stored, now);
+    /// assert_eq!((next.created(), next.updated()), (created, now));
+    /// ```
+    pub fn set_updated_after(&mut self, previous: &Metadata, updated: SystemTime) {
+        let (updated_secs, updated_nanos) = since_epoch(updated);
+        self.timestamps = Timestamps {
+            updated_secs,
+            updated_nanos,
+            ..previous.timestamps
+        };
+    }
+
     /// Equality of everything but the timestamps: the test `modify` uses to skip no-op writes.
     pub fn eq_ignoring_timestamps(&self, other: &Metadata) -> bool {
         self.pointer == other.pointer
@@ -405,6 +431,17 @@ mod tests {
         assert!(later.eq_ignoring_timestamps(&metadata()));
     }
 
+    /// `secs` whole seconds from the epoch (negative: before it), plus `nanos`.
+    fn time_at(secs: i64, nanos: u32) -> SystemTime {
+        let whole = Duration::from_secs(secs.unsigned_abs());
+        let t = if secs >= 0 {
+            SystemTime::UNIX_EPOCH + whole
+        } else {
+            SystemTime::UNIX_EPOCH - whole
+        };
+        t + Duration::from_nanos(u64::from(nanos))
+    }
+
     proptest::proptest! {
         #[test]
         fn timestamps_read_back_exactly(
@@ -413,20 +450,28 @@ mod tests {
             updated_secs in -(1i64 << 40)..(1i64 << 40),
             updated_nanos in 0u32..1_000_000_000,
         ) {
-            let time = |secs: i64, nanos: u32| {
-                let whole = Duration::from_secs(secs.unsigned_abs());
-                let t = if secs >= 0 {
-                    SystemTime::UNIX_EPOCH + whole
-                } else {
-                    SystemTime::UNIX_EPOCH - whole
-                };
-                t + Duration::from_nanos(u64::from(nanos))
-            };
-            let (created, updated) = (time(created_secs, created_nanos), time(updated_secs, updated_nanos));
+            let (created, updated) = (time_at(created_secs, created_nanos), time_at(updated_secs, updated_nanos));
             let mut md = metadata();
             md.set_timestamps(created, updated);
             proptest::prop_assert_eq!(md.created(), created);
             proptest::prop_assert_eq!(md.updated(), updated);
+        }
+
+        #[test]
+        fn an_update_stamp_keeps_created_exactly_and_sets_updated(
+            created_secs in -(1i64 << 40)..(1i64 << 40),
+            created_nanos in 0u32..1_000_000_000,
+            updated_secs in -(1i64 << 40)..(1i64 << 40),
+            updated_nanos in 0u32..1_000_000_000,
+        ) {
+            let (created, updated) = (time_at(created_secs, created_nanos), time_at(updated_secs, updated_nanos));
+            let mut stored = metadata();
+            stored.set_timestamps(created, created);
+            let (mut stamped, mut expected) = (metadata(), metadata());
+            stamped.set_updated_after(&stored, updated);
+            expected.set_timestamps(stored.created(), updated);
+            proptest::prop_assert_eq!(stamped.updated(), updated);
+            proptest::prop_assert_eq!(stamped, expected);
         }
     }
 

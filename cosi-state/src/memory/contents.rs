@@ -4,7 +4,6 @@
 //! the window and the markers) — and the computations that need them at one instant: applying a
 //! write, bootstrap, and the catch-up of a watcher that fell behind.
 
-use std::collections::btree_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -18,7 +17,7 @@ use super::cursors::{Cursor, Cursors};
 use super::delivered::Delivered;
 use super::destroy_markers::{DestroyMarker, DestroyMarkers};
 use super::history::{ChangeOp, HistoryWindow};
-use super::id_map::IdMap;
+use super::id_map::{Entry, IdMap, Identified};
 use super::watch_filter::{IdFilter, WatchFilter};
 use super::{write_rules, MemoryOptions};
 
@@ -31,6 +30,12 @@ pub(crate) struct StoredEntry {
     pub(crate) created_seq: u64,
     /// Sequence number of its last change.
     pub(crate) changed_seq: u64,
+}
+
+impl Identified for StoredEntry {
+    fn id(&self) -> &Arc<str> {
+        self.resource.metadata().pointer().shared_id()
+    }
 }
 
 /// How a catch-up finds the live resources changed since its position.
@@ -153,14 +158,11 @@ impl KindContents {
     pub(crate) fn load(&mut self, resource: SharedResource) {
         let seq = self.window.head();
         let id = resource.metadata().pointer().shared_id().clone();
-        let replaced = self.resources.insert(
-            id.clone(),
-            StoredEntry {
-                resource,
-                created_seq: seq,
-                changed_seq: seq,
-            },
-        );
+        let replaced = self.resources.insert(StoredEntry {
+            resource,
+            created_seq: seq,
+            changed_seq: seq,
+        });
         // A value replaced at the same head already has its log entry.
         if replaced.is_none_or(|old| old.changed_seq != seq) {
             self.changes.record(seq, self.resources.len(), || &id);
@@ -196,9 +198,7 @@ impl KindContents {
     /// The stored value of `pointer` (its id; the kind is the caller's to match), searched
     /// with the fast id comparison.
     pub(crate) fn get_pointer(&self, pointer: &Pointer) -> Option<&SharedResource> {
-        self.resources
-            .get_shared(pointer.shared_id())
-            .map(|e| &e.resource)
+        self.resources.get(pointer.id()).map(|e| &e.resource)
     }
 
     /// Stores a new resource (already stamped); fails if the id exists. Returns the sequence
@@ -233,10 +233,7 @@ impl KindContents {
         options: &UpdateOptions,
         now: SystemTime,
     ) -> Result<u64> {
-        let Some(entry) = self
-            .resources
-            .get_mut_shared(resource.metadata().pointer().shared_id())
-        else {
+        let Some(entry) = self.resources.get_mut(resource.metadata().id()) else {
             return Err(Error::NotFound {
                 pointer: resource.metadata().pointer().clone(),
             });
@@ -280,7 +277,7 @@ impl KindContents {
     pub(crate) fn apply_update(&mut self, resource: SharedResource) -> Result<u64> {
         let pointer = resource.metadata().pointer();
         let live = self.resources.len();
-        let Some(entry) = self.resources.get_mut_shared(pointer.shared_id()) else {
+        let Some(entry) = self.resources.get_mut(pointer.id()) else {
             return Err(Error::NotFound {
                 pointer: pointer.clone(),
             });
@@ -300,7 +297,7 @@ impl KindContents {
     /// sequence number of the change.
     #[allow(dead_code)] // The publishing path of durable backends; memory uses check_and_*.
     pub(crate) fn apply_destroy(&mut self, pointer: &Pointer) -> Result<u64> {
-        let Some(entry) = self.resources.remove_shared(pointer.shared_id()) else {
+        let Some(entry) = self.resources.remove(pointer.shared_id()) else {
             return Err(Error::NotFound {
                 pointer: pointer.clone(),
             });
@@ -340,7 +337,19 @@ impl KindContents {
     ) -> Option<u64> {
         let mut position = position;
         let mut taken = 0;
-        for change in self.window.after(position)? {
+        let changes = self.window.after(position)?;
+        // At most this many: grown once (an emptied buffer was handed out whole, see
+        // `KindWatcher::next_batch`), not by doubling.
+        out.reserve(changes.len().min(max));
+        if filter.passes_everything() {
+            // Nothing to translate: every change is its own event.
+            out.extend(changes.take(max).map(|change| {
+                position = change.seq;
+                change.event(self.origin)
+            }));
+            return Some(position);
+        }
+        for change in changes {
             if taken == max {
                 break;
             }
@@ -544,7 +553,7 @@ impl KindContents {
             ChangedSearch::Scan => None,
         };
         let Some(log) = log else {
-            // The sequence number is checked first: it sits in the map node, while the id
+            // The sequence number is checked first: it sits in the map's slot, while the id
             // lives in the resource, elsewhere in memory.
             return self
                 .resources

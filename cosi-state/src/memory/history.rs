@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 
-use cosi_core::SharedResource;
+use cosi_core::{Bookmark, Event, SharedResource};
 
 use super::cursors::Cursors;
 
@@ -44,6 +44,32 @@ pub(crate) struct Change {
     pub(crate) resource: SharedResource,
     /// The previous state of an update.
     pub(crate) old: Option<SharedResource>,
+}
+
+impl Change {
+    /// The event of this change for a watcher without filters, in the store named `origin`.
+    pub(crate) fn event(&self, origin: u64) -> Event {
+        let bookmark = Bookmark::at(origin, self.seq);
+        let resource = self.resource.clone();
+        match self.op {
+            ChangeOp::Created => Event::Created {
+                resource,
+                bookmark,
+                compacted: false,
+            },
+            ChangeOp::Updated => Event::Updated {
+                old: self.old.clone(),
+                resource,
+                bookmark,
+                compacted: false,
+            },
+            ChangeOp::Destroyed => Event::Destroyed {
+                resource,
+                bookmark,
+                compacted: false,
+            },
+        }
+    }
 }
 
 /// The last changes of a kind and the sequence number of the latest one.
@@ -156,7 +182,7 @@ impl HistoryWindow {
 
     /// The changes after `position`, in order, or `None` when some of them were already evicted
     /// (the reader fell behind the window).
-    pub(crate) fn after(&self, position: u64) -> Option<impl Iterator<Item = &Change>> {
+    pub(crate) fn after(&self, position: u64) -> Option<impl ExactSizeIterator<Item = &Change>> {
         let oldest = self.head - self.changes.len() as u64;
         if position < oldest {
             return None;

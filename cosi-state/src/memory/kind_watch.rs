@@ -313,7 +313,11 @@ impl EventSource for KindWatcher {
         if self.ready.len() < max {
             self.fill(max - self.ready.len());
         }
-        let take = self.ready.len().min(max);
-        Some(self.ready.drain(..take).collect())
+        if self.ready.len() <= max {
+            // The whole buffer is the batch: hand it over instead of copying it out (a batch
+            // needs a buffer of its own either way).
+            return Some(std::mem::take(&mut self.ready).into());
+        }
+        Some(self.ready.drain(..max).collect())
     }
 }

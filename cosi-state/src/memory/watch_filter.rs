@@ -51,6 +51,12 @@ impl WatchFilter {
         !self.labels.is_empty()
     }
 
+    /// Whether everything passes (no id filter, no label filter): then every change is seen
+    /// as it happened ([`Change::event`]).
+    pub(crate) fn passes_everything(&self) -> bool {
+        matches!(self.ids, IdFilter::All) && !self.has_labels()
+    }
+
     /// Whether the resource's labels pass.
     pub(crate) fn labels_match(&self, resource: &dyn AnyResource) -> bool {
         self.labels.matches(resource.metadata().labels())
@@ -63,6 +69,9 @@ impl WatchFilter {
 
     /// The event a watcher with this filter sees for `change`, if any.
     pub(crate) fn translate(&self, change: &Change, origin: u64) -> Option<Event> {
+        if self.passes_everything() {
+            return Some(change.event(origin));
+        }
         if !self.ids.matches(change.resource.metadata().id()) {
             return None;
         }

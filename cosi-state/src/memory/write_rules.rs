@@ -76,7 +76,7 @@ pub(crate) fn stamp_update(
     if metadata.owner() != stored_md.owner() {
         metadata.set_owner(stored_md.owner().map(str::to_string));
     }
-    metadata.set_timestamps(stored_md.created(), now);
+    metadata.set_updated_after(stored_md, now);
 }
 
 /// Checks a destroy of `stored`: the writer must be the owner and no finalizer may be left.
