@@ -275,6 +275,9 @@ pub struct GenCertsArgs {
     pub force: bool,
 }
 
+/// The kubelet image of the starter configs (`gen config --kubelet-image`).
+pub const DEFAULT_KUBELET_IMAGE: &str = "ghcr.io/siderolabs/kubelet:v1.31.1";
+
 /// `gen config CLUSTER ENDPOINT`.
 #[derive(Args, Debug, Clone)]
 pub struct GenConfigArgs {
@@ -290,7 +293,7 @@ pub struct GenConfigArgs {
     pub hostname: Option<String>,
     /// The kubelet's image (`machine.kubelet.image`); the reference `node` daemon runs its
     /// demo kubelet for `ghcr.io/siderolabs/kubelet`. `none` leaves the kubelet out.
-    #[arg(long, default_value = crate::cmd::gen::DEFAULT_KUBELET_IMAGE, value_name = "IMAGE")]
+    #[arg(long, default_value = DEFAULT_KUBELET_IMAGE, value_name = "IMAGE")]
     pub kubelet_image: String,
     /// Where the certificates are (ca.pem, admin.pem, ...): writes `cosiconfig` with a context
     /// per client certificate found there.

@@ -131,9 +131,6 @@ fn token() -> Result<String, CliError> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// The kubelet image of the starter configs.
-pub const DEFAULT_KUBELET_IMAGE: &str = "ghcr.io/siderolabs/kubelet:v1.31.1";
-
 /// What a starter machine config names besides the cluster.
 #[derive(Clone, Copy, Debug)]
 pub struct Starter<'a> {
