@@ -17,7 +17,7 @@
 //!   disk store, until Ctrl-C or SIGTERM; then a graceful shutdown and the store closed
 //!   (`DiskState::close`), so the next start finds what this one derived.
 //!
-//! The library holds what joins `cosi-node` to `cosi-api`, for the daemon and its tests:
+//! The library holds what the demo and its story test share ([`starter`]), and what joins `cosi-node` to `cosi-api`, for the daemon and its tests:
 //! [`machine::NodeMachine`], the node behind the API's machine service.
 //!
 //! The rest of this page is the project's README; its tour is compiled and run as a doc test of
@@ -26,3 +26,4 @@
 #![doc = include_str!("../../README.md")]
 
 pub mod machine;
+pub mod starter;

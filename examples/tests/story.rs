@@ -275,19 +275,9 @@ async fn a_nodes_life_through_cosictl() {
             panic!("{hostname} started with a config: {mode:?}");
         };
         let path = cluster.path(file);
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let image = "    image: ghcr.io/siderolabs/kubelet:v1.31.1\n";
-        let text = std::fs::read_to_string(&path)
-            .unwrap()
-            .replace("hostname: cp-1\n", &format!("hostname: {hostname}\n"))
-            .replace(
-                image,
-                &format!("{image}    extraArgs:\n      healthz-port: '{port}'\n"),
-            );
+        let port = examples::starter::free_port().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = examples::starter::for_node(&text, hostname, port).unwrap();
         std::fs::write(&path, text).unwrap();
         let out = cluster
             .ok(&[

@@ -125,8 +125,8 @@ async fn story(binaries: &Binaries) -> Result<()> {
         Show::Quiet,
     )
     .await?;
-    let cp_config = demo.starter("controlplane.yaml", "cp-1", free_port()?)?;
-    let worker_config = demo.starter("worker.yaml", "worker-1", free_port()?)?;
+    let cp_config = demo.starter("controlplane.yaml", "cp-1", examples::starter::free_port()?)?;
+    let worker_config = demo.starter("worker.yaml", "worker-1", examples::starter::free_port()?)?;
     say("`cosictl gen config` wrote the starter configs and the client config (cosiconfig,");
     say("whose current context is the admin's). The worker's copy gets its own hostname, and");
     say("each kubelet its own health port, as both nodes share this machine.");
@@ -315,16 +315,6 @@ fn heading(text: &str) {
 
 fn say(text: &str) {
     println!("{text}");
-}
-
-/// A free loopback port (for a kubelet's health endpoint).
-fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| format!("no free loopback port: {e}"))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| e.to_string())
 }
 
 /// What a mutual-TLS node answers a client that presents no certificate.
@@ -552,18 +542,8 @@ impl Demo {
     fn starter(&self, file: &str, hostname: &str, port: u16) -> Result<String> {
         let path = self.dir.join(file);
         let text = std::fs::read_to_string(&path).map_err(|e| format!("{file}: {e}"))?;
-        let image = "    image: ghcr.io/siderolabs/kubelet:v1.31.1\n";
-        if !text.contains(image) || !text.contains("hostname: cp-1\n") {
-            return Err(format!(
-                "{file} is not the starter config the demo knows:\n{text}"
-            ));
-        }
-        let text = text
-            .replace("hostname: cp-1\n", &format!("hostname: {hostname}\n"))
-            .replace(
-                image,
-                &format!("{image}    extraArgs:\n      healthz-port: '{port}'\n"),
-            );
+        let text = examples::starter::for_node(&text, hostname, port)
+            .map_err(|e| format!("{file}: {e}"))?;
         std::fs::write(&path, text).map_err(|e| format!("{file}: {e}"))?;
         Ok(path.display().to_string())
     }
