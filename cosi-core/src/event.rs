@@ -1,6 +1,8 @@
 //! Watch events and bookmarks, and [`Watch`], the receiving end every backend returns.
 
 use std::fmt;
+use std::ops::{Deref, Range};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -195,6 +197,109 @@ pub trait EventSource: Send {
         let _ = max;
         self.next().await.map(|e| vec![e])
     }
+
+    /// Like [`EventSource::next_batch`], as an [`EventBatch`]: a backend that hands the same
+    /// events to many watchers can give each a view of one shared buffer instead of a copy.
+    async fn next_shared_batch(&mut self, max: usize) -> Option<EventBatch> {
+        self.next_batch(max).await.map(EventBatch::from)
+    }
+}
+
+/// A batch of events from [`Watch::recv_shared`]: a read-only slice that may be shared with
+/// the other watchers of the same changes.
+///
+/// Handing one buffer to every watcher of a kind, instead of a copy each, saves a watcher the
+/// reference-count traffic of cloning and dropping every resource it is shown — the cost that
+/// dominates a wide fan-out once the watchers run on more than one core. A consumer that wants
+/// to keep events clones the ones it keeps (or the whole batch with [`EventBatch::into_vec`]).
+///
+/// ```
+/// use std::sync::Arc;
+/// use cosi_core::{Bookmark, Event, EventBatch};
+///
+/// let events: Arc<[Event]> = (1..=3)
+///     .map(|seq| Event::Noop { bookmark: Bookmark::at(7, seq) })
+///     .collect();
+/// // Two watchers, each with its own part of the same buffer.
+/// let first = EventBatch::shared(events.clone(), 0..2);
+/// let second = EventBatch::shared(events, 1..3);
+/// assert_eq!(first.len(), 2);
+/// assert_eq!(second[0].bookmark(), Some(&Bookmark::at(7, 2)));
+/// // Owned batches (from backends that do not share) read the same way.
+/// let owned = EventBatch::from(vec![Event::Noop { bookmark: Bookmark::at(7, 9) }]);
+/// assert_eq!(owned.iter().count(), 1);
+/// assert_eq!(second.into_vec().len(), 2);
+/// ```
+#[derive(Clone)]
+pub struct EventBatch {
+    repr: BatchRepr,
+}
+
+#[derive(Clone)]
+enum BatchRepr {
+    Owned(Vec<Event>),
+    Shared {
+        events: Arc<[Event]>,
+        range: Range<usize>,
+    },
+}
+
+impl EventBatch {
+    /// The events of `range` within `events` (clamped to the buffer: an out-of-range part is
+    /// left out, never a panic).
+    pub fn shared(events: Arc<[Event]>, range: Range<usize>) -> Self {
+        let end = range.end.min(events.len());
+        let start = range.start.min(end);
+        EventBatch {
+            repr: BatchRepr::Shared {
+                events,
+                range: start..end,
+            },
+        }
+    }
+
+    /// The events as a vector of their own (a copy of each event when shared: one
+    /// reference-count increment per resource).
+    pub fn into_vec(self) -> Vec<Event> {
+        match self.repr {
+            BatchRepr::Owned(events) => events,
+            BatchRepr::Shared { events, range } => events[range].to_vec(),
+        }
+    }
+}
+
+impl From<Vec<Event>> for EventBatch {
+    fn from(events: Vec<Event>) -> Self {
+        EventBatch {
+            repr: BatchRepr::Owned(events),
+        }
+    }
+}
+
+impl Deref for EventBatch {
+    type Target = [Event];
+
+    fn deref(&self) -> &[Event] {
+        match &self.repr {
+            BatchRepr::Owned(events) => events,
+            BatchRepr::Shared { events, range } => &events[range.clone()],
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a EventBatch {
+    type Item = &'a Event;
+    type IntoIter = std::slice::Iter<'a, Event>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl fmt::Debug for EventBatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 /// The receiving end of a watch. Dropping it cancels the watch.
@@ -219,6 +324,14 @@ impl Watch {
     /// The events available now, as one batch of at most `max` (aggregated delivery).
     pub async fn recv_batch(&mut self, max: usize) -> Option<Vec<Event>> {
         self.source.next_batch(max.max(1)).await
+    }
+
+    /// The events available now, as one read-only batch of at most `max` that may share its
+    /// buffer with the other watchers of the same changes: the cheapest way to consume a watch
+    /// that many others also follow (see [`EventBatch`]). The same events as
+    /// [`Watch::recv_batch`], in the same order.
+    pub async fn recv_shared(&mut self, max: usize) -> Option<EventBatch> {
+        self.source.next_shared_batch(max.max(1)).await
     }
 }
 

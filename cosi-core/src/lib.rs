@@ -67,7 +67,7 @@ pub use bookmark::Bookmark;
 pub use columns::Columns;
 pub use definition::{PrintColumn, ResourceDefinition, Sensitivity, META_NAMESPACE};
 pub use error::{Error, Result, Source};
-pub use event::{Event, EventSource, Watch};
+pub use event::{Event, EventBatch, EventSource, Watch};
 pub use id_query::IdQuery;
 pub use label_query::{parse_quantity, LabelOp, LabelQueries, LabelQuery, LabelTerm};
 pub use label_syntax::{validate_label_key, validate_label_value, LabelSyntaxError};

@@ -157,6 +157,7 @@ macro_rules! conformance_tests {
             kind_watch_refuses_a_bookmark_it_did_not_issue,
             label_filtered_kind_watch_turns_transitions_into_created_and_destroyed,
             aggregated_watch_delivers_same_events_in_batches,
+            shared_batch_watch_delivers_same_events,
             label_operators_select_on_list,
             label_operators_select_on_watch,
             id_regex_selects_on_list,

@@ -459,6 +459,57 @@ pub async fn aggregated_watch_delivers_same_events_in_batches(subject: &Subject)
     );
 }
 
+/// A watch read in shared batches (`recv_shared`) delivers the same events, in the same order
+/// with the same bookmarks, as a plain one and as another shared one, in non-empty batches no
+/// larger than asked.
+pub async fn shared_batch_watch_delivers_same_events(subject: &Subject) {
+    const RULE: &str = "shared_batch_watch_delivers_same_events";
+    const MAX: usize = 2;
+    let state = subject.state();
+    let mut plain = watch_kind(RULE, state, WatchKindOptions::default()).await;
+    let mut shared = [
+        watch_kind(RULE, state, WatchKindOptions::default()).await,
+        watch_kind(RULE, state, WatchKindOptions::default()).await,
+    ];
+    let mut expected = write_short_history(RULE, state).await;
+    update_value(RULE, state, "a", 2).await;
+    create_ok(state, RULE, widget("d", 0), None).await;
+    expected.extend([Seen::updated("a", 3), Seen::created("d", 1)]);
+
+    let from_plain = expect_events(RULE, &mut plain, &expected, "plain watch").await;
+    let bookmarks = |events: &[Event]| {
+        events
+            .iter()
+            .map(|e| e.bookmark().cloned())
+            .collect::<Vec<_>>()
+    };
+    for watch in &mut shared {
+        let mut from_batches = Vec::new();
+        while from_batches.len() < expected.len() {
+            let batch = within(RULE, "recv_shared", watch.recv_shared(MAX))
+                .await
+                .unwrap_or_else(|| panic!("{RULE}: the shared watch ended"));
+            assert!(
+                !batch.is_empty() && batch.len() <= MAX,
+                "{RULE}: batch of {} events, expected 1..={MAX}",
+                batch.len()
+            );
+            from_batches.extend(
+                batch
+                    .iter()
+                    .filter(|e| !matches!(e, Event::Noop { .. }))
+                    .cloned(),
+            );
+        }
+        assert_eq!(seen_all(&from_batches), expected, "{RULE}: shared events");
+        assert_eq!(
+            bookmarks(&from_batches),
+            bookmarks(&from_plain),
+            "{RULE}: shared bookmarks"
+        );
+    }
+}
+
 /// What a watcher believes a resource is: (version, value, phase, finalizers).
 type View = BTreeMap<String, (u64, u64, Phase, BTreeSet<String>)>;
 

@@ -19,6 +19,7 @@ use cosi_core::{
 use tokio::sync::Notify;
 
 use super::contents::KindContents;
+use super::shared_batches::SharedBatches;
 use super::write_rules;
 use super::MemoryOptions;
 
@@ -82,6 +83,8 @@ pub(crate) struct Collection {
     kind: Kind,
     contents: RwLock<KindContents>,
     wake: WatchWake,
+    /// Events built once for the kind's unfiltered watchers.
+    shared: SharedBatches,
 }
 
 impl Collection {
@@ -98,6 +101,7 @@ impl Collection {
             kind,
             contents: RwLock::new(KindContents::new(options, head).with_origin(origin)),
             wake: WatchWake::default(),
+            shared: SharedBatches::default(),
         }
     }
 
@@ -130,6 +134,11 @@ impl Collection {
     /// window (called when the owning store is dropped: no change can follow).
     pub(crate) fn close(&self) {
         self.wake.close();
+    }
+
+    /// The events shared by the kind's unfiltered watchers.
+    pub(crate) fn shared_batches(&self) -> &SharedBatches {
+        &self.shared
     }
 
     pub(crate) fn watch_wake(&self) -> &WatchWake {

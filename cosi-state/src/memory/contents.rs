@@ -136,6 +136,18 @@ impl KindContents {
         self.window.after(position).is_some()
     }
 
+    /// The sequence number of the oldest change the window holds (`head + 1` when empty).
+    pub(crate) fn window_oldest(&self) -> u64 {
+        self.window.oldest()
+    }
+
+    /// The events of the changes after `position`, at most `max`, as one buffer (for
+    /// [`super::shared_batches`]); `None` when the window no longer holds them all.
+    pub(crate) fn window_events(&self, position: u64, max: usize) -> Option<Arc<[Event]>> {
+        let changes = self.window.after(position)?;
+        Some(changes.take(max).map(|c| c.event(self.origin)).collect())
+    }
+
     /// The store instance its bookmarks name.
     pub(crate) fn origin(&self) -> u64 {
         self.origin

@@ -118,7 +118,7 @@ impl HistoryWindow {
     }
 
     /// The sequence number of the oldest change held (`head + 1` when empty).
-    fn oldest(&self) -> u64 {
+    pub(crate) fn oldest(&self) -> u64 {
         self.head + 1 - self.changes.len() as u64
     }
 

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cosi_core::{Error, Event, EventSource, Pointer, Result, WatchKindOptions};
+use cosi_core::{Error, Event, EventBatch, EventSource, Pointer, Result, WatchKindOptions};
 
 use super::collection::{check_watch_options, tombstone, Collection, WaitingGuard};
 use super::contents::KindContents;
@@ -274,9 +274,17 @@ impl KindWatcher {
         if self.failed {
             return false;
         }
+        self.wait_for(|watcher| watcher.fill(max).then_some(()))
+            .await
+            .is_some()
+    }
+
+    /// Calls `take` until it gives something, sleeping between calls until the kind changes.
+    /// `None` once the watch has ended.
+    async fn wait_for<T>(&mut self, mut take: impl FnMut(&mut Self) -> Option<T>) -> Option<T> {
         loop {
-            if self.fill(max) {
-                return true;
+            if let Some(taken) = take(self) {
+                return Some(taken);
             }
             // Register before re-checking, so a change made after the check wakes us.
             let collection = self.collection.clone();
@@ -285,13 +293,44 @@ impl KindWatcher {
             let notified = wake.notify().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.fill(max) {
-                return true;
+            if let Some(taken) = take(self) {
+                return Some(taken);
             }
             if wake.is_closed() {
-                return false;
+                return None;
             }
             notified.await;
+        }
+    }
+
+    /// Whether this watcher's events are the same as every other unfiltered watcher's, so it
+    /// can take them from the kind's shared batches.
+    fn shares(&self) -> bool {
+        self.filter.passes_everything() && !self.delivered.is_tracked()
+    }
+
+    /// The next shared batch: `Some(Some(batch))`; `Some(None)` when `ready` now holds what
+    /// the watcher needs instead (it fell behind the window: a catch-up, or the overrun error
+    /// in strict mode); `None` when nothing is new.
+    fn take_shared(&mut self, max: usize) -> Option<Option<EventBatch>> {
+        let contents = self.collection.read();
+        match self
+            .collection
+            .shared_batches()
+            .take(&contents, self.position, max)
+        {
+            Some((batch, _)) if batch.is_empty() => None,
+            Some((batch, position)) => {
+                self.position = position;
+                // Published under the read lock, so the next writer sees it.
+                self.cursor.advance(position);
+                Some(Some(batch))
+            }
+            None => {
+                drop(contents);
+                self.fill(max);
+                Some(None)
+            }
         }
     }
 }
@@ -319,5 +358,16 @@ impl EventSource for KindWatcher {
             return Some(std::mem::take(&mut self.ready).into());
         }
         Some(self.ready.drain(..max).collect())
+    }
+
+    async fn next_shared_batch(&mut self, max: usize) -> Option<EventBatch> {
+        let max = max.max(1);
+        if self.ready.is_empty() && !self.failed && self.shares() {
+            if let Some(batch) = self.wait_for(|watcher| watcher.take_shared(max)).await? {
+                return Some(batch);
+            }
+        }
+        // Its own events first (a bootstrap, a catch-up), or a filtered watcher.
+        self.next_batch(max).await.map(EventBatch::from)
     }
 }

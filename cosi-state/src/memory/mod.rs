@@ -96,6 +96,7 @@ mod history;
 mod id_map;
 mod kind_map;
 mod kind_watch;
+mod shared_batches;
 mod watch_filter;
 pub(crate) mod write_rules;
 

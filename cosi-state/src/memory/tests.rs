@@ -990,19 +990,76 @@ mod convergence {
         }
     }
 
-    async fn drain(watch: &mut Watch, view: &mut View) {
+    /// How a watcher takes its events.
+    #[derive(Clone, Copy, Debug)]
+    enum Read {
+        /// `recv_batch(max)`.
+        Batch(usize),
+        /// `recv_shared(max)`.
+        Shared(usize),
+    }
+
+    fn read() -> impl Strategy<Value = Read> {
+        prop_oneof![
+            (1usize..5).prop_map(Read::Batch),
+            (1usize..5).prop_map(Read::Shared)
+        ]
+    }
+
+    /// Takes every event available now.
+    async fn take_all(watch: &mut Watch, read: Read) -> Vec<Event> {
+        let mut events = Vec::new();
         // On the paused clock the timeout fires only once nothing else can run: the watcher
         // has taken everything available.
-        while let Ok(batch) =
-            tokio::time::timeout(Duration::from_secs(1), watch.recv_batch(3)).await
-        {
-            for event in batch.expect("the watch stays open") {
-                view.apply(event);
+        let wait = Duration::from_secs(1);
+        loop {
+            let batch = match read {
+                Read::Batch(max) => tokio::time::timeout(wait, watch.recv_batch(max)).await,
+                Read::Shared(max) => tokio::time::timeout(wait, watch.recv_shared(max))
+                    .await
+                    .map(|batch| batch.map(|batch| batch.to_vec())),
+            };
+            match batch {
+                Ok(batch) => events.extend(batch.expect("the watch stays open")),
+                Err(_) => return events,
             }
         }
     }
 
-    async fn run(options: MemoryOptions, filtered: bool, ops: Vec<Op>) -> bool {
+    async fn drain(watch: &mut Watch, view: &mut View, read: Read) {
+        for event in take_all(watch, read).await {
+            view.apply(event);
+        }
+    }
+
+    /// Applies `op` (number `n` of the run) to `state`; a write that breaks a rule changes
+    /// nothing and is skipped.
+    async fn write(state: &MemoryState, n: usize, op: &Op) {
+        let label = |web: bool| if web { Some("web") } else { None };
+        match *op {
+            Op::Create(id, web) => {
+                let _ = state
+                    .create(
+                        labelled(&format!("r{id}"), n as i64, label(web)),
+                        CreateOptions::default(),
+                    )
+                    .await;
+            }
+            Op::Update(id, web) => {
+                if state.get(&pointer(&format!("r{id}"))).await.is_ok() {
+                    relabel(state, &format!("r{id}"), n as i64, label(web)).await;
+                }
+            }
+            Op::Destroy(id) => {
+                let _ = state
+                    .destroy(&pointer(&format!("r{id}")), DestroyOptions::default())
+                    .await;
+            }
+            Op::Drain => {}
+        }
+    }
+
+    async fn run(options: MemoryOptions, filtered: bool, read: Read, ops: Vec<Op>) -> bool {
         let state = MemoryState::new(options);
         let labels = if filtered {
             web_only()
@@ -1022,31 +1079,13 @@ mod convergence {
             in_bootstrap: true,
             ..View::default()
         };
-        for (n, op) in ops.into_iter().enumerate() {
-            let label = |web: bool| if web { Some("web") } else { None };
+        for (n, op) in ops.iter().enumerate() {
             match op {
-                Op::Create(id, web) => {
-                    let _ = state
-                        .create(
-                            labelled(&format!("r{id}"), n as i64, label(web)),
-                            CreateOptions::default(),
-                        )
-                        .await;
-                }
-                Op::Update(id, web) => {
-                    if state.get(&pointer(&format!("r{id}"))).await.is_ok() {
-                        relabel(&state, &format!("r{id}"), n as i64, label(web)).await;
-                    }
-                }
-                Op::Destroy(id) => {
-                    let _ = state
-                        .destroy(&pointer(&format!("r{id}")), DestroyOptions::default())
-                        .await;
-                }
-                Op::Drain => drain(&mut watch, &mut view).await,
+                Op::Drain => drain(&mut watch, &mut view, read).await,
+                _ => write(&state, n, op).await,
             }
         }
-        drain(&mut watch, &mut view).await;
+        drain(&mut watch, &mut view, read).await;
         let listed = state
             .list(&kind(), &ListOptions { labels, ids: None })
             .await
@@ -1064,13 +1103,59 @@ mod convergence {
         view.caught_up
     }
 
+    /// Runs `ops` with one unfiltered watcher per entry of `reads`, all draining at the same
+    /// points; returns what each saw.
+    async fn watch_together(
+        options: MemoryOptions,
+        reads: &[Read],
+        ops: Vec<Op>,
+    ) -> Vec<Vec<String>> {
+        let state = MemoryState::new(options);
+        let mut watches = Vec::new();
+        for _ in reads {
+            watches.push(watch_every(&state).await);
+        }
+        let mut seen = vec![Vec::new(); reads.len()];
+        for (n, op) in ops.iter().chain([&Op::Drain]).enumerate() {
+            match op {
+                Op::Drain => {
+                    for ((watch, read), seen) in watches.iter_mut().zip(reads).zip(&mut seen) {
+                        seen.extend(describe_all(&take_all(watch, *read).await));
+                    }
+                }
+                _ => write(&state, n, op).await,
+            }
+        }
+        seen
+    }
+
     proptest! {
+        #[test]
+        fn watchers_reading_at_the_same_points_see_the_same_events_shared_or_not(
+            history in 1usize..6,
+            markers in 0usize..6,
+            reads in proptest::collection::vec(read(), 2..5),
+            ops in proptest::collection::vec(op(), 0..60),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            let options = MemoryOptions { history, history_min: history, max_destroy_markers: markers };
+            let seen = runtime.block_on(watch_together(options, &reads, ops));
+            for (read, events) in reads.iter().zip(&seen).skip(1) {
+                prop_assert_eq!(events, &seen[0], "{:?} against {:?}", read, reads[0]);
+            }
+        }
+
         #[test]
         fn a_lagging_watchers_view_converges_to_the_store(
             history in 1usize..6,
             history_min in 1usize..6,
             markers in 0usize..6,
             filtered in any::<bool>(),
+            read in read(),
             ops in proptest::collection::vec(op(), 0..60),
         ) {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -1079,7 +1164,7 @@ mod convergence {
                 .build()
                 .unwrap();
             let options = MemoryOptions { history, history_min, max_destroy_markers: markers };
-            runtime.block_on(run(options, filtered, ops));
+            runtime.block_on(run(options, filtered, read, ops));
         }
     }
 
@@ -1105,8 +1190,10 @@ mod convergence {
             history_min: 1,
             max_destroy_markers: 1000,
         };
-        let caught_up = runtime.block_on(run(options, false, ops));
-        assert!(!caught_up);
+        for read in [Read::Batch(3), Read::Shared(4)] {
+            let caught_up = runtime.block_on(run(options.clone(), false, read, ops.clone()));
+            assert!(!caught_up, "{read:?}");
+        }
     }
 }
 
@@ -1333,4 +1420,155 @@ async fn published_writes_reach_watchers_like_direct_ones() {
         .apply_update(counter("zz", 1))
         .unwrap_err()
         .is_not_found());
+}
+
+// ---- shared batches (`Watch::recv_shared`) ----
+
+async fn recv_shared(watch: &mut Watch, max: usize) -> cosi_core::EventBatch {
+    tokio::time::timeout(Duration::from_secs(5), watch.recv_shared(max))
+        .await
+        .expect("a batch within 5 s")
+        .expect("the watch is still open")
+}
+
+#[tokio::test]
+async fn unfiltered_watchers_of_the_same_changes_share_one_buffer() {
+    let state = small(16, 16);
+    let mut first = watch_every(&state).await;
+    let mut second = watch_every(&state).await;
+    create(&state, "a", 1).await;
+    set(&state, "a", 2).await;
+    let one = recv_shared(&mut first, 10).await;
+    let other = recv_shared(&mut second, 10).await;
+    assert_eq!(
+        describe_all(&one),
+        ["created a 1 - @1", "updated a 1->2 - @2"]
+    );
+    assert_eq!(describe_all(&other), describe_all(&one));
+    assert!(
+        std::ptr::eq(one.as_ptr(), other.as_ptr()),
+        "both batches view the same events"
+    );
+}
+
+#[tokio::test]
+async fn a_shared_batch_holds_at_most_max_events_and_the_rest_follows() {
+    let state = small(16, 16);
+    let mut watch = watch_every(&state).await;
+    create_numbered(&state, 5).await;
+    let first = recv_shared(&mut watch, 3).await;
+    let rest = recv_shared(&mut watch, 3).await;
+    assert_eq!(
+        describe_all(&first),
+        [
+            "created r0 0 - @1",
+            "created r1 1 - @2",
+            "created r2 2 - @3"
+        ]
+    );
+    assert_eq!(
+        describe_all(&rest),
+        ["created r3 3 - @4", "created r4 4 - @5"]
+    );
+}
+
+#[tokio::test]
+async fn a_watcher_starting_inside_a_shared_chunk_gets_only_what_follows_its_start() {
+    let state = small(16, 16);
+    let mut early = watch_every(&state).await;
+    create(&state, "a", 1).await;
+    let mut late = watch_every(&state).await;
+    create(&state, "b", 1).await;
+    // The early watcher builds the chunk of both changes; the late one starts after the first.
+    assert_eq!(recv_shared(&mut early, 10).await.len(), 2);
+    assert_eq!(
+        describe_all(&recv_shared(&mut late, 10).await),
+        ["created b 1 - @2"]
+    );
+}
+
+#[tokio::test]
+async fn a_shared_watch_delivers_its_bootstrap_before_live_events() {
+    let state = small(16, 16);
+    create(&state, "a", 1).await;
+    let mut watch = watch_kind_with(
+        &state,
+        WatchKindOptions {
+            bootstrap: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    create(&state, "b", 1).await;
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        seen.extend(describe_all(&recv_shared(&mut watch, 10).await));
+    }
+    assert_eq!(
+        seen,
+        ["created a 1 - @1", "bootstrapped @1", "created b 1 - @2"]
+    );
+}
+
+#[tokio::test]
+async fn a_shared_watcher_behind_the_window_gets_the_same_catch_up_as_an_unshared_one() {
+    let state = small(2, 16);
+    create_numbered(&state, 2).await;
+    let mut shared = watch_every(&state).await;
+    let mut unshared = watch_every(&state).await;
+    set(&state, "r0", 5).await;
+    destroy(&state, "r1").await;
+    create(&state, "c", 1).await;
+    set(&state, "c", 2).await;
+    // A catch-up is in id order.
+    let expected = [
+        "created c 2 c @6",
+        "updated r0 ?->5 c @6",
+        "destroyed r1 c @6",
+    ];
+    assert_eq!(describe_all(&recv_batch(&mut unshared, 10).await), expected);
+    assert_eq!(describe_all(&recv_shared(&mut shared, 10).await), expected);
+    set(&state, "c", 3).await;
+    assert_eq!(
+        describe_all(&recv_shared(&mut shared, 10).await),
+        ["updated c 2->3 - @7"]
+    );
+}
+
+#[tokio::test]
+async fn a_filtered_watcher_gets_only_its_own_events_from_recv_shared() {
+    let state = small(16, 16);
+    let mut filtered = watch_kind_with(
+        &state,
+        WatchKindOptions {
+            labels: web_only(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut every = watch_every(&state).await;
+    create_labelled(&state, "a", 1, Some("web")).await;
+    create_labelled(&state, "b", 1, None).await;
+    assert_eq!(recv_shared(&mut every, 10).await.len(), 2);
+    assert_eq!(
+        describe_all(&recv_shared(&mut filtered, 10).await),
+        ["created a 1 - @1"]
+    );
+}
+
+#[tokio::test]
+async fn shared_chunks_let_go_of_the_versions_the_window_let_go_of() {
+    let state = small(2, 16);
+    let mut watch = watch_every(&state).await;
+    let first = Arc::downgrade(&create(&state, "a", 1).await);
+    // The chunk of the create holds version 1; the batch is dropped at once.
+    assert_eq!(recv_shared(&mut watch, 10).await.len(), 1);
+    for value in 2..=4 {
+        set(&state, "a", value).await;
+        assert_eq!(recv_shared(&mut watch, 10).await.len(), 1);
+    }
+    assert!(
+        first.upgrade().is_none(),
+        "version 1 is still held after the window moved past it"
+    );
 }
