@@ -103,12 +103,13 @@ fn run() -> Result<(), WorkloadError> {
             let store = runtime.block_on(store_fan_out(state, items))?;
             println!(
                 "# run {run} {prefix}: wall {:.1} ms, {} of {WATCHERS} watchers caught up \
-                 ({} compacted events, {} resyncs), {} events received",
+                 ({} compacted events, {} resyncs), {} events received in {} batches",
                 store.wall.as_secs_f64() * 1e3,
                 store.caught_up_watchers,
                 store.compacted_events,
                 store.resyncs,
                 store.events_received,
+                store.batches,
             );
             if store.caught_up_watchers > 0 {
                 catch_ups.push(format!("{prefix} run {run}: {}", store.caught_up_watchers));
@@ -191,11 +192,13 @@ struct StoreRun {
     compacted_events: usize,
     resyncs: usize,
     events_received: usize,
+    batches: usize,
 }
 
 /// What one watcher saw.
 struct WatcherOutcome {
     finished: Instant,
+    batches: usize,
     events: usize,
     compacted: usize,
     resyncs: usize,
@@ -251,6 +254,7 @@ async fn store_fan_out(state: Arc<dyn State>, items: usize) -> Result<StoreRun, 
         compacted_events: outcomes.iter().map(|o| o.compacted).sum(),
         resyncs: outcomes.iter().map(|o| o.resyncs).sum(),
         events_received: outcomes.iter().map(|o| o.events).sum(),
+        batches: outcomes.iter().map(|o| o.batches).sum(),
     })
 }
 
@@ -302,6 +306,7 @@ async fn follow(mut watch: Watch, items: usize) -> Result<WatcherOutcome, Worklo
     let mut done = 0;
     let mut outcome = WatcherOutcome {
         finished: Instant::now(),
+        batches: 0,
         events: 0,
         compacted: 0,
         resyncs: 0,
@@ -309,13 +314,14 @@ async fn follow(mut watch: Watch, items: usize) -> Result<WatcherOutcome, Worklo
     // After a resync, the full contents arrive as `Created` events at any value.
     let mut rebuilding = false;
     while done < items {
-        let batch = watch.recv_batch(BATCH).await.ok_or_else(|| {
+        let batch = watch.recv_shared(BATCH).await.ok_or_else(|| {
             WorkloadError::new(format!(
                 "watch ended after {} events with {done} of {items} items done",
                 outcome.events
             ))
         })?;
-        for event in batch {
+        outcome.batches += 1;
+        for event in &batch {
             let exact = !event.is_compacted() && !rebuilding;
             let is_created = matches!(event, Event::Created { .. });
             match event {
@@ -324,7 +330,7 @@ async fn follow(mut watch: Watch, items: usize) -> Result<WatcherOutcome, Worklo
                     if !exact {
                         outcome.compacted += usize::from(!rebuilding);
                     }
-                    let item = downcast_ref::<BenchItem>(&*resource)?;
+                    let item = downcast_ref::<BenchItem>(&**resource)?;
                     let value = item.spec.value;
                     let index = item_index(item.metadata.id())
                         .filter(|&i| i < items)
