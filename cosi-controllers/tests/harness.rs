@@ -13,7 +13,7 @@ use cosi_controllers::testing::{ControllerFailure, Harness};
 use cosi_controllers::{
     Backoff, Controller, ControllerState, EngineOptions, Input, Output, Reconciled, Transform,
 };
-use cosi_core::{Resource, ResourceSpec, Result, State, StateExt};
+use cosi_core::{Resource, ResourceSpec, Result, StateExt};
 use cosi_state::MemoryOptions;
 
 fn plus_one() -> Transform<A, B> {
@@ -113,6 +113,33 @@ async fn failing_reads_keep_a_controller_restarting_until_cleared() {
 
     h.faults().clear();
     h.advance(Duration::from_secs(4)).await;
+    assert_eq!(h.expect::<B>("x").await.spec.value, 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_controllers_reads_meet_the_faults_of_the_store_it_runs_on() {
+    // A queue transform reads its item with the controller state's fast path (`get_now`):
+    // a wrapped store that fails reads must still be asked.
+    let h = Harness::with_options(fast_backoff());
+    // The test provokes these failures.
+    h.expect_errors("PlusOne");
+    h.register_queue(plus_one().into_queue(1)).unwrap();
+    h.start().await;
+    create(&h.state(), "x", A { value: 1 }).await;
+    h.settle().await;
+    h.faults().fail_reads(A::kind());
+    set(h.faults().inner(), "x", A { value: 5 }).await;
+    h.settle().await;
+    let status = h.status("PlusOne").await;
+    assert_eq!(status.errors, 1);
+    assert!(status
+        .last_error
+        .unwrap()
+        .contains("injected fault: read failed"));
+    assert_eq!(h.expect::<B>("x").await.spec.value, 2);
+
+    h.faults().clear();
+    h.advance(Duration::from_secs(1)).await;
     assert_eq!(h.expect::<B>("x").await.spec.value, 6);
 }
 

@@ -14,9 +14,7 @@ use cosi_controllers::testing::Harness;
 use cosi_controllers::{
     Backoff, ControllerState, EngineOptions, Input, Output, QueueController, Reconciled,
 };
-use cosi_core::{
-    Error, Phase, Pointer, Resource, ResourceSpec, Result, SharedResource, State, StateExt,
-};
+use cosi_core::{Error, Phase, Pointer, Resource, ResourceSpec, Result, SharedResource, StateExt};
 
 #[derive(Default)]
 struct Log {

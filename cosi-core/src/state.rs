@@ -126,6 +126,16 @@ pub trait State: Send + Sync + 'static {
     /// Reads one resource.
     async fn get(&self, pointer: &Pointer) -> Result<SharedResource>;
 
+    /// Reads one resource at once, for a backend that can answer without waiting (the
+    /// in-memory one, and those that serve reads from memory): `Some` holds exactly what
+    /// [`State::get`] would return. `None` (the default) means "call `get`". Wrappers call it
+    /// first to save `get`'s boxed future on hot paths; a wrapper that adds behaviour to
+    /// `get` (checks, faults) must not forward it.
+    fn get_now(&self, pointer: &Pointer) -> Option<Result<SharedResource>> {
+        let _ = pointer;
+        None
+    }
+
     /// Lists the resources of a kind matching the options, sorted by id.
     async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>>;
 

@@ -103,6 +103,13 @@ impl State for NamespaceRouter {
             .await
     }
 
+    fn get_now(&self, pointer: &Pointer) -> Option<Result<SharedResource>> {
+        match self.backend(pointer.namespace(), pointer) {
+            Ok(backend) => backend.get_now(pointer),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
     async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
         self.backend(kind.namespace(), kind)?
             .list(kind, options)

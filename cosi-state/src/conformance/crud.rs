@@ -696,3 +696,47 @@ pub async fn typed_downcast_mismatch_is_an_error(subject: &Subject) {
         "{RULE}: list as the wrong type: expected InvalidArgument, got {err:?}"
     );
 }
+
+/// A read at once ([`State::get_now`]), where a backend offers it, gives what `get` gives: the
+/// stored value after a create and after an update, `NotFound` for a missing id and after a
+/// destroy. (A backend without it answers `None` and passes trivially.)
+pub async fn get_now_agrees_with_get(subject: &Subject) {
+    const RULE: &str = "get_now_agrees_with_get";
+    let state = subject.state();
+    let pointer = widget_pointer("n1");
+    let agree = |step: &str, got: Result<SharedResource, Error>| {
+        let Some(now) = state.get_now(&pointer) else {
+            return;
+        };
+        match (now, got) {
+            (Ok(now), Ok(got)) => assert_eq!(
+                (now.metadata().version(), value_of(RULE, &now)),
+                (got.metadata().version(), value_of(RULE, &got)),
+                "{RULE}: {step}: get_now and get read different values"
+            ),
+            (Err(now), Err(got)) => assert_eq!(
+                (now.is_not_found(), now.to_string()),
+                (got.is_not_found(), got.to_string()),
+                "{RULE}: {step}: get_now and get fail differently"
+            ),
+            (now, got) => panic!("{RULE}: {step}: get_now gave {now:?}, get gave {got:?}"),
+        }
+    };
+    agree("missing", state.get(&pointer).await);
+    let created = create_ok(state, RULE, widget("n1", 1), None).await;
+    agree("created", state.get(&pointer).await);
+    expect_ok(
+        RULE,
+        "update",
+        state
+            .update(with_value(&created, 2), UpdateOptions::default())
+            .await,
+    );
+    agree("updated", state.get(&pointer).await);
+    expect_ok(
+        RULE,
+        "destroy",
+        state.destroy(&pointer, DestroyOptions::default()).await,
+    );
+    agree("destroyed", state.get(&pointer).await);
+}

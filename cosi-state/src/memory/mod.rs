@@ -232,6 +232,10 @@ impl State for MemoryState {
         self.collections.get_resource(pointer)
     }
 
+    fn get_now(&self, pointer: &Pointer) -> Option<Result<SharedResource>> {
+        Some(self.collections.get_resource(pointer))
+    }
+
     async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
         Ok(self.collections.list(kind, options))
     }
