@@ -211,6 +211,53 @@ impl ControllerState {
         }
     }
 
+    /// Lists a kind ([`State::list`] with the access checks).
+    pub async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
+        self.check_read(kind, None)?;
+        self.inner.list(kind, options).await
+    }
+
+    /// Creates a resource ([`State::create`] with the access checks; an output is marked
+    /// touched when tracking).
+    pub async fn create(
+        &self,
+        resource: SharedResource,
+        options: CreateOptions,
+    ) -> Result<SharedResource> {
+        self.check_write(resource.metadata().pointer(), options.owner.as_deref())?;
+        let touched = self.to_touch(&*resource);
+        let stored = self.inner.create(resource, options).await?;
+        if let Some(pointer) = touched {
+            self.touch(&pointer);
+        }
+        Ok(stored)
+    }
+
+    /// Updates a resource ([`State::update`] with the access checks; an output is marked
+    /// touched when tracking).
+    pub async fn update(
+        &self,
+        resource: SharedResource,
+        options: UpdateOptions,
+    ) -> Result<SharedResource> {
+        let is_output = self.is_output_type(resource.metadata().pointer().resource_type());
+        if is_output && options.owner.as_deref() == Some(&*self.name) {
+            let touched = self.to_touch(&*resource);
+            let stored = self.inner.update(resource, options).await?;
+            if let Some(pointer) = touched {
+                self.touch(&pointer);
+            }
+            return Ok(stored);
+        }
+        let pointer = resource.metadata().pointer();
+        if is_output && !self.is_strong_input(pointer) {
+            return Err(self.owner_denied(pointer, options.owner.as_deref()));
+        }
+        self.check_finalizer_update(&*resource).await?;
+        // A finalizer change is allowed in any phase, as the stored owner.
+        self.inner.update(resource, options).await
+    }
+
     /// Update options that write as this controller.
     pub fn owned(&self) -> UpdateOptions {
         UpdateOptions::owned_by(Some(&self.name))
@@ -535,8 +582,7 @@ impl State for ControllerState {
     }
 
     async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
-        self.check_read(kind, None)?;
-        self.inner.list(kind, options).await
+        ControllerState::list(self, kind, options).await
     }
 
     async fn create(
@@ -544,13 +590,7 @@ impl State for ControllerState {
         resource: SharedResource,
         options: CreateOptions,
     ) -> Result<SharedResource> {
-        self.check_write(resource.metadata().pointer(), options.owner.as_deref())?;
-        let touched = self.to_touch(&*resource);
-        let stored = self.inner.create(resource, options).await?;
-        if let Some(pointer) = touched {
-            self.touch(&pointer);
-        }
-        Ok(stored)
+        ControllerState::create(self, resource, options).await
     }
 
     async fn update(
@@ -558,22 +598,7 @@ impl State for ControllerState {
         resource: SharedResource,
         options: UpdateOptions,
     ) -> Result<SharedResource> {
-        let is_output = self.is_output_type(resource.metadata().pointer().resource_type());
-        if is_output && options.owner.as_deref() == Some(&*self.name) {
-            let touched = self.to_touch(&*resource);
-            let stored = self.inner.update(resource, options).await?;
-            if let Some(pointer) = touched {
-                self.touch(&pointer);
-            }
-            return Ok(stored);
-        }
-        let pointer = resource.metadata().pointer();
-        if is_output && !self.is_strong_input(pointer) {
-            return Err(self.owner_denied(pointer, options.owner.as_deref()));
-        }
-        self.check_finalizer_update(&*resource).await?;
-        // A finalizer change is allowed in any phase, as the stored owner.
-        self.inner.update(resource, options).await
+        ControllerState::update(self, resource, options).await
     }
 
     async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {

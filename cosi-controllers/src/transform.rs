@@ -15,7 +15,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use cosi_core::{
     downcast, downcast_ref, CreateOptions, Error, Kind, ListOptions, Metadata, Phase, Pointer,
-    Resource, ResourceSpec, Result, SharedResource, State, StateExt,
+    Resource, ResourceSpec, Result, SharedResource, StateExt,
 };
 
 use crate::{Controller, ControllerState, Input, Output, QueueController, Reconciled};

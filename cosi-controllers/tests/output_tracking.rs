@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use common::*;
 use cosi_controllers::testing::Harness;
 use cosi_controllers::{Cleanup, Controller, ControllerState, Input, Output, Reconciled};
-use cosi_core::{ListOptions, Phase, Resource, ResourceSpec, Result, State, StateExt};
+use cosi_core::{ListOptions, Phase, Resource, ResourceSpec, Result, StateExt};
 use std::sync::{Arc, Mutex};
 
 /// One C per A, through output tracking; wakes when its own outputs become destroyable.
