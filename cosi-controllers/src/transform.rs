@@ -177,6 +177,12 @@ fn same_value<A: ?Sized, B: ?Sized>(a: &Arc<A>, b: &Arc<B>) -> bool {
     std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
+/// Whether two ids are equal, without reading them when they are the same `Arc` (an output's
+/// id is usually its input's, and the memo keeps the ids it was built with).
+fn same_id(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
+}
+
 /// The owned outputs of one reconcile, sorted by id (as `list` returns them), with lookups
 /// that are O(1) when ids come in order (same-id mappings) and O(log n) otherwise.
 struct Outputs<Out> {
@@ -186,12 +192,12 @@ struct Outputs<Out> {
 }
 
 impl<Out: ResourceSpec> Outputs<Out> {
-    fn find(&mut self, id: &str) -> Option<usize> {
+    fn find(&mut self, id: &Arc<str>) -> Option<usize> {
         let at = match self.sorted.get(self.hint) {
-            Some(o) if o.metadata.id() == id => self.hint,
+            Some(o) if same_id(o.metadata.pointer().shared_id(), id) => self.hint,
             _ => self
                 .sorted
-                .binary_search_by(|o| o.metadata.id().cmp(id))
+                .binary_search_by(|o| o.metadata.id().cmp(&**id))
                 .ok()?,
         };
         self.hint = at + 1;
@@ -237,9 +243,12 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
         let mut previous = std::mem::take(&mut self.memo).into_iter().peekable();
         for shared in &inputs {
             let input = downcast_ref::<In>(&**shared)?;
-            let id = input.metadata.id();
-            while previous.next_if(|m| &*m.input_id < id).is_some() {}
-            if let Some(m) = previous.next_if(|m| &*m.input_id == id) {
+            let id = input.metadata.pointer().shared_id();
+            while previous
+                .next_if(|m| !Arc::ptr_eq(&m.input_id, id) && m.input_id < *id)
+                .is_some()
+            {}
+            if let Some(m) = previous.next_if(|m| same_id(&m.input_id, id)) {
                 if same_value(&m.input, shared) {
                     if let Some(at) = outputs.find(&m.output_id) {
                         if same_value(&outputs.sorted[at], &m.output) {
