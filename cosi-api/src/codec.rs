@@ -228,6 +228,29 @@ impl Codec {
 
     /// A resource as the bytes of its `Resource` message: [`Codec::encode`], encoded. Written
     /// straight from the resource (the message's strings are borrowed, not copied).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use cosi_api::codec::{Codec, Reader, Tombstones};
+    /// use cosi_core::{Registry, Resource, ResourceSpec};
+    /// use prost::Message;
+    /// # use serde::{Deserialize, Serialize};
+    /// #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+    /// struct Hostname { name: String }
+    /// impl ResourceSpec for Hostname {
+    ///     const TYPE: &'static str = "Hostnames.net.cosi.dev";
+    ///     const DEFAULT_NAMESPACE: &'static str = "network";
+    /// }
+    /// let mut registry = Registry::new();
+    /// registry.register::<Hostname>().unwrap();
+    /// let codec = Codec::new(Arc::new(registry));
+    ///
+    /// let hostname = Resource::new("h", Hostname { name: "node-1".into() });
+    /// let bytes = codec.encode_bytes(&hostname, false).unwrap();
+    /// assert_eq!(bytes, codec.encode(&hostname, false).unwrap().encode_to_vec());
+    /// let back = codec.decode_bytes(&bytes, Reader::Client, Tombstones::Typed).unwrap();
+    /// assert_eq!(cosi_core::downcast_ref::<Hostname>(&*back).unwrap().spec.name, "node-1");
+    /// ```
     pub fn encode_bytes(&self, resource: &dyn AnyResource, yaml: bool) -> Result<Bytes> {
         let (proto_spec, yaml_spec) = self.encode_spec(resource, yaml)?;
         let md = resource.metadata();
@@ -297,7 +320,7 @@ impl Codec {
     /// A resource from the bytes of its `Resource` message: as [`Codec::decode`] of the
     /// decoded message, and a tombstone (version 0, no spec) as `tombstones` says. The message
     /// is read in place: its strings are borrowed from `bytes` until the resource takes what
-    /// it keeps.
+    /// it keeps. See [`Codec::encode_bytes`] for an example.
     pub fn decode_bytes(
         &self,
         bytes: &[u8],

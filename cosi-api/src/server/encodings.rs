@@ -2,11 +2,14 @@
 //! by all of them, so that an event every watcher of a kind receives is encoded once rather
 //! than once per watcher (with ten watchers, encoding was most of the server's work per event).
 //!
-//! A stored resource is an immutable shared value, and every watch of a store receives the same
-//! `Arc` for the same change, so the allocation's address names the resource. An entry keeps a
+//! A stored resource is an immutable shared value, and every watch of the in-memory store
+//! receives the same `Arc` for the same change, so the allocation's address names the resource
+//! (a backend that hands each watch its own copy shares nothing here, and pays only the
+//! lookups). An entry keeps a
 //! weak reference to its resource: that keeps the allocation (not the value) alive, so no other
 //! resource can take the address while the entry exists, and a hit is always the same resource.
-//! The entries are bounded by their bytes and evicted oldest first: a watcher that falls further
+//! The entries are bounded by their bytes — the encoding, and the allocation a weak reference
+//! keeps after its resource is gone — and evicted oldest first: a watcher that falls further
 //! behind than that encodes again what it sends, nothing worse.
 
 use std::collections::{HashMap, VecDeque};
@@ -15,13 +18,21 @@ use std::sync::{Arc, Mutex, Weak};
 use cosi_core::{AnyResource, Result, SharedResource};
 use prost::bytes::Bytes;
 
-/// The bytes the entries may hold, by default: at ~200 bytes per small resource, the last
-/// ~15,000 resources sent, far more than watchers of one store drift apart.
+/// The bytes the entries may hold, by default: at ~400 bytes per small resource (its encoding
+/// and its allocation), the last ~10,000 resources sent, more than the watchers of one store
+/// usually drift apart.
 pub const DEFAULT_BUDGET: usize = 4 * 1024 * 1024;
 
-/// What an entry costs beyond its bytes (key, queue slot, the weak reference): counted so
-/// that many tiny resources are bounded too.
+/// What an entry costs beyond its encoding and its resource's allocation (key, queue slot, the
+/// weak reference, the allocation's reference counts): counted so that many tiny resources are
+/// bounded too.
 const ENTRY_OVERHEAD: usize = 64;
+
+/// The bytes an entry holds: its encoding, and the resource's allocation (which the weak
+/// reference keeps; the resource's own heap data is freed with it).
+fn cost(resource: &SharedResource, encoded: &Bytes) -> usize {
+    encoded.len() + ENTRY_OVERHEAD + std::mem::size_of_val(&**resource)
+}
 
 /// Encoded resources shared by a service's watches.
 pub(crate) struct SharedEncodings {
@@ -37,7 +48,7 @@ struct Entries {
     by_key: HashMap<Key, Entry, foldhash::fast::RandomState>,
     /// Insertion order, for eviction.
     order: VecDeque<Key>,
-    /// The entries' bytes, with [`ENTRY_OVERHEAD`] each.
+    /// The entries' [`cost`]s.
     held: usize,
 }
 
@@ -45,6 +56,7 @@ struct Entry {
     /// Pins the address (see the module docs); never upgraded.
     _pin: Weak<dyn AnyResource>,
     encoded: Bytes,
+    cost: usize,
 }
 
 impl SharedEncodings {
@@ -69,7 +81,7 @@ impl SharedEncodings {
             return Ok(entry.encoded.clone());
         }
         let encoded = encode()?;
-        let cost = encoded.len() + ENTRY_OVERHEAD;
+        let cost = cost(resource, &encoded);
         if cost > self.budget {
             return Ok(encoded);
         }
@@ -85,7 +97,7 @@ impl SharedEncodings {
                 break;
             };
             if let Some(entry) = entries.by_key.remove(&oldest) {
-                entries.held -= entry.encoded.len() + ENTRY_OVERHEAD;
+                entries.held -= entry.cost;
                 evicted.push(entry);
             }
         }
@@ -94,6 +106,7 @@ impl SharedEncodings {
             Entry {
                 _pin: Arc::downgrade(resource),
                 encoded: encoded.clone(),
+                cost,
             },
         );
         entries.order.push_back(key);
@@ -192,9 +205,9 @@ mod tests {
 
     #[test]
     fn entries_beyond_the_budget_evict_the_oldest() {
-        let budget = 3 * (ENTRY_OVERHEAD + 1);
-        let shared = SharedEncodings::new(budget);
         let resources: Vec<_> = ["a", "b", "c", "d"].map(note).into();
+        let budget = 3 * cost(&resources[0], &Bytes::from_static(b"x"));
+        let shared = SharedEncodings::new(budget);
         let calls = Cell::new(0);
         for r in &resources {
             shared
@@ -215,10 +228,11 @@ mod tests {
 
     #[test]
     fn an_encoding_larger_than_the_budget_is_returned_but_not_held() {
-        let shared = SharedEncodings::new(ENTRY_OVERHEAD + 2);
+        let resource = note("a");
+        let shared = SharedEncodings::new(cost(&resource, &Bytes::from_static(b"ab")));
         let calls = Cell::new(0);
         let bytes = shared
-            .get_or_encode(&note("a"), false, counting(&calls, "abc"))
+            .get_or_encode(&resource, false, counting(&calls, "abc"))
             .unwrap();
         assert_eq!((bytes, shared.held()), ("abc".into(), (0, 0)));
     }

@@ -96,6 +96,18 @@ impl StateService {
     /// Lets the watches share at most `budget` bytes of encoded resources (default
     /// [`DEFAULT_SHARED_ENCODINGS`](super::DEFAULT_SHARED_ENCODINGS); 0: each watch encodes
     /// every resource it sends). Call it before the service is cloned or served.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use cosi_api::auth::StatePolicy;
+    /// use cosi_api::codec::Codec;
+    /// use cosi_api::server::StateService;
+    /// let store = Arc::new(cosi_state::MemoryState::default());
+    /// let codec = Codec::new(Arc::new(cosi_core::Registry::new()));
+    /// let service = StateService::new(store, codec, StatePolicy::default())
+    ///     .with_shared_encodings(16 * 1024 * 1024);
+    /// # let _ = service;
+    /// ```
     pub fn with_shared_encodings(mut self, budget: usize) -> Self {
         let shared = Shared {
             state: self.shared.state.clone(),
