@@ -33,8 +33,10 @@ use cosi_core::{
     AnyResource, DynamicResource, Error, Kind, Metadata, Phase, Pointer, Registry,
     ResourceDefinition, ResourceSpec, Result, SharedResource, Version,
 };
+use prost::bytes::Bytes;
 
 use crate::proto::resource as pb;
+use crate::resource_wire::{MetadataView, ResourceParts, ResourceView, SpecView, TimestampView};
 use crate::yaml;
 
 /// The wire text of version 0 (a resource that was never stored, a tombstone).
@@ -81,6 +83,16 @@ impl Reader {
             Reader::Client => Origin::ReadBack,
         }
     }
+}
+
+/// What [`Codec::decode_bytes`] makes of a tombstone: a resource that was never stored
+/// (version 0) and has no spec, such as the last state of a destroyed resource in a watch event.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Tombstones {
+    /// A [`DynamicResource`] with a null spec, whatever its type (a watch event's resource).
+    Dynamic,
+    /// Like any other resource (decoded into its type, refused as the [`Reader`] says).
+    Typed,
 }
 
 /// Converts resources to and from the protocol's messages.
@@ -204,9 +216,69 @@ impl Codec {
     /// A resource as a message; `yaml` adds the YAML spec (generic clients need it, this
     /// project's client does not).
     pub fn encode(&self, resource: &dyn AnyResource, yaml: bool) -> Result<pb::Resource> {
+        let (proto_spec, yaml_spec) = self.encode_spec(resource, yaml)?;
+        Ok(pb::Resource {
+            metadata: Some(encode_metadata(resource.metadata())),
+            spec: Some(pb::Spec {
+                proto_spec,
+                yaml_spec,
+            }),
+        })
+    }
+
+    /// A resource as the bytes of its `Resource` message: [`Codec::encode`], encoded. Written
+    /// straight from the resource (the message's strings are borrowed, not copied).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use cosi_api::codec::{Codec, Reader, Tombstones};
+    /// use cosi_core::{Registry, Resource, ResourceSpec};
+    /// use prost::Message;
+    /// # use serde::{Deserialize, Serialize};
+    /// #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+    /// struct Hostname { name: String }
+    /// impl ResourceSpec for Hostname {
+    ///     const TYPE: &'static str = "Hostnames.net.cosi.dev";
+    ///     const DEFAULT_NAMESPACE: &'static str = "network";
+    /// }
+    /// let mut registry = Registry::new();
+    /// registry.register::<Hostname>().unwrap();
+    /// let codec = Codec::new(Arc::new(registry));
+    ///
+    /// let hostname = Resource::new("h", Hostname { name: "node-1".into() });
+    /// let bytes = codec.encode_bytes(&hostname, false).unwrap();
+    /// assert_eq!(bytes, codec.encode(&hostname, false).unwrap().encode_to_vec());
+    /// let back = codec.decode_bytes(&bytes, Reader::Client, Tombstones::Typed).unwrap();
+    /// assert_eq!(cosi_core::downcast_ref::<Hostname>(&*back).unwrap().spec.name, "node-1");
+    /// ```
+    pub fn encode_bytes(&self, resource: &dyn AnyResource, yaml: bool) -> Result<Bytes> {
+        let (proto_spec, yaml_spec) = self.encode_spec(resource, yaml)?;
         let md = resource.metadata();
-        let (proto_spec, yaml_spec) = match self.specs.get(md.resource_type()) {
-            Some(codec) => encode_through_value(&**codec, resource, yaml)?,
+        let version = encode_version(md.version());
+        let phase = md.phase().to_string();
+        let parts = ResourceParts {
+            namespace: md.namespace(),
+            resource_type: md.resource_type(),
+            id: md.id(),
+            version: &version,
+            owner: md.owner().unwrap_or_default(),
+            phase: &phase,
+            created: timestamp_view(encode_time(md.created())),
+            updated: timestamp_view(encode_time(md.updated())),
+            finalizers: md.finalizers(),
+            labels: md.labels(),
+            annotations: md.annotations(),
+            proto_spec: &proto_spec,
+            yaml_spec: &yaml_spec,
+        };
+        Ok(Bytes::from(parts.encode()))
+    }
+
+    /// The spec's two wire forms: `proto_spec` and, if `yaml`, `yaml_spec`.
+    fn encode_spec(&self, resource: &dyn AnyResource, yaml: bool) -> Result<(Vec<u8>, String)> {
+        let md = resource.metadata();
+        match self.specs.get(md.resource_type()) {
+            Some(codec) => encode_through_value(&**codec, resource, yaml),
             None => {
                 // Straight from the typed value: building the dynamic form first cost as much
                 // again. The room is a typical small spec's, so writing rarely grows it.
@@ -215,24 +287,17 @@ impl Codec {
                 if json == b"null" {
                     // Tombstones and empty specs: nothing to encode (peers would try to decode
                     // "null").
-                    (Vec::new(), String::new())
+                    Ok((Vec::new(), String::new()))
                 } else {
                     let text = if yaml {
                         resource.spec_yaml()?
                     } else {
                         String::new()
                     };
-                    (json, text)
+                    Ok((json, text))
                 }
             }
-        };
-        Ok(pb::Resource {
-            metadata: Some(encode_metadata(md)),
-            spec: Some(pb::Spec {
-                proto_spec,
-                yaml_spec,
-            }),
-        })
+        }
     }
 
     /// A message back into a resource: a typed one for registered types. What is refused
@@ -241,27 +306,72 @@ impl Codec {
         let metadata = resource
             .metadata
             .ok_or_else(|| Error::invalid("resource", "metadata", "missing"))?;
-        let known = self.registry.get(&metadata.r#type).is_some();
-        if !known && reader == Reader::Server {
-            self.check_type(&metadata.r#type)?;
-        }
-        let md = decode_metadata(metadata)?;
         let spec = resource.spec.unwrap_or_default();
+        self.decode_view(
+            &metadata_view(&metadata),
+            SpecView {
+                proto_spec: &spec.proto_spec,
+                yaml_spec: &spec.yaml_spec,
+            },
+            reader,
+        )
+    }
+
+    /// A resource from the bytes of its `Resource` message: as [`Codec::decode`] of the
+    /// decoded message, and a tombstone (version 0, no spec) as `tombstones` says. The message
+    /// is read in place: its strings are borrowed from `bytes` until the resource takes what
+    /// it keeps. See [`Codec::encode_bytes`] for an example.
+    pub fn decode_bytes(
+        &self,
+        bytes: &[u8],
+        reader: Reader,
+        tombstones: Tombstones,
+    ) -> Result<SharedResource> {
+        let view = ResourceView::parse(bytes)
+            .map_err(|e| Error::invalid("resource", "message", e.to_string()))?;
+        let metadata = view
+            .metadata
+            .ok_or_else(|| Error::invalid("resource", "metadata", "missing"))?;
+        let spec = view.spec.unwrap_or_default();
+        let tombstone = tombstones == Tombstones::Dynamic
+            && decode_version(metadata.version) == Ok(Version::UNSET)
+            && spec.proto_spec.is_empty()
+            && spec.yaml_spec.is_empty();
+        if tombstone {
+            return Ok(Arc::new(DynamicResource {
+                metadata: metadata_from_view(&metadata)?,
+                spec: serde_json::Value::Null,
+            }));
+        }
+        self.decode_view(&metadata, spec, reader)
+    }
+
+    fn decode_view(
+        &self,
+        metadata: &MetadataView<'_>,
+        spec: SpecView<'_>,
+        reader: Reader,
+    ) -> Result<SharedResource> {
+        let known = self.registry.get(metadata.resource_type).is_some();
+        if !known && reader == Reader::Server {
+            self.check_type(metadata.resource_type)?;
+        }
+        let md = metadata_from_view(metadata)?;
         let json_spec = !spec.proto_spec.is_empty() && !self.specs.contains_key(md.resource_type());
         if known && json_spec {
             // Straight from the JSON into the type. A generic client may have sent a
             // `proto_spec` of its own making beside the YAML: that YAML is the fallback.
             let decoded = if spec.yaml_spec.is_empty() {
                 self.registry
-                    .decode_spec_json(md, &spec.proto_spec, reader.origin())
+                    .decode_spec_json(md, spec.proto_spec, reader.origin())
             } else {
                 match self
                     .registry
-                    .decode_spec_json(md.clone(), &spec.proto_spec, reader.origin())
+                    .decode_spec_json(md.clone(), spec.proto_spec, reader.origin())
                 {
                     Ok(resource) => Ok(resource),
                     Err(_) => {
-                        let value = self.decode_yaml_spec(&md, &spec.yaml_spec)?;
+                        let value = self.decode_yaml_spec(&md, spec.yaml_spec)?;
                         self.registry.decode_spec(md, value, reader.origin())
                     }
                 }
@@ -279,10 +389,10 @@ impl Codec {
         }
     }
 
-    fn decode_spec(&self, md: &Metadata, spec: pb::Spec) -> Result<serde_json::Value> {
+    fn decode_spec(&self, md: &Metadata, spec: SpecView<'_>) -> Result<serde_json::Value> {
         let subject = || md.pointer().to_string();
         if !spec.proto_spec.is_empty() {
-            match self.spec_codec(md.resource_type()).decode(&spec.proto_spec) {
+            match self.spec_codec(md.resource_type()).decode(spec.proto_spec) {
                 Ok(value) => return Ok(value),
                 Err(e) if spec.yaml_spec.is_empty() => {
                     return Err(Error::invalid(subject(), "spec.proto_spec", e))
@@ -293,7 +403,7 @@ impl Codec {
         if spec.yaml_spec.is_empty() {
             return Ok(serde_json::Value::Null);
         }
-        self.decode_yaml_spec(md, &spec.yaml_spec)
+        self.decode_yaml_spec(md, spec.yaml_spec)
     }
 
     fn decode_yaml_spec(&self, md: &Metadata, text: &str) -> Result<serde_json::Value> {
@@ -344,37 +454,85 @@ pub fn encode_metadata(md: &Metadata) -> pb::Metadata {
 
 /// A message back into metadata; every malformed field is an error naming it.
 pub fn decode_metadata(md: pb::Metadata) -> Result<Metadata> {
+    metadata_from_view(&metadata_view(&md))
+}
+
+/// The generated message's fields, borrowed.
+fn metadata_view(md: &pb::Metadata) -> MetadataView<'_> {
+    let timestamp = |t: &Option<prost_types::Timestamp>| t.map(timestamp_view);
+    MetadataView {
+        namespace: &md.namespace,
+        resource_type: &md.r#type,
+        id: &md.id,
+        version: &md.version,
+        owner: &md.owner,
+        phase: &md.phase,
+        created: timestamp(&md.created),
+        updated: timestamp(&md.updated),
+        finalizers: md.finalizers.iter().map(String::as_str).collect(),
+        labels: entries(&md.labels),
+        annotations: entries(&md.annotations),
+    }
+}
+
+fn entries(map: &std::collections::BTreeMap<String, String>) -> Vec<(&str, &str)> {
+    map.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+fn timestamp_view(t: prost_types::Timestamp) -> TimestampView {
+    TimestampView {
+        seconds: t.seconds,
+        nanos: t.nanos,
+    }
+}
+
+fn metadata_from_view(md: &MetadataView<'_>) -> Result<Metadata> {
     // Built only for an error: formatting it for every message was a tenth of a watch's cost.
     let invalid = |field: &str, message: String| {
-        let subject = format!("{}/{}/{}", md.namespace, md.r#type, md.id);
+        let subject = format!("{}/{}/{}", md.namespace, md.resource_type, md.id);
         Error::invalid(subject, field, message)
     };
     for (field, value) in [
-        ("metadata.namespace", &md.namespace),
-        ("metadata.type", &md.r#type),
-        ("metadata.id", &md.id),
+        ("metadata.namespace", md.namespace),
+        ("metadata.type", md.resource_type),
+        ("metadata.id", md.id),
     ] {
         if value.is_empty() {
             return Err(invalid(field, "must not be empty".into()));
         }
     }
-    let version = decode_version(&md.version).map_err(|m| invalid("metadata.version", m))?;
-    let phase = decode_phase(&md.phase).map_err(|m| invalid("metadata.phase", m))?;
-    let created = decode_time(md.created.as_ref()).map_err(|m| invalid("metadata.created", m))?;
-    let updated = decode_time(md.updated.as_ref()).map_err(|m| invalid("metadata.updated", m))?;
-    let mut out = Metadata::new(Pointer::new(&md.namespace, &md.r#type, md.id.as_str()));
+    let time = |t: Option<TimestampView>| {
+        let t = t.map(|t| prost_types::Timestamp {
+            seconds: t.seconds,
+            nanos: t.nanos,
+        });
+        decode_time(t.as_ref())
+    };
+    let version = decode_version(md.version).map_err(|m| invalid("metadata.version", m))?;
+    let phase = decode_phase(md.phase).map_err(|m| invalid("metadata.phase", m))?;
+    let created = time(md.created).map_err(|m| invalid("metadata.created", m))?;
+    let updated = time(md.updated).map_err(|m| invalid("metadata.updated", m))?;
+    let mut out = Metadata::new(Pointer::new(md.namespace, md.resource_type, md.id));
     out.set_version(version);
     out.set_phase(phase);
-    out.set_owner(Some(md.owner).filter(|o| !o.is_empty()));
+    out.set_owner(Some(md.owner).filter(|o| !o.is_empty()).map(str::to_string));
     out.set_timestamps(created, updated);
     if !md.finalizers.is_empty() {
-        out.finalizers_mut().extend(md.finalizers);
+        out.finalizers_mut()
+            .extend(md.finalizers.iter().map(|f| f.to_string()));
     }
+    // In the order read, so that a later entry for a key wins, as in the generated message.
     if !md.labels.is_empty() {
-        *out.labels_mut() = md.labels;
+        let labels = out.labels_mut();
+        for (key, value) in &md.labels {
+            labels.insert(key.to_string(), value.to_string());
+        }
     }
     if !md.annotations.is_empty() {
-        *out.annotations_mut() = md.annotations;
+        let annotations = out.annotations_mut();
+        for (key, value) in &md.annotations {
+            annotations.insert(key.to_string(), value.to_string());
+        }
     }
     Ok(out)
 }

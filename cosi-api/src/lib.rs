@@ -72,6 +72,7 @@ pub mod machine;
 pub mod pki;
 pub mod proto;
 pub mod query;
+mod resource_wire;
 pub mod server;
 pub mod status;
 #[cfg(feature = "testing")]

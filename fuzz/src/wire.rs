@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use cosi_api::codec::{Codec, Reader};
+use cosi_api::codec::{Codec, Reader, Tombstones};
 use cosi_api::proto::resource as pb;
 use cosi_api::query::{decode_bookmark, decode_ids, decode_labels, encode_labels};
 use cosi_core::{same_content, Registry, ResourceSpec};
@@ -42,17 +42,40 @@ fn codec() -> Codec {
 
 /// Decodes `data` as a `Resource` message and then as a resource of the registry; a decoded
 /// resource must encode and decode back to the same resource (metadata with timestamps, spec).
+/// Reading the message in place (`Codec::decode_bytes`) must agree with decoding the generated
+/// message: both refuse, or both make the same resource.
 pub fn wire_resource(data: &[u8]) -> WireOutcome {
-    let Ok(message) = pb::Resource::decode(data) else {
-        return WireOutcome::Rejected;
-    };
     let codec = codec();
-    let Ok(resource) = codec.decode(message, Reader::Server) else {
-        return WireOutcome::Rejected;
+    let in_place = codec.decode_bytes(data, Reader::Server, Tombstones::Typed);
+    let decoded = pb::Resource::decode(data)
+        .ok()
+        .and_then(|message| codec.decode(message, Reader::Server).ok());
+    let resource = match (decoded, in_place) {
+        (Some(resource), Ok(same)) => {
+            assert!(
+                same_content(&*resource, &*same),
+                "{resource:?} read in place as {same:?}"
+            );
+            assert_eq!(resource.metadata().created(), same.metadata().created());
+            assert_eq!(resource.metadata().updated(), same.metadata().updated());
+            resource
+        }
+        (None, Err(_)) => return WireOutcome::Rejected,
+        (decoded, in_place) => {
+            panic!("decoded as {decoded:?} but read in place as {in_place:?}")
+        }
     };
+    let bytes = codec
+        .encode_bytes(&*resource, true)
+        .unwrap_or_else(|e| panic!("a decoded resource does not encode: {e}"));
     let encoded = codec
         .encode(&*resource, true)
         .unwrap_or_else(|e| panic!("a decoded resource does not encode: {e}"));
+    assert_eq!(
+        bytes,
+        encoded.encode_to_vec(),
+        "written straight and through the message differ"
+    );
     let back = codec
         .decode(encoded, Reader::Server)
         .unwrap_or_else(|e| panic!("an encoded resource does not decode: {e}"));

@@ -15,7 +15,7 @@ use cosi_core::{
 use tonic::transport::Channel;
 use tonic::Request;
 
-use crate::codec::{Codec, Reader};
+use crate::codec::{Codec, Reader, Tombstones};
 use crate::proto::resource::{self as pb, state_client::StateClient};
 use crate::query::{encode_ids, encode_labels};
 use crate::server::{MAX_MESSAGE_SIZE, OMIT_YAML_HEADER};
@@ -151,12 +151,7 @@ impl RemoteState {
     }
 
     fn decode(&self, resource: Option<pb::Resource>, ctx: &CallContext) -> Result<SharedResource> {
-        let resource = resource.ok_or_else(|| cosi_core::Error::Backend {
-            subject: ctx.pointer.to_string(),
-            message: "the server answered without a resource".into(),
-            retryable: false,
-            source: None,
-        })?;
+        let resource = resource.ok_or_else(|| missing_resource(ctx))?;
         self.codec.decode(resource, Reader::Client)
     }
 
@@ -206,6 +201,15 @@ impl RemoteState {
     }
 }
 
+fn missing_resource(ctx: &CallContext) -> cosi_core::Error {
+    cosi_core::Error::Backend {
+        subject: ctx.pointer.to_string(),
+        message: "the server answered without a resource".into(),
+        retryable: false,
+        source: None,
+    }
+}
+
 #[async_trait]
 impl State for RemoteState {
     async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
@@ -242,7 +246,11 @@ impl State for RemoteState {
             .into_inner();
         let mut out = Vec::new();
         while let Some(item) = stream.message().await.map_err(|s| from_status(&s, &ctx))? {
-            out.push(self.decode(item.resource, &ctx)?);
+            let bytes = item.resource.ok_or_else(|| missing_resource(&ctx))?;
+            out.push(
+                self.codec
+                    .decode_bytes(&bytes, Reader::Client, Tombstones::Typed)?,
+            );
         }
         Ok(out)
     }

@@ -29,6 +29,7 @@ use tokio::sync::mpsc;
 use tonic::{Code, Status, Streaming};
 
 use crate::events::{decode_event, API_EXTENDED};
+use crate::proto::encoded;
 use crate::proto::resource as pb;
 use crate::proto::resource::state_client::StateClient;
 use crate::query::{encode_bookmark, encode_ids, encode_labels, exact_id};
@@ -171,7 +172,7 @@ fn request(target: &WatchTarget, start: &Start) -> pb::WatchRequest {
 async fn open(
     state: &WatchClient,
     message: pb::WatchRequest,
-) -> std::result::Result<(Streaming<pb::WatchResponse>, Vec<pb::Event>), Status> {
+) -> std::result::Result<(Streaming<encoded::WatchResponse>, Vec<encoded::Event>), Status> {
     let mut stream = state
         .client
         .clone()
@@ -289,7 +290,7 @@ enum Broken {
 }
 
 impl Pump {
-    async fn run(mut self, stream: Streaming<pb::WatchResponse>, early: Vec<pb::Event>) {
+    async fn run(mut self, stream: Streaming<encoded::WatchResponse>, early: Vec<encoded::Event>) {
         let mut stream = Some((stream, early));
         let mut attempt: u32 = 0;
         let mut failing_since: Option<Instant> = None;
@@ -363,8 +364,8 @@ impl Pump {
 
     async fn drain(
         &mut self,
-        mut stream: Streaming<pb::WatchResponse>,
-        early: Vec<pb::Event>,
+        mut stream: Streaming<encoded::WatchResponse>,
+        early: Vec<encoded::Event>,
         attempt: &mut u32,
         failing_since: &mut Option<Instant>,
     ) -> Broken {
@@ -396,7 +397,7 @@ impl Pump {
         }
     }
 
-    async fn deliver(&mut self, events: Vec<pb::Event>) -> std::result::Result<(), Broken> {
+    async fn deliver(&mut self, events: Vec<encoded::Event>) -> std::result::Result<(), Broken> {
         for event in events {
             let incoming = match decode_event(&self.state.codec, &self.kind, event) {
                 Ok(incoming) => incoming,

@@ -8,6 +8,7 @@
 //! and serving the next on the same address, as Talos's apid restarts its listener.
 
 mod connection;
+mod encodings;
 mod machine;
 mod state;
 
@@ -28,6 +29,7 @@ use crate::proto::resource::state_server::StateServer;
 use crate::tls::TlsError;
 
 use connection::{accept_loop, Acceptor, OpenConnections};
+pub use encodings::DEFAULT_BUDGET as DEFAULT_SHARED_ENCODINGS;
 pub use machine::{MachineService, MAX_LOG_CHUNK};
 pub use state::{StateService, OMIT_YAML_HEADER, WATCH_BATCH};
 

@@ -9,6 +9,10 @@
 //! reading the kind's head position first (the initial event of a watch on an id that is never
 //! stored) and resuming after it. A server shutting down ends every watch with `Unavailable`,
 //! which clients treat as "reconnect and resume".
+//!
+//! Lists and watches send each resource as its encoded bytes (the `cosi_rs.encoded` twins of
+//! the responses, the same on the wire), and the watches of one service share those bytes
+//! ([`super::encodings`]): ten watchers of a kind encode each event once, not ten times.
 
 use std::sync::Arc;
 
@@ -22,8 +26,11 @@ use tonic::{Request, Response, Status};
 
 use crate::auth::{caller_of, Caller, StatePolicy};
 use crate::codec::{decode_phase, Codec, Reader};
-use crate::events::{encode_event, Outgoing};
+use crate::events::{encode_event_with, Outgoing};
+use crate::proto::encoded;
 use crate::proto::resource::{self as pb, state_server};
+
+use super::encodings::{SharedEncodings, DEFAULT_BUDGET};
 use crate::query::{decode_bookmark, decode_ids, decode_labels, exact_id};
 use crate::status::{to_status, Call};
 
@@ -50,6 +57,7 @@ struct Shared {
     state: Arc<dyn State>,
     codec: Codec,
     policy: StatePolicy,
+    encodings: SharedEncodings,
 }
 
 impl std::fmt::Debug for StateService {
@@ -69,6 +77,7 @@ impl StateService {
                 state,
                 codec,
                 policy,
+                encodings: SharedEncodings::new(DEFAULT_BUDGET),
             }),
             // Never shut down until a server sets its own signal.
             shutdown: watch::channel(false).1,
@@ -81,6 +90,32 @@ impl StateService {
     /// reading before the store's own catch-up takes over.
     pub fn with_watch_batch(mut self, batch: usize) -> Self {
         self.batch = batch.max(1);
+        self
+    }
+
+    /// Lets the watches share at most `budget` bytes of encoded resources (default
+    /// [`DEFAULT_SHARED_ENCODINGS`](super::DEFAULT_SHARED_ENCODINGS); 0: each watch encodes
+    /// every resource it sends). Call it before the service is cloned or served.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use cosi_api::auth::StatePolicy;
+    /// use cosi_api::codec::Codec;
+    /// use cosi_api::server::StateService;
+    /// let store = Arc::new(cosi_state::MemoryState::default());
+    /// let codec = Codec::new(Arc::new(cosi_core::Registry::new()));
+    /// let service = StateService::new(store, codec, StatePolicy::default())
+    ///     .with_shared_encodings(16 * 1024 * 1024);
+    /// # let _ = service;
+    /// ```
+    pub fn with_shared_encodings(mut self, budget: usize) -> Self {
+        let shared = Shared {
+            state: self.shared.state.clone(),
+            codec: self.shared.codec.clone(),
+            policy: self.shared.policy.clone(),
+            encodings: SharedEncodings::new(budget),
+        };
+        self.shared = Arc::new(shared);
         self
     }
 
@@ -193,7 +228,7 @@ impl state_server::State for StateService {
         }))
     }
 
-    type ListStream = tokio_stream::Iter<std::vec::IntoIter<Result<pb::ListResponse, Status>>>;
+    type ListStream = tokio_stream::Iter<std::vec::IntoIter<Result<encoded::ListResponse, Status>>>;
 
     async fn list(
         &self,
@@ -222,8 +257,12 @@ impl state_server::State for StateService {
         let responses = listed
             .iter()
             .map(|r| {
-                Ok(pb::ListResponse {
-                    resource: Some(self.encode(&**r, yaml, Call::List)?),
+                let bytes = self
+                    .codec()
+                    .encode_bytes(&**r, yaml)
+                    .map_err(err(Call::List))?;
+                Ok(encoded::ListResponse {
+                    resource: Some(bytes),
                 })
             })
             .collect::<Result<Vec<_>, Status>>()?;
@@ -328,7 +367,7 @@ impl state_server::State for StateService {
         Ok(Response::new(pb::DestroyResponse {}))
     }
 
-    type WatchStream = ReceiverStream<Result<pb::WatchResponse, Status>>;
+    type WatchStream = ReceiverStream<Result<encoded::WatchResponse, Status>>;
 
     async fn watch(
         &self,
@@ -348,7 +387,7 @@ impl state_server::State for StateService {
         let (watch, first) = self.open_watch(&kind, r.id, options).await?;
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
         let feed = WatchFeed {
-            codec: self.codec().clone(),
+            shared: self.shared.clone(),
             kind,
             api,
             yaml,
@@ -532,12 +571,12 @@ impl StateService {
 
 /// Moves one backend watch onto its response stream.
 struct WatchFeed {
-    codec: Codec,
+    shared: Arc<Shared>,
     kind: Kind,
     api: i32,
     yaml: bool,
     aggregated: bool,
-    tx: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+    tx: mpsc::Sender<Result<encoded::WatchResponse, Status>>,
     shutdown: watch::Receiver<bool>,
     batch: usize,
 }
@@ -552,7 +591,7 @@ impl WatchFeed {
         // The "watch established" signal.
         if self
             .tx
-            .send(Ok(pb::WatchResponse::default()))
+            .send(Ok(encoded::WatchResponse::default()))
             .await
             .is_err()
         {
@@ -589,8 +628,15 @@ impl WatchFeed {
         let mut events = Vec::with_capacity(if self.aggregated { batch.len() } else { 1 });
         let mut step = Step::Continue;
         let mut end = None;
+        let Shared {
+            codec, encodings, ..
+        } = &*self.shared;
+        let yaml = self.yaml;
+        let mut encode = |r: &cosi_core::SharedResource| {
+            encodings.get_or_encode(r, yaml, || codec.encode_bytes(&**r, yaml))
+        };
         for event in &batch {
-            match encode_event(&self.codec, &self.kind, event, self.api, self.yaml) {
+            match encode_event_with(&self.kind, event, self.api, &mut encode) {
                 Outgoing::Send(e) => events.push(e),
                 Outgoing::Last(e) => {
                     events.push(e);
@@ -606,7 +652,7 @@ impl WatchFeed {
                 for event in events.drain(..) {
                     if self
                         .tx
-                        .send(Ok(pb::WatchResponse { event: vec![event] }))
+                        .send(Ok(encoded::WatchResponse { event: vec![event] }))
                         .await
                         .is_err()
                     {
@@ -622,7 +668,7 @@ impl WatchFeed {
             && !events.is_empty()
             && self
                 .tx
-                .send(Ok(pb::WatchResponse { event: events }))
+                .send(Ok(encoded::WatchResponse { event: events }))
                 .await
                 .is_err()
         {
