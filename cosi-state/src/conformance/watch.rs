@@ -234,12 +234,6 @@ pub async fn kind_watch_resumes_after_bootstrap_bookmark(subject: &Subject) {
     };
     let mut resumed = watch_kind(RULE, state, resumed_options).await;
     let from_resume = expect_events(RULE, &mut resumed, &live, "resumed after bootstrap").await;
-    let bookmarks = |events: &[Event]| {
-        events
-            .iter()
-            .map(|e| e.bookmark().cloned())
-            .collect::<Vec<_>>()
-    };
     assert_eq!(
         bookmarks(&from_resume),
         bookmarks(&from_bootstrap),
@@ -429,34 +423,55 @@ pub async fn aggregated_watch_delivers_same_events_in_batches(subject: &Subject)
 
     let from_plain = expect_events(RULE, &mut plain, &expected, "plain watch").await;
 
-    let mut from_batches = Vec::new();
-    while from_batches.len() < expected.len() {
-        let batch = within(RULE, "recv_batch", batched.recv_batch(MAX))
-            .await
-            .unwrap_or_else(|| panic!("{RULE}: the aggregated watch ended"));
-        assert!(
-            !batch.is_empty() && batch.len() <= MAX,
-            "{RULE}: batch of {} events, expected 1..={MAX}",
-            batch.len()
-        );
-        from_batches.extend(
-            batch
-                .into_iter()
-                .filter(|e| !matches!(e, Event::Noop { .. })),
-        );
-    }
+    let from_batches =
+        take_in_batches(RULE, &mut batched, Batches::Owned(MAX), expected.len()).await;
     assert_eq!(seen_all(&from_batches), expected, "{RULE}: batched events");
-    let bookmarks = |events: &[Event]| {
-        events
-            .iter()
-            .map(|e| e.bookmark().cloned())
-            .collect::<Vec<_>>()
-    };
     assert_eq!(
         bookmarks(&from_batches),
         bookmarks(&from_plain),
         "{RULE}: batched bookmarks"
     );
+}
+
+/// How [`take_in_batches`] reads a watch: `recv_batch` or `recv_shared`, at most this many.
+#[derive(Clone, Copy)]
+enum Batches {
+    Owned(usize),
+    Shared(usize),
+}
+
+/// Takes batches until `count` events other than `Noop` arrived, checking that each batch is
+/// non-empty and no larger than asked.
+async fn take_in_batches(rule: &str, watch: &mut Watch, how: Batches, count: usize) -> Vec<Event> {
+    let mut events = Vec::new();
+    while events.len() < count {
+        let (batch, max) = match how {
+            Batches::Owned(max) => (within(rule, "recv_batch", watch.recv_batch(max)).await, max),
+            Batches::Shared(max) => (
+                within(rule, "recv_shared", watch.recv_shared(max))
+                    .await
+                    .map(|batch| batch.to_vec()),
+                max,
+            ),
+        };
+        let batch = batch.unwrap_or_else(|| panic!("{rule}: the watch ended"));
+        assert!(
+            !batch.is_empty() && batch.len() <= max,
+            "{rule}: batch of {} events, expected 1..={max}",
+            batch.len()
+        );
+        events.extend(
+            batch
+                .into_iter()
+                .filter(|e| !matches!(e, Event::Noop { .. })),
+        );
+    }
+    events
+}
+
+/// The bookmark of each event.
+fn bookmarks(events: &[Event]) -> Vec<Option<Bookmark>> {
+    events.iter().map(|e| e.bookmark().cloned()).collect()
 }
 
 /// A watch read in shared batches (`recv_shared`) delivers the same events, in the same order
@@ -477,30 +492,8 @@ pub async fn shared_batch_watch_delivers_same_events(subject: &Subject) {
     expected.extend([Seen::updated("a", 3), Seen::created("d", 1)]);
 
     let from_plain = expect_events(RULE, &mut plain, &expected, "plain watch").await;
-    let bookmarks = |events: &[Event]| {
-        events
-            .iter()
-            .map(|e| e.bookmark().cloned())
-            .collect::<Vec<_>>()
-    };
     for watch in &mut shared {
-        let mut from_batches = Vec::new();
-        while from_batches.len() < expected.len() {
-            let batch = within(RULE, "recv_shared", watch.recv_shared(MAX))
-                .await
-                .unwrap_or_else(|| panic!("{RULE}: the shared watch ended"));
-            assert!(
-                !batch.is_empty() && batch.len() <= MAX,
-                "{RULE}: batch of {} events, expected 1..={MAX}",
-                batch.len()
-            );
-            from_batches.extend(
-                batch
-                    .iter()
-                    .filter(|e| !matches!(e, Event::Noop { .. }))
-                    .cloned(),
-            );
-        }
+        let from_batches = take_in_batches(RULE, watch, Batches::Shared(MAX), expected.len()).await;
         assert_eq!(seen_all(&from_batches), expected, "{RULE}: shared events");
         assert_eq!(
             bookmarks(&from_batches),

@@ -118,6 +118,18 @@ async fn watch_every(state: &MemoryState) -> Watch {
     watch_kind_with(state, WatchKindOptions::default()).await
 }
 
+/// A watch of every counter that starts with the current contents.
+async fn watch_bootstrapped(state: &MemoryState) -> Watch {
+    watch_kind_with(
+        state,
+        WatchKindOptions {
+            bootstrap: true,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
 async fn watch_kind_with(state: &MemoryState, options: WatchKindOptions) -> Watch {
     state.watch_kind(&kind(), options).await.unwrap()
 }
@@ -434,14 +446,7 @@ async fn bootstrap_delivers_contents_in_id_order_then_bootstrapped() {
     let state = MemoryState::default();
     create(&state, "b", 2).await;
     create(&state, "a", 1).await;
-    let mut watch = watch_kind_with(
-        &state,
-        WatchKindOptions {
-            bootstrap: true,
-            ..Default::default()
-        },
-    )
-    .await;
+    let mut watch = watch_bootstrapped(&state).await;
     create(&state, "c", 3).await;
     let events = recv_batch(&mut watch, 10).await;
     assert_eq!(
@@ -1491,14 +1496,7 @@ async fn a_watcher_starting_inside_a_shared_chunk_gets_only_what_follows_its_sta
 async fn a_shared_watch_delivers_its_bootstrap_before_live_events() {
     let state = small(16, 16);
     create(&state, "a", 1).await;
-    let mut watch = watch_kind_with(
-        &state,
-        WatchKindOptions {
-            bootstrap: true,
-            ..Default::default()
-        },
-    )
-    .await;
+    let mut watch = watch_bootstrapped(&state).await;
     create(&state, "b", 1).await;
     let mut seen = Vec::new();
     while seen.len() < 3 {
