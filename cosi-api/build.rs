@@ -1,6 +1,7 @@
-//! Generates the gRPC messages, clients and servers from `proto/` with protoc (installed by
-//! `scripts/install-deps.sh`). The well-known types it imports are under `proto/google/protobuf`,
-//! so no system include files are needed.
+//! Generates the gRPC messages, clients and servers from `proto/` with protoc: the one `PROTOC`
+//! names if it is set, otherwise the one the `protoc-bin-vendored` crate carries, so a fresh
+//! machine builds the API (and the demo) without installing anything. The well-known types it
+//! imports are under `proto/google/protobuf`, so no system include files are needed.
 //!
 //! Two passes. The first generates every message. The second generates the services (clients
 //! and servers) over the first pass's messages, except that the State service's List and Watch
@@ -11,6 +12,11 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-env-changed=PROTOC");
+    if std::env::var_os("PROTOC").is_none() {
+        // prost-build reads `PROTOC`; the build script is the only thread of its process.
+        std::env::set_var("PROTOC", protoc_bin_vendored::protoc_bin_path()?);
+    }
     let messages = [
         "proto/v1alpha1/resource.proto",
         "proto/v1alpha1/state.proto",

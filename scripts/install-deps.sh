@@ -2,8 +2,8 @@
 # Installs what the test suite needs on a fresh Debian machine (run as root):
 #   - etcd-server: the etcd backend's tests start their own /usr/bin/etcd on loopback;
 #   - protobuf-compiler: the etcd-client crate's build script compiles etcd's .proto files with
-#     protoc (its protos import nothing else, so no well-known-type headers are needed), and so
-#     does cosi-api's (it carries the well-known types it imports under its proto/ folder);
+#     protoc (its protos import nothing else, so no well-known-type headers are needed); cosi-api
+#     needs none (it builds with the protoc the protoc-bin-vendored crate carries);
 #   - iproute2: the netlink backend's tests create network namespaces and veth pairs with `ip`.
 # Idempotent and quiet: prints nothing and changes nothing when all are present; runs
 # `apt-get update` only when the package lists are missing or do not know a package.
