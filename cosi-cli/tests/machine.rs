@@ -289,9 +289,9 @@ async fn events_print_past_and_new_events_one_line_each() {
         out.text(),
         format!(
             // The later row's wider EVENT cell widens that column from then on.
-            "NODE{pad}   ID         EVENT    SOURCE                  MESSAGE\n\
-             {n}   00000001   config   version 2 (no-reboot)   applied by admin\n\
-             {n}   00000002   service   etcd                    Stopped: Stop\n"
+            "NODE{pad}   ID         EVENT    SOURCE      MESSAGE\n\
+             {n}   00000001   config   version 2   applied by admin\n\
+             {n}   00000002   service   etcd        Stopped: Stop\n"
         )
     );
 }

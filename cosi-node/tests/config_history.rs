@@ -173,3 +173,29 @@ async fn the_history_prints_as_a_table() {
         "{text}"
     );
 }
+
+/// The node's event log puts a config change before the services' reactions to it by this time
+/// (its event is recorded only once the entry exists, after the writes the services react to).
+#[tokio::test]
+async fn an_entry_is_timed_before_the_config_writes_it_records() {
+    let node = Node::with_base().await;
+    node.applier
+        .apply(ApplyRequest::patches(
+            [LIVE_PATCH],
+            ApplyMode::NoReboot,
+            "alice",
+        ))
+        .await
+        .unwrap();
+    let entry = node.history().await.pop().unwrap();
+    let time = humantime::parse_rfc3339(&entry.spec.time).unwrap();
+    for id in [cosi_node::config::ACTIVE, cosi_node::config::PERSISTED] {
+        let written = node.config(id).await.unwrap().metadata.updated();
+        assert!(
+            time <= written,
+            "entry at {} after the {id} write at {}",
+            entry.spec.time,
+            humantime::format_rfc3339_nanos(written)
+        );
+    }
+}

@@ -535,7 +535,7 @@ async fn a_nodes_life_through_cosictl() {
 
     // The node's events tell the same story: every config version, and the kubelet's failure
     // between the typo and its fix
-    let events = event_lines(&cluster, "version 6 (").await;
+    let events = event_lines(&cluster, "version 6").await;
     let config: Vec<Vec<String>> = events
         .iter()
         .filter(|cells| cells[2] == "config")
@@ -545,39 +545,37 @@ async fn a_nodes_life_through_cosictl() {
         config,
         strings(&[
             &[
-                "version 1 (no-reboot)",
+                "version 1",
                 "no-reboot by caller (no role): +19 -0: v1alpha1"
             ],
             &[
-                "version 2 (no-reboot)",
+                "version 2",
                 "no-reboot by admin (os:admin): +2 -0: machine.nodeLabels"
             ],
             &[
-                "version 3 (try)",
+                "version 3",
                 "try by admin (os:admin): +1 -0: machine.nodeLabels.canary"
             ],
-            // The wire's event names the apply mode a version belongs to: the rollback ends
-            // the try (its message says what happened).
             &[
-                "version 4 (try)",
+                "version 4",
                 "rollback by node: +0 -1: machine.nodeLabels.canary"
             ],
             &[
-                "version 5 (no-reboot)",
+                "version 5",
                 "no-reboot by admin (os:admin): +1 -0: machine.kubelet.extraArgs.sync-frequncy"
             ],
             &[
-                "version 6 (no-reboot)",
+                "version 6",
                 "no-reboot by admin (os:admin): +0 -1: machine.kubelet.extraArgs.sync-frequncy"
             ],
         ])
     );
-    // Config events are fed from the history's watch, so the one of version 5 may land after
-    // the kubelet's first reaction to it; the failure is bracketed by the change before the
-    // typo and the fix, which was applied only once the failure was seen.
+    // The log is in time order: the typo's config event comes before the kubelet's failure it
+    // caused (though the event is recorded after the config writes the kubelet reacts to), and
+    // the fix, applied once the failure was seen, after it.
     let position = |wanted: &dyn Fn(&Vec<String>) -> bool| events.iter().position(wanted);
-    let before_at = position(&|cells| cells[3] == "version 4 (try)").unwrap();
-    let fix_at = position(&|cells| cells[3] == "version 6 (no-reboot)").unwrap();
+    let before_at = position(&|cells| cells[3] == "version 5").unwrap();
+    let fix_at = position(&|cells| cells[3] == "version 6").unwrap();
     let failed_at = position(&|cells| {
         cells[2..]
             == [

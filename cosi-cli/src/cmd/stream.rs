@@ -149,15 +149,11 @@ fn event_row(node: &str, event: &MachineEvent) -> [String; 5] {
             state,
             message,
         } => ("service", service.clone(), format!("{state}: {message}")),
+        // The message names the mode (`try by admin: ...`, `rollback by node: ...`); the wire's
+        // mode is the API's apply mode, which has no name for what the node did by itself.
         MachineEventPayload::Config {
-            version,
-            mode,
-            message,
-        } => (
-            "config",
-            format!("version {version} ({})", mode_name(*mode)),
-            message.clone(),
-        ),
+            version, message, ..
+        } => ("config", format!("version {version}"), message.clone()),
     };
     [
         node.to_string(),
@@ -166,17 +162,6 @@ fn event_row(node: &str, event: &MachineEvent) -> [String; 5] {
         source,
         message,
     ]
-}
-
-fn mode_name(mode: cosi_api::machine::ApplyMode) -> &'static str {
-    use cosi_api::machine::ApplyMode;
-    match mode {
-        ApplyMode::Auto => "auto",
-        ApplyMode::NoReboot => "no-reboot",
-        ApplyMode::Reboot => "reboot",
-        ApplyMode::Staged => "staged",
-        ApplyMode::Try => "try",
-    }
 }
 
 /// Runs `events`: past events (`--tail`), then new ones until interrupted.

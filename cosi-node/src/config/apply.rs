@@ -39,7 +39,7 @@
 //! A rejected apply writes nothing: every check happens before the first write.
 
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use cosi_core::{
     downcast, Error, Pointer, Resource, SharedResource, State, StateExt, UpdateOptions, Version,
@@ -506,6 +506,7 @@ impl ConfigApplier {
 
         let mut words = vec![effect];
         let before = (outcome.active_version, outcome.persisted_version);
+        let at = SystemTime::now();
         if matches!(
             mode,
             ApplyMode::NoReboot | ApplyMode::Reboot | ApplyMode::Staged
@@ -537,6 +538,7 @@ impl ConfigApplier {
                     active: outcome.active_version,
                     persisted: outcome.persisted_version,
                     diff: &outcome.diff,
+                    at,
                 },
             )
             .await?;
@@ -650,6 +652,7 @@ async fn roll_back(state: &dyn State, rollback_to: MachineConfig) -> cosi_core::
     let stored = read_stored(state).await?;
     let tried = stored.active.as_ref().map(|a| a.spec.config());
     let diff = ConfigDiff::between(tried, rollback_to.config());
+    let at = SystemTime::now();
     let written = write(state, ACTIVE, &rollback_to).await?;
     tracing::info!(version = %written.metadata.version(), "rolled back a 'try' config");
     history::record(
@@ -660,6 +663,7 @@ async fn roll_back(state: &dyn State, rollback_to: MachineConfig) -> cosi_core::
             active: Some(written.metadata.version()),
             persisted: stored.persisted.as_ref().map(|p| p.metadata.version()),
             diff: &diff,
+            at,
         },
     )
     .await
@@ -686,6 +690,7 @@ pub async fn load_at_start(state: &dyn State) -> Result<StartOutcome, ApplyError
         });
     };
     let before = stored.active.as_ref().map(|a| a.metadata.version());
+    let at = SystemTime::now();
     let written = write(state, ACTIVE, &persisted.spec).await?;
     let changed = before != Some(written.metadata.version());
     if changed {
@@ -701,6 +706,7 @@ pub async fn load_at_start(state: &dyn State) -> Result<StartOutcome, ApplyError
                 active: Some(written.metadata.version()),
                 persisted: Some(persisted.metadata.version()),
                 diff: &diff,
+                at,
             },
         )
         .await?;

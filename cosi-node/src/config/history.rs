@@ -20,6 +20,9 @@ pub(crate) struct Change<'a> {
     pub active: Option<Version>,
     pub persisted: Option<Version>,
     pub diff: &'a ConfigDiff,
+    /// When the change took effect: taken before its first write, so the change's event is
+    /// older than every reaction to it (see [`crate::node::NodeEvents`]).
+    pub at: SystemTime,
 }
 
 /// The id of the entry with `sequence`: zero-padded so id order is time order.
@@ -36,7 +39,7 @@ pub(crate) async fn record(state: &dyn State, change: Change<'_>) -> Result<()> 
     let sequence = existing.last().map_or(1, |e| e.spec.sequence + 1);
     let entry = ConfigHistory {
         sequence,
-        time: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        time: humantime::format_rfc3339_millis(change.at).to_string(),
         mode: change.mode.to_string(),
         actor: change.actor.to_string(),
         active_version: change.active.map(|v| v.get()),

@@ -6,6 +6,13 @@
 //! through a broadcast buffer of the same size and, when it falls further behind, is told how
 //! many events it missed ([`NodeEventItem::Missed`]) instead of slowing down whoever pushes.
 //!
+//! The ring is in **time order**. Events reach it by different paths: a service event as the
+//! supervisor reports it, a config event once its history entry is written — after the config
+//! writes, by which time the services may already have reacted. A config event carries the time
+//! the change took effect (before its writes), so it takes its place before those reactions.
+//! Ids increase in the order events are recorded, so such an event has a larger id than the
+//! events it is listed before; a reader that follows live receives events as they are recorded.
+//!
 //! This module only stores and hands out events; who feeds it is [`super::runtime`]'s and
 //! [`super::lifecycle`]'s business.
 
@@ -51,7 +58,7 @@ pub enum NodeEventKind {
 /// One event of the node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeEvent {
-    /// Increasing from 1 in the life of the daemon process.
+    /// Increasing from 1 in the life of the daemon process, in the order events are recorded.
     pub id: u64,
     /// When it happened.
     pub time: SystemTime,
@@ -119,7 +126,8 @@ impl NodeEvents {
         self.ring.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records an event; returns it as readers see it.
+    /// Records an event at its place by `time` (after every event as old or older); returns it
+    /// as readers see it.
     pub fn push(&self, time: SystemTime, kind: NodeEventKind) -> Arc<NodeEvent> {
         let mut ring = self.ring();
         ring.next_id += 1;
@@ -131,7 +139,13 @@ impl NodeEvents {
         if ring.events.len() == NODE_EVENT_RING {
             ring.events.pop_front();
         }
-        ring.events.push_back(event.clone());
+        // Late events are rare and late by little: look for their place from the back.
+        let at = ring
+            .events
+            .iter()
+            .rposition(|e| e.time <= time)
+            .map_or(0, |before| before + 1);
+        ring.events.insert(at, event.clone());
         // Sent under the ring's lock, so a reader that copies the ring and subscribes under
         // it sees every event exactly once. No receiver is not an error.
         let _ = self.live.send(event.clone());
@@ -201,6 +215,34 @@ mod tests {
         assert_eq!(ring.events.len(), NODE_EVENT_RING);
         assert_eq!(ring.events.front().unwrap().id, 11);
         assert_eq!(ring.events.back().unwrap().id, NODE_EVENT_RING as u64 + 10);
+    }
+
+    #[tokio::test]
+    async fn a_late_event_takes_its_place_by_time_in_the_tail() {
+        let events = NodeEvents::default();
+        let at = |ms| SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+        events.push(at(10), config(1));
+        events.push(at(30), config(3));
+        events.push(at(30), config(4));
+        // Recorded last, but it happened between the first and the others.
+        events.push(at(20), config(2));
+        let mut reader = events.read(usize::MAX);
+        let mut read = Vec::new();
+        for _ in 0..4 {
+            let Some(NodeEventItem::Event(event)) = reader.next().await else {
+                panic!("four events are kept")
+            };
+            read.push((event.id, event.kind.clone()));
+        }
+        assert_eq!(
+            read,
+            [
+                (1, config(1)),
+                (4, config(2)),
+                (2, config(3)),
+                (3, config(4))
+            ]
+        );
     }
 
     #[tokio::test]

@@ -221,8 +221,14 @@ async fn follow_history(mut entries: Watch, events: NodeEvents) {
             continue;
         }
         last = spec.sequence;
+        // The moment the change took effect (before its writes, so before any reaction to it);
+        // an entry whose time does not read as one falls back to when it was recorded.
+        let time = humantime::parse_rfc3339_weak(&spec.time)
+            .ok()
+            .filter(|&t| t <= entry.metadata.created())
+            .unwrap_or_else(|| entry.metadata.created());
         events.push(
-            entry.metadata.created(),
+            time,
             NodeEventKind::Config {
                 mode: spec.mode.clone(),
                 actor: spec.actor.clone(),
