@@ -65,6 +65,16 @@ pub struct Cleanup {
 /// [`ControllerState::cleanup_outputs`]) belongs to the reconcile the handle was given to.
 #[derive(Clone)]
 pub struct ControllerState {
+    /// What every reconcile of the controller shares: cloning a handle for a reconcile is one
+    /// count on this controller's own allocation, not one on the store's and on each of these.
+    shared: Arc<Shared>,
+    /// The outputs written in this handle's reconcile. Shared by the clones a reconcile makes,
+    /// never by two reconciles.
+    tracked: Arc<Tracking>,
+}
+
+/// The part of a [`ControllerState`] that is the same for every reconcile of its controller.
+struct Shared {
     name: Arc<str>,
     inner: Arc<dyn State>,
     access: Arc<RwLock<Arc<Access>>>,
@@ -72,9 +82,6 @@ pub struct ControllerState {
     /// taking the access lock (only inputs change at run time).
     output_types: Arc<[Arc<str>]>,
     registry: Arc<dyn InputRegistry>,
-    /// The outputs written in this handle's reconcile. Shared by the clones a reconcile makes,
-    /// never by two reconciles.
-    tracked: Arc<Tracking>,
     /// Schedules a reconcile of this controller (its scheduling state's resync).
     wake: Arc<dyn Fn() + Send + Sync>,
     /// Told of every access violation (the test harness).
@@ -128,7 +135,7 @@ impl Waker {
 impl std::fmt::Debug for ControllerState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ControllerState")
-            .field("controller", &self.name)
+            .field("controller", &self.shared.name)
             .finish_non_exhaustive()
     }
 }
@@ -150,14 +157,16 @@ impl ControllerState {
             .map(|o| o.resource_type.clone())
             .collect();
         ControllerState {
-            name,
-            inner,
-            access,
-            output_types,
-            registry,
+            shared: Arc::new(Shared {
+                name,
+                inner,
+                access,
+                output_types,
+                registry,
+                wake,
+                failures,
+            }),
             tracked: Arc::new(Tracking::default()),
-            wake,
-            failures,
         }
     }
 
@@ -165,7 +174,7 @@ impl ControllerState {
     /// the task that follows the controller's outside source.
     pub fn waker(&self) -> Waker {
         Waker {
-            wake: self.wake.clone(),
+            wake: self.shared.wake.clone(),
         }
     }
 
@@ -173,14 +182,32 @@ impl ControllerState {
     /// controller reconciled at once must not see each other's touched outputs.
     pub(crate) fn for_reconcile(&self) -> ControllerState {
         ControllerState {
+            shared: self.shared.clone(),
             tracked: Arc::new(Tracking::default()),
-            ..self.clone()
         }
+    }
+
+    /// [`Self::for_reconcile`] that reuses `spare`, the handle of a finished reconcile of the
+    /// same controller, when nothing holds it any more (no allocation per reconcile).
+    pub(crate) fn for_reconcile_reusing(&self, spare: Option<ControllerState>) -> ControllerState {
+        if let Some(mut spare) = spare {
+            debug_assert!(Arc::ptr_eq(&spare.shared, &self.shared));
+            if let Some(tracking) = Arc::get_mut(&mut spare.tracked) {
+                *tracking.active.get_mut() = false;
+                tracking
+                    .touched
+                    .get_mut()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clear();
+                return spare;
+            }
+        }
+        self.for_reconcile()
     }
 
     /// The controller's name: the owner of everything it writes.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.shared.name
     }
 
     /// The current inputs.
@@ -197,7 +224,10 @@ impl ControllerState {
     /// wake the controller and the controller is scheduled to run once more (so it sees the
     /// current state of the new inputs). Rejected (with nothing changed) if the inputs repeat.
     pub async fn set_inputs(&self, inputs: Vec<Input>) -> Result<()> {
-        self.registry.set_inputs(&self.name, inputs).await
+        self.shared
+            .registry
+            .set_inputs(&self.shared.name, inputs)
+            .await
     }
 
     /// Reads one resource ([`State::get`] with the access checks). The same as the trait's
@@ -205,16 +235,16 @@ impl ControllerState {
     /// ([`State::get_now`]): a controller's reads are its hottest path.
     pub async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
         self.check_read(pointer.kind(), Some(pointer.id()))?;
-        match self.inner.get_now(pointer) {
+        match self.shared.inner.get_now(pointer) {
             Some(result) => result,
-            None => self.inner.get(pointer).await,
+            None => self.shared.inner.get(pointer).await,
         }
     }
 
     /// Lists a kind ([`State::list`] with the access checks).
     pub async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
         self.check_read(kind, None)?;
-        self.inner.list(kind, options).await
+        self.shared.inner.list(kind, options).await
     }
 
     /// Creates a resource ([`State::create`] with the access checks; an output is marked
@@ -226,7 +256,7 @@ impl ControllerState {
     ) -> Result<SharedResource> {
         self.check_write(resource.metadata().pointer(), options.owner.as_deref())?;
         let touched = self.to_touch(&*resource);
-        let stored = self.inner.create(resource, options).await?;
+        let stored = self.shared.inner.create(resource, options).await?;
         if let Some(pointer) = touched {
             self.touch(&pointer);
         }
@@ -241,9 +271,9 @@ impl ControllerState {
         options: UpdateOptions,
     ) -> Result<SharedResource> {
         let is_output = self.is_output_type(resource.metadata().pointer().resource_type());
-        if is_output && options.owner.as_deref() == Some(&*self.name) {
+        if is_output && options.owner.as_deref() == Some(&*self.shared.name) {
             let touched = self.to_touch(&*resource);
-            let stored = self.inner.update(resource, options).await?;
+            let stored = self.shared.inner.update(resource, options).await?;
             if let Some(pointer) = touched {
                 self.touch(&pointer);
             }
@@ -255,12 +285,12 @@ impl ControllerState {
         }
         self.check_finalizer_update(&*resource).await?;
         // A finalizer change is allowed in any phase, as the stored owner.
-        self.inner.update(resource, options).await
+        self.shared.inner.update(resource, options).await
     }
 
     /// Update options that write as this controller.
     pub fn owned(&self) -> UpdateOptions {
-        UpdateOptions::owned_by(Some(&self.name))
+        UpdateOptions::owned_by(Some(&self.shared.name))
     }
 
     /// Creates or updates an output owned by this controller through `change`, writing nothing
@@ -285,7 +315,7 @@ impl ControllerState {
     /// Tears an owned output down and destroys it if no finalizers hold it. Returns whether it
     /// is gone.
     pub async fn teardown_output(&self, pointer: &Pointer) -> Result<bool> {
-        match self.teardown(pointer, Some(&self.name)).await {
+        match self.teardown(pointer, Some(&self.shared.name)).await {
             Err(e) if e.is_not_found() => Ok(true),
             Err(e) => Err(e),
             Ok(false) => Ok(false),
@@ -394,7 +424,7 @@ impl ControllerState {
     pub async fn cleanup_outputs(&self, kinds: &[Kind]) -> Result<Cleanup> {
         if !self.tracked.active.swap(false, Ordering::AcqRel) {
             return Err(Error::invalid(
-                self.name.to_string(),
+                self.shared.name.to_string(),
                 "cleanup_outputs",
                 "output tracking was not started in this reconcile",
             ));
@@ -404,7 +434,9 @@ impl ControllerState {
         for kind in kinds {
             for resource in self.list(kind, &ListOptions::default()).await? {
                 let metadata = resource.metadata();
-                if metadata.owner() != Some(&*self.name) || touched.contains(metadata.pointer()) {
+                if metadata.owner() != Some(&*self.shared.name)
+                    || touched.contains(metadata.pointer())
+                {
                     continue;
                 }
                 if self.teardown_output(metadata.pointer()).await? {
@@ -431,7 +463,7 @@ impl ControllerState {
         &self,
         input: &Resource<S>,
     ) -> Result<Option<SharedResource>> {
-        if input.metadata.finalizers().contains(&*self.name) {
+        if input.metadata.finalizers().contains(&*self.shared.name) {
             return Ok(None);
         }
         let pointer = input.metadata.pointer();
@@ -442,16 +474,18 @@ impl ControllerState {
             ));
         }
         let mut next = Resource::clone(input);
-        next.metadata.finalizers_mut().insert(self.name.to_string());
+        next.metadata
+            .finalizers_mut()
+            .insert(self.shared.name.to_string());
         // Finalizers are not the owner's business: written as the stored owner, in any phase.
         let options = UpdateOptions {
             owner: input.metadata.owner().map(str::to_string),
             expected_phase: None,
         };
-        match self.inner.update(next.into_shared(), options).await {
+        match self.shared.inner.update(next.into_shared(), options).await {
             Ok(stored) => Ok(Some(stored)),
             Err(e) if e.is_version_conflict() => {
-                self.add_finalizer(pointer, &[&self.name]).await?;
+                self.add_finalizer(pointer, &[&self.shared.name]).await?;
                 Ok(None)
             }
             Err(e) => Err(e),
@@ -460,12 +494,13 @@ impl ControllerState {
 
     fn destroy_options(&self) -> DestroyOptions {
         DestroyOptions {
-            owner: Some(self.name.to_string()),
+            owner: Some(self.shared.name.to_string()),
         }
     }
 
     fn snapshot(&self) -> Arc<Access> {
-        self.access
+        self.shared
+            .access
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
@@ -474,16 +509,19 @@ impl ControllerState {
     fn denied(&self, subject: impl ToString, message: impl std::fmt::Display) -> Error {
         let error = Error::AccessDenied {
             subject: subject.to_string(),
-            message: format!("controller {:?} {message}", &*self.name),
+            message: format!("controller {:?} {message}", &*self.shared.name),
         };
-        if let Some(sink) = &self.failures {
-            sink(&self.name, &Failure::Error(error.clone()));
+        if let Some(sink) = &self.shared.failures {
+            sink(&self.shared.name, &Failure::Error(error.clone()));
         }
         error
     }
 
     fn is_output_type(&self, resource_type: &str) -> bool {
-        self.output_types.iter().any(|t| &**t == resource_type)
+        self.shared
+            .output_types
+            .iter()
+            .any(|t| &**t == resource_type)
     }
 
     fn check_read(&self, kind: &Kind, id: Option<&str>) -> Result<()> {
@@ -491,6 +529,7 @@ impl ControllerState {
             return Ok(());
         }
         let as_input = self
+            .shared
             .access
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -511,7 +550,7 @@ impl ControllerState {
         if !self.is_output_type(pointer.resource_type()) {
             return Err(self.denied(pointer, "may not write it: not a declared output"));
         }
-        if owner != Some(&*self.name) {
+        if owner != Some(&*self.shared.name) {
             return Err(self.owner_denied(pointer, owner));
         }
         Ok(())
@@ -522,14 +561,14 @@ impl ControllerState {
             pointer,
             format_args!(
                 "must write its outputs as owner {:?}, not {}",
-                &*self.name,
+                &*self.shared.name,
                 owner.map_or("no owner".to_string(), |o| format!("{o:?}"))
             ),
         )
     }
 
     fn is_strong_input(&self, pointer: &Pointer) -> bool {
-        let access = self.access.read().unwrap_or_else(|e| e.into_inner());
+        let access = self.shared.access.read().unwrap_or_else(|e| e.into_inner());
         access.inputs.iter().any(|i| {
             &i.kind == pointer.kind()
                 && i.covers_id(pointer.id())
@@ -547,7 +586,7 @@ impl ControllerState {
                 "may not write it: not a declared output, and finalizers may only be changed on strong inputs",
             ));
         }
-        let stored = self.inner.get(pointer).await?;
+        let stored = self.shared.inner.get(pointer).await?;
         if stored.metadata().version() != proposed.metadata().version() {
             // The store will reject it as a version conflict (the caller re-reads and
             // retries); comparing against another version would misjudge the change. When the
@@ -578,7 +617,7 @@ impl State for ControllerState {
         if let Err(e) = self.check_read(pointer.kind(), Some(pointer.id())) {
             return Some(Err(e));
         }
-        self.inner.get_now(pointer)
+        self.shared.inner.get_now(pointer)
     }
 
     async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
@@ -603,16 +642,16 @@ impl State for ControllerState {
 
     async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
         self.check_write(pointer, options.owner.as_deref())?;
-        self.inner.destroy(pointer, options).await
+        self.shared.inner.destroy(pointer, options).await
     }
 
     async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
         self.check_read(pointer.kind(), Some(pointer.id()))?;
-        self.inner.watch(pointer, options).await
+        self.shared.inner.watch(pointer, options).await
     }
 
     async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
         self.check_read(kind, None)?;
-        self.inner.watch_kind(kind, options).await
+        self.shared.inner.watch_kind(kind, options).await
     }
 }

@@ -115,6 +115,7 @@ pub(crate) async fn run(
     }
     backoff.reset();
     let mut first = true;
+    let mut spare = None;
     loop {
         let Some(mut reason) = next_trigger(&activity, &mut cx).await else {
             return;
@@ -124,7 +125,7 @@ pub(crate) async fn run(
             first = false;
         }
         cx.signals.bump();
-        let state = cx.state.for_reconcile();
+        let state = cx.state.for_reconcile_reusing(spare.take());
         let trigger = Trigger {
             controller: &cx.name,
             reason,
@@ -150,6 +151,7 @@ pub(crate) async fn run(
         let failed = outcome.failure().is_some();
         cx.record(elapsed, &outcome, failed);
         activity.running.store(false, Ordering::SeqCst);
+        spare = Some(state);
     }
 }
 

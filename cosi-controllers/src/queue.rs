@@ -200,6 +200,7 @@ pub(crate) async fn run<Q: QueueController>(
 /// One worker: takes ready items one at a time until shutdown.
 async fn work<Q: QueueController>(controller: Arc<Q>, queue: Arc<WorkQueue>, cx: Arc<TaskContext>) {
     let mut shutdown = cx.shutdown.clone();
+    let mut spare = None;
     loop {
         if *shutdown.borrow() {
             return;
@@ -217,7 +218,7 @@ async fn work<Q: QueueController>(controller: Arc<Q>, queue: Arc<WorkQueue>, cx:
             continue;
         };
         // Each item gets its own handle: output tracking is per reconcile.
-        let state = cx.state.for_reconcile();
+        let state = cx.state.for_reconcile_reusing(spare.take());
         let trigger = Trigger {
             controller: &cx.name,
             reason: "item",
@@ -225,6 +226,7 @@ async fn work<Q: QueueController>(controller: Arc<Q>, queue: Arc<WorkQueue>, cx:
         };
         let (outcome, elapsed) = run_reconcile(trigger, controller.reconcile(&state, &item)).await;
         finish_item(&queue, &cx, &item, outcome, elapsed);
+        spare = Some(state);
     }
 }
 

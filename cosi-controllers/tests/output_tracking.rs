@@ -154,6 +154,53 @@ async fn cleanup_without_tracking_is_an_error() {
     );
 }
 
+/// Starts tracking in its first reconcile only, and cleans up in every later one.
+struct ForgetsToStart {
+    reconciles: usize,
+}
+
+#[async_trait]
+impl Controller for ForgetsToStart {
+    fn name(&self) -> &str {
+        "ForgetsToStart"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak_of::<A>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive_of::<C>()]
+    }
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        self.reconciles += 1;
+        if self.reconciles == 1 {
+            state.start_tracking();
+        } else {
+            state.cleanup_outputs(&[C::kind()]).await?;
+        }
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn tracking_started_in_one_reconcile_is_not_active_in_the_next() {
+    let h = Harness::new();
+    h.expect_errors("ForgetsToStart");
+    h.register(ForgetsToStart { reconciles: 0 }).unwrap();
+    h.start().await;
+    h.settle().await;
+    create(&h.state(), "a", A { value: 1 }).await;
+    h.settle().await;
+    let status = h.status("ForgetsToStart").await;
+    assert_eq!((status.reconciles, status.errors), (2, 1), "{status:?}");
+    assert_eq!(
+        status.last_error.as_deref(),
+        Some(
+            "ForgetsToStart: invalid cleanup_outputs: output tracking was not started in this \
+             reconcile"
+        )
+    );
+}
+
 /// A queue controller whose two items reconcile at the same time: each tracks the one output it
 /// writes, waits until the other has written too, then cleans up.
 struct ConcurrentItems {
