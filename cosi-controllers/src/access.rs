@@ -256,7 +256,10 @@ impl ControllerState {
     ) -> Result<SharedResource> {
         self.check_write(resource.metadata().pointer(), options.owner.as_deref())?;
         let touched = self.to_touch(&*resource);
-        let stored = self.shared.inner.create(resource, options).await?;
+        let stored = match self.shared.inner.create_now(resource, options) {
+            Ok(at_once) => at_once?,
+            Err((resource, options)) => self.shared.inner.create(resource, options).await?,
+        };
         if let Some(pointer) = touched {
             self.touch(&pointer);
         }
@@ -273,7 +276,10 @@ impl ControllerState {
         let is_output = self.is_output_type(resource.metadata().pointer().resource_type());
         if is_output && options.owner.as_deref() == Some(&*self.shared.name) {
             let touched = self.to_touch(&*resource);
-            let stored = self.shared.inner.update(resource, options).await?;
+            let stored = match self.shared.inner.update_now(resource, options) {
+                Ok(at_once) => at_once?,
+                Err((resource, options)) => self.shared.inner.update(resource, options).await?,
+            };
             if let Some(pointer) = touched {
                 self.touch(&pointer);
             }

@@ -7,26 +7,28 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-/// Polls the inner future, catching a panic from any poll.
-pub(crate) struct CatchPanic<F> {
-    inner: Pin<Box<F>>,
+pin_project_lite::pin_project! {
+    /// Polls the inner future, catching a panic from any poll. The future is held in place
+    /// (pinned with the wrapper), not boxed: a reconcile costs no allocation here.
+    pub(crate) struct CatchPanic<F> {
+        #[pin]
+        inner: F,
+    }
 }
 
 impl<F: Future> CatchPanic<F> {
     pub(crate) fn new(inner: F) -> Self {
-        CatchPanic {
-            inner: Box::pin(inner),
-        }
+        CatchPanic { inner }
     }
 }
 
 impl<F: Future> Future for CatchPanic<F> {
     type Output = Result<F::Output, String>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // The panicking future is never polled again: it is dropped with this wrapper, so no
         // broken invariant inside it can be observed.
-        let inner = self.inner.as_mut();
+        let inner = self.project().inner;
         match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),

@@ -154,6 +154,48 @@ pub trait State: Send + Sync + 'static {
         options: UpdateOptions,
     ) -> Result<SharedResource>;
 
+    /// Creates at once, for a backend whose writes complete without waiting (the in-memory
+    /// one): `Ok` holds exactly what [`State::create`] would return, with the same effects.
+    /// `Err` hands the arguments back untouched, meaning "call `create`" (the default). Like
+    /// [`State::get_now`], it saves a boxed future on hot paths (a controller's writes); a
+    /// wrapper that adds behaviour to `create` must not forward it.
+    ///
+    /// ```
+    /// use cosi_core::{CreateOptions, Resource, ResourceSpec, State};
+    /// # #[derive(Clone, PartialEq, Debug, Default, serde::Serialize, serde::Deserialize)]
+    /// # struct Widget { size: u32 }
+    /// # impl ResourceSpec for Widget {
+    /// #     const TYPE: &'static str = "Widgets.test.cosi.dev";
+    /// #     const DEFAULT_NAMESPACE: &'static str = "default";
+    /// # }
+    /// # async fn demo(state: &dyn State) -> cosi_core::Result<()> {
+    /// let fresh = Resource::new("w1", Widget { size: 3 }).into_shared();
+    /// let stored = match state.create_now(fresh, CreateOptions::default()) {
+    ///     Ok(at_once) => at_once?,
+    ///     Err((fresh, options)) => state.create(fresh, options).await?,
+    /// };
+    /// assert_eq!(stored.metadata().version().get(), 1);
+    /// # Ok(()) }
+    /// ```
+    #[allow(clippy::type_complexity)]
+    fn create_now(
+        &self,
+        resource: SharedResource,
+        options: CreateOptions,
+    ) -> std::result::Result<Result<SharedResource>, (SharedResource, CreateOptions)> {
+        Err((resource, options))
+    }
+
+    /// [`State::update`] at once, as [`State::create_now`] is to `create`.
+    #[allow(clippy::type_complexity)]
+    fn update_now(
+        &self,
+        resource: SharedResource,
+        options: UpdateOptions,
+    ) -> std::result::Result<Result<SharedResource>, (SharedResource, UpdateOptions)> {
+        Err((resource, options))
+    }
+
     /// Destroys a resource.
     async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()>;
 

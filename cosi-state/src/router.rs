@@ -138,6 +138,30 @@ impl State for NamespaceRouter {
             .await
     }
 
+    fn create_now(
+        &self,
+        resource: SharedResource,
+        options: CreateOptions,
+    ) -> std::result::Result<Result<SharedResource>, (SharedResource, CreateOptions)> {
+        let pointer = resource.metadata().pointer();
+        match self.backend(pointer.namespace(), pointer) {
+            Ok(backend) => backend.create_now(resource, options),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
+    fn update_now(
+        &self,
+        resource: SharedResource,
+        options: UpdateOptions,
+    ) -> std::result::Result<Result<SharedResource>, (SharedResource, UpdateOptions)> {
+        let pointer = resource.metadata().pointer();
+        match self.backend(pointer.namespace(), pointer) {
+            Ok(backend) => backend.update_now(resource, options),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
     async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
         self.backend(pointer.namespace(), pointer)?
             .destroy(pointer, options)
@@ -182,6 +206,48 @@ mod tests {
             Arc::new(MemoryState::default()),
             Arc::new(MemoryState::default()),
         )
+    }
+
+    #[tokio::test]
+    async fn writes_at_once_go_to_the_namespaces_backend_or_fail_for_an_unrouted_one() {
+        let (config, runtime) = backends();
+        let router = NamespaceRouter::new(
+            [
+                ("config", config.clone() as Arc<dyn State>),
+                ("runtime", runtime.clone() as Arc<dyn State>),
+            ],
+            None,
+        )
+        .unwrap();
+        let Ok(created) = router.create_now(resource("config", "a"), CreateOptions::default())
+        else {
+            panic!("memory backends write at once")
+        };
+        let created = created.unwrap();
+        let next = DynamicResource {
+            metadata: created.metadata().clone(),
+            spec: serde_json::json!({ "n": 2 }),
+        };
+        let Ok(updated) = router.update_now(Arc::new(next), UpdateOptions::default()) else {
+            panic!("memory backends write at once")
+        };
+        assert_eq!(updated.unwrap().metadata().version().get(), 2);
+        let pointer = Pointer::new("config", "Things.test.cosi.dev", "a");
+        let stored = config.get(&pointer).await.unwrap();
+        assert_eq!(stored.metadata().version().get(), 2);
+        assert!(runtime
+            .list(&kind("config"), &ListOptions::default())
+            .await
+            .unwrap()
+            .is_empty());
+        let Ok(unrouted) = router.create_now(resource("nowhere", "a"), CreateOptions::default())
+        else {
+            panic!("an unrouted namespace is an error, not a decline")
+        };
+        assert!(unrouted
+            .unwrap_err()
+            .to_string()
+            .contains("no backend serves namespace"));
     }
 
     #[tokio::test]

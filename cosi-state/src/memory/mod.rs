@@ -220,6 +220,33 @@ impl MemoryState {
     }
 }
 
+impl MemoryState {
+    /// [`State::create`]: every write of this store completes without waiting.
+    fn create_at_once(
+        &self,
+        resource: SharedResource,
+        options: CreateOptions,
+    ) -> Result<SharedResource> {
+        let kind = resource.metadata().kind().clone();
+        self.collections
+            .with(&kind, |c| c.create(resource, options))
+    }
+
+    /// [`State::update`].
+    fn update_at_once(
+        &self,
+        resource: SharedResource,
+        options: UpdateOptions,
+    ) -> Result<SharedResource> {
+        match self.collections.find(resource.metadata().kind()) {
+            Some(collection) => collection.update(resource, options),
+            None => Err(cosi_core::Error::NotFound {
+                pointer: resource.metadata().pointer().clone(),
+            }),
+        }
+    }
+}
+
 impl Default for MemoryState {
     fn default() -> Self {
         MemoryState::new(MemoryOptions::default())
@@ -245,9 +272,7 @@ impl State for MemoryState {
         resource: SharedResource,
         options: CreateOptions,
     ) -> Result<SharedResource> {
-        let kind = resource.metadata().kind().clone();
-        self.collections
-            .with(&kind, |c| c.create(resource, options))
+        self.create_at_once(resource, options)
     }
 
     async fn update(
@@ -255,12 +280,23 @@ impl State for MemoryState {
         resource: SharedResource,
         options: UpdateOptions,
     ) -> Result<SharedResource> {
-        match self.collections.find(resource.metadata().kind()) {
-            Some(collection) => collection.update(resource, options),
-            None => Err(cosi_core::Error::NotFound {
-                pointer: resource.metadata().pointer().clone(),
-            }),
-        }
+        self.update_at_once(resource, options)
+    }
+
+    fn create_now(
+        &self,
+        resource: SharedResource,
+        options: CreateOptions,
+    ) -> std::result::Result<Result<SharedResource>, (SharedResource, CreateOptions)> {
+        Ok(self.create_at_once(resource, options))
+    }
+
+    fn update_now(
+        &self,
+        resource: SharedResource,
+        options: UpdateOptions,
+    ) -> std::result::Result<Result<SharedResource>, (SharedResource, UpdateOptions)> {
+        Ok(self.update_at_once(resource, options))
     }
 
     async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
