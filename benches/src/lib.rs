@@ -41,6 +41,5 @@ pub mod peak_rss;
 pub mod plot;
 pub mod report;
 pub mod rmw;
-pub mod runtime;
 pub mod side_by_side;
 pub mod suite;

@@ -25,7 +25,6 @@ use benches::check::{ensure, exit_on_error, WorkloadError};
 use benches::item::{item_ids, item_index, item_with_id, BenchItem};
 use benches::report::Report;
 use benches::rmw::read_modify_write;
-use benches::runtime::{run_on_workers, workers};
 use clap::{Parser, ValueEnum};
 use cosi_core::{
     downcast_ref, CreateOptions, Event, Resource, ResourceSpec, State, Version, Watch,
@@ -76,7 +75,10 @@ fn run() -> Result<(), WorkloadError> {
     let args = cli.run;
     let items = args.n.unwrap_or(DEFAULT_ITEMS);
     let events_per_watcher = items * (ROUNDS as usize + 1);
-    let runtime = workers()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| WorkloadError::new(format!("cannot start the tokio runtime: {e}")))?;
     println!(
         "# w2: watch fan-out, {WATCHERS} kind watchers (default options), {items} items x \
          {} events, {} runs, in-memory state with default options",
@@ -98,7 +100,7 @@ fn run() -> Result<(), WorkloadError> {
                 History::Default => memory_state(),
                 History::Exact => memory_state_with_history(REFERENCE_HISTORY),
             };
-            let store = run_on_workers(&runtime, store_fan_out(state, items))?;
+            let store = runtime.block_on(store_fan_out(state, items))?;
             println!(
                 "# run {run} {prefix}: wall {:.1} ms, {} of {WATCHERS} watchers caught up \
                  ({} compacted events, {} resyncs), {} events received in {} batches",
@@ -144,7 +146,7 @@ fn run() -> Result<(), WorkloadError> {
         if cli.history.is_some() {
             continue;
         }
-        let baseline = run_on_workers(&runtime, broadcast_fan_out(items))?;
+        let baseline = runtime.block_on(broadcast_fan_out(items))?;
         println!(
             "# run {run} broadcast: wall {:.1} ms",
             baseline.as_secs_f64() * 1e3

@@ -39,7 +39,6 @@ use benches::check::{ensure, exit_on_error, WorkloadError};
 use benches::cpu::process_cpu;
 use benches::item::{item_ids, item_index, item_with_id};
 use benches::rmw::read_modify_write;
-use benches::runtime::{run_on_workers, workers};
 use clap::{Parser, ValueEnum};
 use cosi_controllers::{Engine, Transform};
 use cosi_core::{
@@ -131,7 +130,10 @@ fn run() -> Result<(), WorkloadError> {
     let cli: Cli = parse_env()?;
     let args = cli.run;
     let items = args.n.unwrap_or(DEFAULT_ITEMS);
-    let runtime = workers()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| WorkloadError::new(format!("cannot start the tokio runtime: {e}")))?;
     println!(
         "# w3: reconcile chain A -> C1 -> B -> C2 -> C, N = {items}, {ROUNDS} update rounds, {} runs \
          per variant, in-memory state and engine with default options; queue variants hold a \
@@ -146,11 +148,11 @@ fn run() -> Result<(), WorkloadError> {
     let mut report = Report3::default();
     for variant in variants {
         for run in 1..=args.runs {
-            let outcome = run_on_workers(&runtime, run_chain(variant, items))?;
+            let outcome = runtime.block_on(run_chain(variant, items))?;
             let raw = if cli.no_baseline {
                 None
             } else {
-                Some(run_on_workers(&runtime, raw_writes(items))?)
+                Some(runtime.block_on(raw_writes(items))?)
             };
             println!(
                 "# {} run {run}: phase 1 {:.1} ms (CPU {:.1} ms), phase 2 {:.1} ms (CPU {:.1} \
