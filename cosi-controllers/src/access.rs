@@ -235,6 +235,8 @@ impl ControllerState {
     /// ([`State::get_now`]): a controller's reads are its hottest path.
     pub async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
         self.check_read(pointer.kind(), Some(pointer.id()))?;
+        // The calls at once below skip the backend's own yield point: this is theirs.
+        cosi_state::cooperate().await;
         match self.shared.inner.get_now(pointer) {
             Some(result) => result,
             None => self.shared.inner.get(pointer).await,
@@ -256,6 +258,7 @@ impl ControllerState {
     ) -> Result<SharedResource> {
         self.check_write(resource.metadata().pointer(), options.owner.as_deref())?;
         let touched = self.to_touch(&*resource);
+        cosi_state::cooperate().await;
         let stored = match self.shared.inner.create_now(resource, options) {
             Ok(at_once) => at_once?,
             Err((resource, options)) => self.shared.inner.create(resource, options).await?,
@@ -276,6 +279,7 @@ impl ControllerState {
         let is_output = self.is_output_type(resource.metadata().pointer().resource_type());
         if is_output && options.owner.as_deref() == Some(&*self.shared.name) {
             let touched = self.to_touch(&*resource);
+            cosi_state::cooperate().await;
             let stored = match self.shared.inner.update_now(resource, options) {
                 Ok(at_once) => at_once?,
                 Err((resource, options)) => self.shared.inner.update(resource, options).await?,

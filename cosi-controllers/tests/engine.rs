@@ -1086,3 +1086,67 @@ async fn run_until_serves_until_the_signal_then_shuts_down() {
     assert_eq!(h.expect::<B>("x").await.spec.value, 2);
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
+
+/// Reads one input and writes its output 15,000 times each, then reports at
+/// which step a task it spawned first ran.
+struct Busy {
+    report: tokio::sync::mpsc::UnboundedSender<Option<usize>>,
+}
+
+#[async_trait::async_trait]
+impl cosi_controllers::Controller for Busy {
+    fn name(&self) -> &str {
+        "Busy"
+    }
+    fn inputs(&self) -> Vec<cosi_controllers::Input> {
+        vec![cosi_controllers::Input::weak_of::<A>()]
+    }
+    fn outputs(&self) -> Vec<cosi_controllers::Output> {
+        vec![cosi_controllers::Output::exclusive_of::<C>()]
+    }
+    async fn reconcile(
+        &mut self,
+        state: &cosi_controllers::ControllerState,
+    ) -> cosi_core::Result<cosi_controllers::Reconciled> {
+        const STEPS: usize = 15_000;
+        let Ok(input) = state.get(&a("x")).await else {
+            return Ok(cosi_controllers::Reconciled::Done);
+        };
+        // Queued behind this reconcile: it runs only when the reconcile yields.
+        let other_ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        tokio::spawn({
+            let other_ran = other_ran.clone();
+            async move { other_ran.store(true, std::sync::atomic::Ordering::SeqCst) }
+        });
+        let mut seen = None;
+        for step in 0..STEPS {
+            if seen.is_none() && other_ran.load(std::sync::atomic::Ordering::SeqCst) {
+                seen = Some(step);
+            }
+            let _ = state.get(input.metadata().pointer()).await?;
+            state
+                .modify_output(cosi_core::Resource::new("x", C::default()), |c| {
+                    c.spec.value = step as i64;
+                    Ok(())
+                })
+                .await?;
+        }
+        let _ = self.report.send(seen);
+        Ok(cosi_controllers::Reconciled::Done)
+    }
+}
+
+/// Over the in-memory store itself, whose reads and writes complete at once (the harness's
+/// fault-injecting wrapper takes the async path).
+#[tokio::test]
+async fn a_reconcile_reading_and_writing_in_a_loop_lets_the_other_tasks_of_its_worker_run() {
+    let memory: Arc<dyn State> = Arc::new(cosi_state::MemoryState::default());
+    let engine = cosi_controllers::Engine::new(memory.clone());
+    let (report, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    engine.register(Busy { report }).unwrap();
+    create(&memory, "x", A { value: 1 }).await;
+    engine.start();
+    let seen = reports.recv().await.expect("the controller reports");
+    assert!(seen.is_some(), "the spawned task never ran during the loop");
+    engine.shutdown().await;
+}

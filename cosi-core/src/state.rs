@@ -130,7 +130,9 @@ pub trait State: Send + Sync + 'static {
     /// in-memory one, and those that serve reads from memory): `Some` holds exactly what
     /// [`State::get`] would return. `None` (the default) means "call `get`". Wrappers call it
     /// first to save `get`'s boxed future on hot paths; a wrapper that adds behaviour to
-    /// `get` (checks, faults) must not forward it.
+    /// `get` (checks, faults) must not forward it. A backend's async calls that complete at
+    /// once still yield now and then (so a loop of them lets the worker's other tasks run); a
+    /// caller of the calls at once in a loop should do the same (`cosi_state::cooperate`).
     fn get_now(&self, pointer: &Pointer) -> Option<Result<SharedResource>> {
         let _ = pointer;
         None

@@ -7,6 +7,7 @@
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod cooperate;
 mod decode;
 mod disk;
 mod memory;
@@ -17,6 +18,7 @@ mod router;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 
+pub use cooperate::{cooperate, CALLS_PER_UNIT};
 pub use disk::{DiskDurability, DiskOptions, DiskState};
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdOptions, EtcdState};

@@ -240,6 +240,8 @@ async fn wait_for_committer<T: Send + 'static>(
 #[async_trait]
 impl State for DiskState {
     async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
+        // Reads are served from memory at once: cooperative like the in-memory store's.
+        crate::cooperate().await;
         self.collections.get_resource(pointer)
     }
 
@@ -248,6 +250,7 @@ impl State for DiskState {
     }
 
     async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
+        crate::cooperate().await;
         Ok(self.collections.list(kind, options))
     }
 

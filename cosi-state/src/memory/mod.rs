@@ -256,6 +256,7 @@ impl Default for MemoryState {
 #[async_trait]
 impl State for MemoryState {
     async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
+        crate::cooperate().await;
         self.collections.get_resource(pointer)
     }
 
@@ -264,6 +265,7 @@ impl State for MemoryState {
     }
 
     async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
+        crate::cooperate().await;
         Ok(self.collections.list(kind, options))
     }
 
@@ -272,6 +274,7 @@ impl State for MemoryState {
         resource: SharedResource,
         options: CreateOptions,
     ) -> Result<SharedResource> {
+        crate::cooperate().await;
         self.create_at_once(resource, options)
     }
 
@@ -280,6 +283,7 @@ impl State for MemoryState {
         resource: SharedResource,
         options: UpdateOptions,
     ) -> Result<SharedResource> {
+        crate::cooperate().await;
         self.update_at_once(resource, options)
     }
 
@@ -300,6 +304,7 @@ impl State for MemoryState {
     }
 
     async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
+        crate::cooperate().await;
         match self.collections.find(pointer.kind()) {
             Some(collection) => collection.destroy(pointer, &options),
             None => Err(cosi_core::Error::NotFound {

@@ -1570,3 +1570,39 @@ async fn shared_chunks_let_go_of_the_versions_the_window_let_go_of() {
         "version 1 is still held after the window moved past it"
     );
 }
+
+/// Every call completes at once, yet a task calling the store in a loop yields to the other
+/// tasks of its worker (tokio's budget): on a one-thread runtime, a task spawned before the
+/// loop runs before the loop ends.
+#[test]
+fn a_task_calling_the_store_in_a_loop_lets_the_other_tasks_of_its_worker_run() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const CALLS: usize = 100_000;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let first_seen = runtime.block_on(async {
+        let state = Arc::new(MemoryState::default());
+        let looping = tokio::spawn(async move {
+            create(&state, "a", 0).await;
+            // Queued behind this task: it can run only when this task yields.
+            let other_ran = Arc::new(AtomicBool::new(false));
+            tokio::spawn({
+                let other_ran = other_ran.clone();
+                async move { other_ran.store(true, Ordering::SeqCst) }
+            });
+            for call in 0..CALLS {
+                if other_ran.load(Ordering::SeqCst) {
+                    return Some(call);
+                }
+                let _ = state.get(&pointer("a")).await;
+            }
+            None
+        });
+        looping.await.unwrap()
+    });
+    assert!(
+        first_seen.is_some(),
+        "the other task never ran during {CALLS} store calls"
+    );
+}
