@@ -9,17 +9,22 @@ use config_support::{Node, LIVE_PATCH, RESTART_PATCH};
 use cosi_core::{table, ResourceSpec};
 use cosi_node::config::{history_id, ApplyMode, ApplyRequest, ConfigHistory, HISTORY_LIMIT};
 
-#[tokio::test]
-async fn every_applied_change_is_one_history_entry_with_mode_actor_versions_and_summary() {
-    let node = Node::with_base().await;
+/// Applies [`LIVE_PATCH`] as `actor`, in no-reboot mode.
+async fn apply_live_patch(node: &Node, actor: &str) {
     node.applier
         .apply(ApplyRequest::patches(
             [LIVE_PATCH],
             ApplyMode::NoReboot,
-            "alice",
+            actor,
         ))
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn every_applied_change_is_one_history_entry_with_mode_actor_versions_and_summary() {
+    let node = Node::with_base().await;
+    apply_live_patch(&node, "alice").await;
     node.applier
         .apply(ApplyRequest::patches(
             [RESTART_PATCH],
@@ -179,14 +184,7 @@ async fn the_history_prints_as_a_table() {
 #[tokio::test]
 async fn an_entry_is_timed_before_the_config_writes_it_records() {
     let node = Node::with_base().await;
-    node.applier
-        .apply(ApplyRequest::patches(
-            [LIVE_PATCH],
-            ApplyMode::NoReboot,
-            "alice",
-        ))
-        .await
-        .unwrap();
+    apply_live_patch(&node, "alice").await;
     let entry = node.history().await.pop().unwrap();
     let time = humantime::parse_rfc3339(&entry.spec.time).unwrap();
     for id in [cosi_node::config::ACTIVE, cosi_node::config::PERSISTED] {

@@ -208,17 +208,25 @@ mod tests {
         )
     }
 
-    #[tokio::test]
-    async fn writes_at_once_go_to_the_namespaces_backend_or_fail_for_an_unrouted_one() {
-        let (config, runtime) = backends();
-        let router = NamespaceRouter::new(
+    /// A router of `config` and `runtime` to those backends, without fallback.
+    fn config_and_runtime(
+        config: &Arc<MemoryState>,
+        runtime: &Arc<MemoryState>,
+    ) -> NamespaceRouter {
+        NamespaceRouter::new(
             [
                 ("config", config.clone() as Arc<dyn State>),
                 ("runtime", runtime.clone() as Arc<dyn State>),
             ],
             None,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn writes_at_once_go_to_the_namespaces_backend_or_fail_for_an_unrouted_one() {
+        let (config, runtime) = backends();
+        let router = config_and_runtime(&config, &runtime);
         let Ok(created) = router.create_now(resource("config", "a"), CreateOptions::default())
         else {
             panic!("memory backends write at once")
@@ -253,14 +261,7 @@ mod tests {
     #[tokio::test]
     async fn each_namespace_goes_to_its_own_backend() {
         let (config, runtime) = backends();
-        let router = NamespaceRouter::new(
-            [
-                ("config", config.clone() as Arc<dyn State>),
-                ("runtime", runtime.clone() as Arc<dyn State>),
-            ],
-            None,
-        )
-        .unwrap();
+        let router = config_and_runtime(&config, &runtime);
         router
             .create(resource("config", "a"), CreateOptions::default())
             .await
