@@ -598,13 +598,14 @@ impl WatchFeed {
             return;
         }
         if let Some(event) = first {
-            if let Step::Stop = self.send(vec![event]).await {
+            if let Step::Stop = self.send(std::slice::from_ref(&event)).await {
                 return;
             }
         }
         loop {
             let batch = tokio::select! {
-                batch = watch.recv_batch(self.batch) => batch,
+                // Unfiltered watchers of a kind share one buffer of events in the store.
+                batch = watch.recv_shared(self.batch) => batch,
                 _ = crate::server::stopped(&mut self.shutdown) => {
                     let _ = self.tx.send(Err(Status::unavailable("server shutting down"))).await;
                     return;
@@ -618,13 +619,13 @@ impl WatchFeed {
                     .await;
                 return;
             };
-            if let Step::Stop = self.send(batch).await {
+            if let Step::Stop = self.send(&batch).await {
                 return;
             }
         }
     }
 
-    async fn send(&mut self, batch: Vec<Event>) -> Step {
+    async fn send(&mut self, batch: &[Event]) -> Step {
         let mut events = Vec::with_capacity(if self.aggregated { batch.len() } else { 1 });
         let mut step = Step::Continue;
         let mut end = None;
@@ -635,7 +636,7 @@ impl WatchFeed {
         let mut encode = |r: &cosi_core::SharedResource| {
             encodings.get_or_encode(r, yaml, || codec.encode_bytes(&**r, yaml))
         };
-        for event in &batch {
+        for event in batch {
             match encode_event_with(&self.kind, event, self.api, &mut encode) {
                 Outgoing::Send(e) => events.push(e),
                 Outgoing::Last(e) => {
