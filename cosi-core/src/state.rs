@@ -189,6 +189,18 @@ pub trait State: Send + Sync + 'static {
     }
 
     /// [`State::update`] at once, as [`State::create_now`] is to `create`.
+    ///
+    /// ```
+    /// use cosi_core::{SharedResource, State, UpdateOptions};
+    /// # async fn demo(state: &dyn State, changed: SharedResource) -> cosi_core::Result<()> {
+    /// // `changed` carries the version it was read at, like any update.
+    /// let stored = match state.update_now(changed, UpdateOptions::default()) {
+    ///     Ok(at_once) => at_once?,
+    ///     Err((changed, options)) => state.update(changed, options).await?,
+    /// };
+    /// # let _ = stored;
+    /// # Ok(()) }
+    /// ```
     #[allow(clippy::type_complexity)]
     fn update_now(
         &self,
