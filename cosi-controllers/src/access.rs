@@ -22,6 +22,7 @@ use cosi_core::{
     WatchOptions,
 };
 
+use crate::input_changes::{Changed, InputChanges};
 use crate::status::{Failure, FailureSink};
 use crate::{Input, InputStrength, Output};
 
@@ -71,6 +72,8 @@ pub struct ControllerState {
     /// The outputs written in this handle's reconcile. Shared by the clones a reconcile makes,
     /// never by two reconciles.
     tracked: Arc<Tracking>,
+    /// A level-triggered controller's change record (see [`InputChanges`]).
+    changes: Option<Arc<InputChanges>>,
 }
 
 /// The part of a [`ControllerState`] that is the same for every reconcile of its controller.
@@ -167,6 +170,7 @@ impl ControllerState {
                 failures,
             }),
             tracked: Arc::new(Tracking::default()),
+            changes: None,
         }
     }
 
@@ -184,6 +188,22 @@ impl ControllerState {
         ControllerState {
             shared: self.shared.clone(),
             tracked: Arc::new(Tracking::default()),
+            changes: None,
+        }
+    }
+
+    /// The same handle, reading the changes of a level-triggered controller from `changes`.
+    pub(crate) fn with_input_changes(mut self, changes: &Arc<InputChanges>) -> ControllerState {
+        self.changes = Some(changes.clone());
+        self
+    }
+
+    /// The input changes delivered since the last reconcile took them ([`Changed::Everything`]
+    /// for a controller without a record, and the first time).
+    pub(crate) fn take_input_changes(&self) -> Changed {
+        match &self.changes {
+            Some(changes) => changes.take(),
+            None => Changed::Everything,
         }
     }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use cosi_core::SharedResource;
 use tokio::time::Instant;
 
+use crate::input_changes::InputChanges;
 use crate::runner::{run_reconcile, FeedTarget, IdleProbe, Outcome, Retry, TaskContext, Trigger};
 use crate::status::Failure;
 use crate::wake::WakeSignal;
@@ -37,6 +38,8 @@ pub(crate) struct LevelActivity {
     wake: WakeSignal,
     running: AtomicBool,
     due: Mutex<Due>,
+    /// The changes delivered since the last reconcile, for a controller that asks.
+    changes: Arc<InputChanges>,
 }
 
 impl Default for LevelActivity {
@@ -45,6 +48,7 @@ impl Default for LevelActivity {
             wake: WakeSignal::default(),
             running: AtomicBool::new(false),
             due: Mutex::new(Due::default()),
+            changes: Arc::default(),
         };
         // The first reconcile is owed from registration on: a controller that has not run
         // yet is not idle.
@@ -60,11 +64,14 @@ impl LevelActivity {
 }
 
 impl FeedTarget for LevelActivity {
-    fn changed(&self, _input: &Input, _resource: &SharedResource) {
+    fn changed(&self, _input: &Input, resource: &SharedResource) {
+        // Recorded before the wake-up, so the reconcile it triggers finds it.
+        self.changes.record(resource.metadata().pointer());
         self.wake.wake();
     }
 
     fn resync(&self) {
+        self.changes.everything();
         self.wake.wake();
     }
 }
@@ -125,7 +132,10 @@ pub(crate) async fn run(
             first = false;
         }
         cx.signals.bump();
-        let state = cx.state.for_reconcile_reusing(spare.take());
+        let state = cx
+            .state
+            .for_reconcile_reusing(spare.take())
+            .with_input_changes(&activity.changes);
         let trigger = Trigger {
             controller: &cx.name,
             reason,
@@ -139,6 +149,8 @@ pub(crate) async fn run(
                 activity.due().requeue_at = Some(Instant::now() + *delay);
             }
             Outcome::Failed(failure) => {
+                // The changes this reconcile took may not have been acted on.
+                activity.changes.everything();
                 let retry = Retry::of(failure, &backoff, backoff.failures() + 1);
                 backoff.next_delay();
                 tracing::warn!(controller = %cx.name, error = %failure, backoff = ?retry.after, on_change = retry.on_change, "reconcile failed; restarting the controller after backoff");

@@ -172,6 +172,7 @@ mod engine;
 mod feed;
 mod graph;
 mod input;
+mod input_changes;
 mod level;
 mod output;
 mod queue;

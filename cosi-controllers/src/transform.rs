@@ -18,6 +18,7 @@ use cosi_core::{
     Resource, ResourceSpec, Result, SharedResource, StateExt,
 };
 
+use crate::input_changes::Changed;
 use crate::{Controller, ControllerState, Input, Output, QueueController, Reconciled};
 
 type MapFn<In, Out> = dyn Fn(&Resource<In>) -> Option<(Arc<str>, Out)> + Send + Sync;
@@ -90,6 +91,9 @@ pub struct Transform<In, Out> {
     settings: Settings,
     map: Arc<MapFn<In, Out>>,
     memo: Vec<Memo<Out>>,
+    /// Whether `memo` is what the last reconcile, which succeeded, established: only then can a
+    /// reconcile look at the changed inputs alone.
+    memo_complete: bool,
     _types: PhantomData<fn(In) -> Out>,
 }
 
@@ -106,6 +110,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> Transform<In, Out> {
             settings: Settings::new::<In, Out>(name),
             map: Arc::new(map),
             memo: Vec::new(),
+            memo_complete: false,
             _types: PhantomData,
         }
     }
@@ -220,6 +225,17 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
     }
 
     async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        // Taken before anything is read: a change stored from now on is the next reconcile's.
+        let changed = state.take_input_changes();
+        let complete = std::mem::replace(&mut self.memo_complete, false);
+        if let (true, false, Changed::These(changed)) =
+            (complete, self.settings.shared_output, changed)
+        {
+            if self.reconcile_changed(state, changed).await? {
+                self.memo_complete = true;
+                return Ok(Reconciled::Done);
+            }
+        }
         let settings = &self.settings;
         let inputs = state
             .list(&settings.input_kind, &ListOptions::default())
@@ -301,7 +317,113 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
             }
         }
         self.memo = memo;
+        self.memo_complete = true;
         Ok(Reconciled::Done)
+    }
+}
+
+impl<In: ResourceSpec, Out: ResourceSpec> Transform<In, Out> {
+    /// Converges the inputs in `changed` alone, keeping the memo sorted and complete: what the
+    /// full pass would do for each of them, without listing every input and output. `Ok(false)`
+    /// for a change it leaves to the full pass: an output's (one ready to be destroyed), a
+    /// destroyed input, or an input whose output moved to another id or went away (the full pass
+    /// tears down the outputs no input keeps). Only for exclusive outputs: a shared output may be
+    /// kept by another input.
+    async fn reconcile_changed(
+        &mut self,
+        state: &ControllerState,
+        mut changed: Vec<Pointer>,
+    ) -> Result<bool> {
+        let Transform {
+            settings,
+            map,
+            memo,
+            ..
+        } = self;
+        if changed.iter().any(|p| *p.kind() != settings.input_kind) {
+            return Ok(false);
+        }
+        // In id order, as the full pass converges them.
+        changed.sort_unstable_by(|a, b| a.id().cmp(b.id()));
+        let position =
+            |memo: &[Memo<Out>], id: &str| memo.binary_search_by(|m| (*m.input_id).cmp(id));
+        for pointer in &changed {
+            let shared = match state.get(pointer).await {
+                Ok(input) => input,
+                Err(e) if e.is_not_found() => {
+                    if position(memo, pointer.id()).is_ok() {
+                        return Ok(false);
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let input = downcast_ref::<In>(&*shared)?;
+            let at = position(memo, input.metadata.id());
+            let recorded = at.ok().map(|at| {
+                let m = &memo[at];
+                (
+                    same_value(&m.input, &shared),
+                    m.output_id.clone(),
+                    m.output.clone(),
+                )
+            });
+            if let Some((true, output_id, output)) = &recorded {
+                if let Some(stored) = owned_output::<Out>(state, settings, output_id).await? {
+                    if same_value(&stored, output) {
+                        continue;
+                    }
+                }
+            }
+            let running = input.metadata.phase() == Phase::Running;
+            match map(input) {
+                Some((out_id, spec)) if running => {
+                    if let Some((_, output_id, _)) = &recorded {
+                        if !same_id(output_id, &out_id) {
+                            return Ok(false);
+                        }
+                    }
+                    let existing = owned_output::<Out>(state, settings, &out_id).await?;
+                    let written =
+                        converge(state, settings, &**map, &shared, existing, out_id, spec).await?;
+                    match (at, written) {
+                        (Ok(at), Some(m)) => memo[at] = m,
+                        (Err(at), Some(m)) => memo.insert(at, m),
+                        (Ok(at), None) => {
+                            memo.remove(at);
+                        }
+                        (Err(_), None) => {}
+                    }
+                }
+                Some((out_id, _)) => {
+                    if let Some((_, output_id, _)) = &recorded {
+                        if !same_id(output_id, &out_id) {
+                            return Ok(false);
+                        }
+                    }
+                    // The input is tearing down: its output goes first, then our finalizer.
+                    let gone = match owned_output::<Out>(state, settings, &out_id).await? {
+                        Some(output) => state.teardown_output(output.metadata.pointer()).await?,
+                        None => true,
+                    };
+                    if gone && settings.finalizers {
+                        release_finalizer(state, settings, &input.metadata).await?;
+                    }
+                    if let Ok(at) = at {
+                        memo.remove(at);
+                    }
+                }
+                None => {
+                    if recorded.is_some() {
+                        return Ok(false);
+                    }
+                    if settings.finalizers {
+                        release_finalizer(state, settings, &input.metadata).await?;
+                    }
+                }
+            }
+        }
+        Ok(true)
     }
 }
 

@@ -535,3 +535,122 @@ async fn a_destroyed_inputs_output_goes_while_another_input_changes_level() {
 async fn a_destroyed_inputs_output_goes_while_another_input_changes_queued() {
     a_destroyed_inputs_output_goes_while_another_input_changes_in_the_same_burst(true).await;
 }
+
+/// A store that counts the lists of each kind, over the in-memory one.
+struct CountingLists {
+    inner: cosi_state::MemoryState,
+    lists: std::sync::Mutex<std::collections::BTreeMap<String, usize>>,
+}
+
+impl CountingLists {
+    fn lists(&self) -> std::collections::BTreeMap<String, usize> {
+        self.lists.lock().unwrap().clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl State for CountingLists {
+    async fn get(
+        &self,
+        pointer: &cosi_core::Pointer,
+    ) -> cosi_core::Result<cosi_core::SharedResource> {
+        self.inner.get(pointer).await
+    }
+    async fn list(
+        &self,
+        kind: &cosi_core::Kind,
+        options: &cosi_core::ListOptions,
+    ) -> cosi_core::Result<Vec<cosi_core::SharedResource>> {
+        *self
+            .lists
+            .lock()
+            .unwrap()
+            .entry(kind.resource_type().to_string())
+            .or_default() += 1;
+        self.inner.list(kind, options).await
+    }
+    async fn create(
+        &self,
+        resource: cosi_core::SharedResource,
+        options: cosi_core::CreateOptions,
+    ) -> cosi_core::Result<cosi_core::SharedResource> {
+        self.inner.create(resource, options).await
+    }
+    async fn update(
+        &self,
+        resource: cosi_core::SharedResource,
+        options: cosi_core::UpdateOptions,
+    ) -> cosi_core::Result<cosi_core::SharedResource> {
+        self.inner.update(resource, options).await
+    }
+    async fn destroy(
+        &self,
+        pointer: &cosi_core::Pointer,
+        options: cosi_core::DestroyOptions,
+    ) -> cosi_core::Result<()> {
+        self.inner.destroy(pointer, options).await
+    }
+    async fn watch(
+        &self,
+        pointer: &cosi_core::Pointer,
+        options: cosi_core::WatchOptions,
+    ) -> cosi_core::Result<cosi_core::Watch> {
+        self.inner.watch(pointer, options).await
+    }
+    async fn watch_kind(
+        &self,
+        kind: &cosi_core::Kind,
+        options: cosi_core::WatchKindOptions,
+    ) -> cosi_core::Result<cosi_core::Watch> {
+        self.inner.watch_kind(kind, options).await
+    }
+}
+
+/// Waits until the `B` of `id` has `value`.
+async fn until_b(watch: &mut cosi_core::Watch, id: &str, value: i64) {
+    while let Some(event) = watch.recv().await {
+        if let Some(b) = event.resource() {
+            let b = cosi_core::downcast_ref::<B>(&**b).unwrap();
+            if b.metadata.id() == id && b.spec.value == value {
+                return;
+            }
+        }
+    }
+    panic!("the watch of B ended before {id} reached {value}");
+}
+
+#[tokio::test]
+async fn after_its_first_reconcile_a_transform_converges_a_changed_input_without_listing() {
+    let counting = Arc::new(CountingLists {
+        inner: cosi_state::MemoryState::default(),
+        lists: Default::default(),
+    });
+    let state: Arc<dyn State> = counting.clone();
+    for (id, value) in [("a", 1), ("b", 2), ("c", 3)] {
+        create(&state, id, A { value }).await;
+    }
+    let mut outputs = state
+        .watch_kind(&B::kind(), cosi_core::WatchKindOptions::default())
+        .await
+        .unwrap();
+    let engine = cosi_controllers::Engine::new(state.clone());
+    engine
+        .register(Transform::<A, B>::same_id("Plus", |a: &A| {
+            Some(B {
+                value: a.value + 10,
+            })
+        }))
+        .unwrap();
+    engine.start();
+    until_b(&mut outputs, "c", 13).await;
+    let after_first = counting.lists();
+
+    // One input changes: its output follows, and nothing is listed for it.
+    set(&state, "b", A { value: 5 }).await;
+    until_b(&mut outputs, "b", 15).await;
+    assert_eq!(counting.lists(), after_first);
+    let stored = state.list_typed::<B>(&B::kind(), &Default::default()).await;
+    let values: Vec<i64> = stored.unwrap().iter().map(|b| b.spec.value).collect();
+    assert_eq!(values, [11, 15, 13]);
+    engine.shutdown().await;
+}
