@@ -621,13 +621,15 @@ async fn until_b(watch: &mut cosi_core::Watch, id: &str, value: i64) {
 
 #[tokio::test]
 async fn after_its_first_reconcile_a_transform_converges_a_changed_input_without_listing() {
+    const INPUTS: i64 = 32;
     let counting = Arc::new(CountingLists {
         inner: cosi_state::MemoryState::default(),
         lists: Default::default(),
     });
     let state: Arc<dyn State> = counting.clone();
-    for (id, value) in [("a", 1), ("b", 2), ("c", 3)] {
-        create(&state, id, A { value }).await;
+    let id = |n: i64| format!("i{n:02}");
+    for n in 0..INPUTS {
+        create(&state, &id(n), A { value: n }).await;
     }
     let mut outputs = state
         .watch_kind(&B::kind(), cosi_core::WatchKindOptions::default())
@@ -637,20 +639,23 @@ async fn after_its_first_reconcile_a_transform_converges_a_changed_input_without
     engine
         .register(Transform::<A, B>::same_id("Plus", |a: &A| {
             Some(B {
-                value: a.value + 10,
+                value: a.value + 1000,
             })
         }))
         .unwrap();
     engine.start();
-    until_b(&mut outputs, "c", 13).await;
+    until_b(&mut outputs, &id(INPUTS - 1), INPUTS - 1 + 1000).await;
     let after_first = counting.lists();
 
-    // One input changes: its output follows, and nothing is listed for it.
-    set(&state, "b", A { value: 5 }).await;
-    until_b(&mut outputs, "b", 15).await;
+    // One input of 32 changes: its output follows, and nothing is listed for it.
+    set(&state, &id(7), A { value: 100 }).await;
+    until_b(&mut outputs, &id(7), 1100).await;
     assert_eq!(counting.lists(), after_first);
     let stored = state.list_typed::<B>(&B::kind(), &Default::default()).await;
     let values: Vec<i64> = stored.unwrap().iter().map(|b| b.spec.value).collect();
-    assert_eq!(values, [11, 15, 13]);
+    let expected: Vec<i64> = (0..INPUTS)
+        .map(|n| if n == 7 { 1100 } else { n + 1000 })
+        .collect();
+    assert_eq!(values, expected);
     engine.shutdown().await;
 }
