@@ -329,7 +329,13 @@ async fn without_certificate(demo: &Demo, address: SocketAddr) -> String {
     };
     match state.list(&Member::kind(), &ListOptions::default()).await {
         Ok(_) => "it was served: this is a bug".into(),
-        Err(error) => format!("refused: {error}"),
+        // TLS 1.3 checks the client's certificate after the client has finished its side of
+        // the handshake, so the refusal reaches the client as a closed connection, not as an
+        // error naming the certificate: say what it means, then what the client saw.
+        Err(error) => format!(
+            "refused: the node ends the TLS handshake of a client without a certificate \
+             (the client saw: {error})"
+        ),
     }
 }
 
