@@ -182,19 +182,12 @@ impl ControllerState {
         }
     }
 
-    /// The same handle with tracking of its own, for one reconcile: two items of a queue
-    /// controller reconciled at once must not see each other's touched outputs.
-    pub(crate) fn for_reconcile(&self) -> ControllerState {
-        ControllerState {
-            shared: self.shared.clone(),
-            tracked: Arc::new(Tracking::default()),
-            changes: None,
-        }
-    }
-
     /// The same handle, reading the changes of a level-triggered controller from `changes`.
     pub(crate) fn with_input_changes(mut self, changes: &Arc<InputChanges>) -> ControllerState {
-        self.changes = Some(changes.clone());
+        // A reused handle already reads them.
+        if self.changes.is_none() {
+            self.changes = Some(changes.clone());
+        }
         self
     }
 
@@ -207,9 +200,11 @@ impl ControllerState {
         }
     }
 
-    /// [`Self::for_reconcile`] that reuses `spare`, the handle of a finished reconcile of the
-    /// same controller, when nothing holds it any more (no allocation per reconcile).
-    pub(crate) fn for_reconcile_reusing(&self, spare: Option<ControllerState>) -> ControllerState {
+    /// The same handle with tracking of its own, for one reconcile (two items of a queue
+    /// controller reconciled at once must not see each other's touched outputs): `spare`, the
+    /// handle of a finished reconcile of the same controller, when nothing holds it any more
+    /// (no allocation per reconcile), else a new one.
+    pub(crate) fn for_reconcile(&self, spare: Option<ControllerState>) -> ControllerState {
         if let Some(mut spare) = spare {
             debug_assert!(Arc::ptr_eq(&spare.shared, &self.shared));
             if let Some(tracking) = Arc::get_mut(&mut spare.tracked) {
@@ -222,7 +217,11 @@ impl ControllerState {
                 return spare;
             }
         }
-        self.for_reconcile()
+        ControllerState {
+            shared: self.shared.clone(),
+            tracked: Arc::new(Tracking::default()),
+            changes: None,
+        }
     }
 
     /// The controller's name: the owner of everything it writes.

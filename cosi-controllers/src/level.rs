@@ -134,7 +134,7 @@ pub(crate) async fn run(
         cx.signals.bump();
         let state = cx
             .state
-            .for_reconcile_reusing(spare.take())
+            .for_reconcile(spare.take())
             .with_input_changes(&activity.changes);
         let trigger = Trigger {
             controller: &cx.name,

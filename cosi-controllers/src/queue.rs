@@ -218,7 +218,7 @@ async fn work<Q: QueueController>(controller: Arc<Q>, queue: Arc<WorkQueue>, cx:
             continue;
         };
         // Each item gets its own handle: output tracking is per reconcile.
-        let state = cx.state.for_reconcile_reusing(spare.take());
+        let state = cx.state.for_reconcile(spare.take());
         let trigger = Trigger {
             controller: &cx.name,
             reason: "item",
