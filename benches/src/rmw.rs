@@ -98,9 +98,8 @@ pub async fn read_modify_write<S: ResourceSpec>(
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use async_trait::async_trait;
     use cosi_core::{
-        CreateOptions, DestroyOptions, Kind, ListOptions, Result, SharedResource, Version, Watch,
+        Call, CreateOptions, DestroyOptions, Kind, ListOptions, SharedResource, Version, Watch,
         WatchKindOptions, WatchOptions,
     };
 
@@ -114,48 +113,53 @@ mod tests {
         interferences: AtomicUsize,
     }
 
-    #[async_trait]
     impl State for Interfering {
-        async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
-            self.inner.get(pointer).await
+        fn get<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource> {
+            self.inner.get(pointer)
         }
-        async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
-            self.inner.list(kind, options).await
+        fn list<'a>(
+            &'a self,
+            kind: &'a Kind,
+            options: &'a ListOptions,
+        ) -> Call<'a, Vec<SharedResource>> {
+            self.inner.list(kind, options)
         }
-        async fn create(
-            &self,
+        fn create<'a>(
+            &'a self,
             resource: SharedResource,
             options: CreateOptions,
-        ) -> Result<SharedResource> {
-            self.inner.create(resource, options).await
+        ) -> Call<'a, SharedResource> {
+            self.inner.create(resource, options)
         }
-        async fn update(
-            &self,
+        fn update<'a>(
+            &'a self,
             resource: SharedResource,
             options: UpdateOptions,
-        ) -> Result<SharedResource> {
-            let left = self.interferences.load(Ordering::SeqCst);
-            if left > 0 {
-                self.interferences.store(left - 1, Ordering::SeqCst);
-                // The other writer adds 100 to the stored value.
-                let pointer = resource.metadata().pointer();
-                let stored = downcast::<BenchItem>(self.inner.get(pointer).await?)?;
-                let mut other = Resource::clone(&stored);
-                other.spec.value += 100;
-                self.inner
-                    .update(other.into_shared(), UpdateOptions::default())
-                    .await?;
-            }
-            self.inner.update(resource, options).await
+        ) -> Call<'a, SharedResource> {
+            Call::pending(async move {
+                let left = self.interferences.load(Ordering::SeqCst);
+                if left > 0 {
+                    self.interferences.store(left - 1, Ordering::SeqCst);
+                    // The other writer adds 100 to the stored value.
+                    let pointer = resource.metadata().pointer();
+                    let stored = downcast::<BenchItem>(self.inner.get(pointer).await?)?;
+                    let mut other = Resource::clone(&stored);
+                    other.spec.value += 100;
+                    self.inner
+                        .update(other.into_shared(), UpdateOptions::default())
+                        .await?;
+                }
+                self.inner.update(resource, options).await
+            })
         }
-        async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
-            self.inner.destroy(pointer, options).await
+        fn destroy<'a>(&'a self, pointer: &'a Pointer, options: DestroyOptions) -> Call<'a, ()> {
+            self.inner.destroy(pointer, options)
         }
-        async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
-            self.inner.watch(pointer, options).await
+        fn watch<'a>(&'a self, pointer: &'a Pointer, options: WatchOptions) -> Call<'a, Watch> {
+            self.inner.watch(pointer, options)
         }
-        async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
-            self.inner.watch_kind(kind, options).await
+        fn watch_kind<'a>(&'a self, kind: &'a Kind, options: WatchKindOptions) -> Call<'a, Watch> {
+            self.inner.watch_kind(kind, options)
         }
     }
 

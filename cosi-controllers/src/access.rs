@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use async_trait::async_trait;
 use cosi_core::{
-    AnyResource, CreateOptions, DestroyOptions, Error, Kind, ListOptions, Pointer, Resource,
+    AnyResource, Call, CreateOptions, DestroyOptions, Error, Kind, ListOptions, Pointer, Resource,
     ResourceSpec, Result, SharedResource, State, StateExt, UpdateOptions, Watch, WatchKindOptions,
     WatchOptions,
 };
@@ -249,72 +249,80 @@ impl ControllerState {
             .await
     }
 
-    /// Reads one resource ([`State::get`] with the access checks). The same as the trait's
-    /// method, without its boxed future when the backend answers at once
-    /// ([`State::get_now`]): a controller's reads are its hottest path.
-    pub async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
-        self.check_read(pointer.kind(), Some(pointer.id()))?;
-        // The calls at once below skip the backend's own yield point: this is theirs.
-        cosi_state::cooperate().await;
-        match self.shared.inner.get_now(pointer) {
-            Some(result) => result,
-            None => self.shared.inner.get(pointer).await,
+    /// Reads one resource ([`State::get`] with the access checks). A controller's reads are
+    /// its hottest path: from a backend that answers at once, the call is done, with no
+    /// allocation.
+    pub fn get<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource> {
+        match self.check_read(pointer.kind(), Some(pointer.id())) {
+            Ok(()) => self.shared.inner.get(pointer),
+            Err(e) => Call::done(Err(e)),
         }
     }
 
     /// Lists a kind ([`State::list`] with the access checks).
-    pub async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
-        self.check_read(kind, None)?;
-        self.shared.inner.list(kind, options).await
+    pub fn list<'a>(
+        &'a self,
+        kind: &'a Kind,
+        options: &'a ListOptions,
+    ) -> Call<'a, Vec<SharedResource>> {
+        match self.check_read(kind, None) {
+            Ok(()) => self.shared.inner.list(kind, options),
+            Err(e) => Call::done(Err(e)),
+        }
     }
 
     /// Creates a resource ([`State::create`] with the access checks; an output is marked
     /// touched when tracking).
-    pub async fn create(
+    pub fn create(
         &self,
         resource: SharedResource,
         options: CreateOptions,
-    ) -> Result<SharedResource> {
-        self.check_write(resource.metadata().pointer(), options.owner.as_deref())?;
-        let touched = self.to_touch(&*resource);
-        cosi_state::cooperate().await;
-        let stored = match self.shared.inner.create_now(resource, options) {
-            Ok(at_once) => at_once?,
-            Err((resource, options)) => self.shared.inner.create(resource, options).await?,
-        };
-        if let Some(pointer) = touched {
-            self.touch(&pointer);
+    ) -> Call<'_, SharedResource> {
+        if let Err(e) = self.check_write(resource.metadata().pointer(), options.owner.as_deref()) {
+            return Call::done(Err(e));
         }
-        Ok(stored)
+        let touched = self.to_touch(&*resource);
+        self.touching(touched, self.shared.inner.create(resource, options))
     }
 
     /// Updates a resource ([`State::update`] with the access checks; an output is marked
     /// touched when tracking).
-    pub async fn update(
+    pub fn update(
         &self,
         resource: SharedResource,
         options: UpdateOptions,
-    ) -> Result<SharedResource> {
+    ) -> Call<'_, SharedResource> {
         let is_output = self.is_output_type(resource.metadata().pointer().resource_type());
         if is_output && options.owner.as_deref() == Some(&*self.shared.name) {
             let touched = self.to_touch(&*resource);
-            cosi_state::cooperate().await;
-            let stored = match self.shared.inner.update_now(resource, options) {
-                Ok(at_once) => at_once?,
-                Err((resource, options)) => self.shared.inner.update(resource, options).await?,
-            };
-            if let Some(pointer) = touched {
-                self.touch(&pointer);
-            }
-            return Ok(stored);
+            return self.touching(touched, self.shared.inner.update(resource, options));
         }
         let pointer = resource.metadata().pointer();
         if is_output && !self.is_strong_input(pointer) {
-            return Err(self.owner_denied(pointer, options.owner.as_deref()));
+            return Call::done(Err(self.owner_denied(pointer, options.owner.as_deref())));
         }
-        self.check_finalizer_update(&*resource).await?;
-        // A finalizer change is allowed in any phase, as the stored owner.
-        self.shared.inner.update(resource, options).await
+        Call::pending(async move {
+            self.check_finalizer_update(&*resource).await?;
+            // A finalizer change is allowed in any phase, as the stored owner.
+            self.shared.inner.update(resource, options).await
+        })
+    }
+
+    /// `write`, marking `touched` once it succeeded.
+    fn touching<'a>(
+        &'a self,
+        touched: Option<Pointer>,
+        write: Call<'a, SharedResource>,
+    ) -> Call<'a, SharedResource> {
+        match touched {
+            None => write,
+            Some(pointer) => write.map(move |stored| {
+                if stored.is_ok() {
+                    self.touch(&pointer);
+                }
+                stored
+            }),
+        }
     }
 
     /// Update options that write as this controller.
@@ -636,51 +644,45 @@ impl ControllerState {
     }
 }
 
-#[async_trait]
 impl State for ControllerState {
-    async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
-        ControllerState::get(self, pointer).await
+    fn get<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource> {
+        ControllerState::get(self, pointer)
     }
 
-    fn get_now(&self, pointer: &Pointer) -> Option<Result<SharedResource>> {
-        if let Err(e) = self.check_read(pointer.kind(), Some(pointer.id())) {
-            return Some(Err(e));
+    fn list<'a>(
+        &'a self,
+        kind: &'a Kind,
+        options: &'a ListOptions,
+    ) -> Call<'a, Vec<SharedResource>> {
+        ControllerState::list(self, kind, options)
+    }
+
+    fn create(&self, resource: SharedResource, options: CreateOptions) -> Call<'_, SharedResource> {
+        ControllerState::create(self, resource, options)
+    }
+
+    fn update(&self, resource: SharedResource, options: UpdateOptions) -> Call<'_, SharedResource> {
+        ControllerState::update(self, resource, options)
+    }
+
+    fn destroy<'a>(&'a self, pointer: &'a Pointer, options: DestroyOptions) -> Call<'a, ()> {
+        match self.check_write(pointer, options.owner.as_deref()) {
+            Ok(()) => self.shared.inner.destroy(pointer, options),
+            Err(e) => Call::done(Err(e)),
         }
-        self.shared.inner.get_now(pointer)
     }
 
-    async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
-        ControllerState::list(self, kind, options).await
+    fn watch<'a>(&'a self, pointer: &'a Pointer, options: WatchOptions) -> Call<'a, Watch> {
+        match self.check_read(pointer.kind(), Some(pointer.id())) {
+            Ok(()) => self.shared.inner.watch(pointer, options),
+            Err(e) => Call::done(Err(e)),
+        }
     }
 
-    async fn create(
-        &self,
-        resource: SharedResource,
-        options: CreateOptions,
-    ) -> Result<SharedResource> {
-        ControllerState::create(self, resource, options).await
-    }
-
-    async fn update(
-        &self,
-        resource: SharedResource,
-        options: UpdateOptions,
-    ) -> Result<SharedResource> {
-        ControllerState::update(self, resource, options).await
-    }
-
-    async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
-        self.check_write(pointer, options.owner.as_deref())?;
-        self.shared.inner.destroy(pointer, options).await
-    }
-
-    async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
-        self.check_read(pointer.kind(), Some(pointer.id()))?;
-        self.shared.inner.watch(pointer, options).await
-    }
-
-    async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
-        self.check_read(kind, None)?;
-        self.shared.inner.watch_kind(kind, options).await
+    fn watch_kind<'a>(&'a self, kind: &'a Kind, options: WatchKindOptions) -> Call<'a, Watch> {
+        match self.check_read(kind, None) {
+            Ok(()) => self.shared.inner.watch_kind(kind, options),
+            Err(e) => Call::done(Err(e)),
+        }
     }
 }

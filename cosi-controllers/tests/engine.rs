@@ -15,7 +15,7 @@ use cosi_controllers::{
     RegistrationError,
 };
 use cosi_core::{
-    Error, LabelOp, LabelQueries, LabelQuery, LabelTerm, ListOptions, Resource, ResourceSpec,
+    Call, Error, LabelOp, LabelQueries, LabelQuery, LabelTerm, ListOptions, Resource, ResourceSpec,
     Result, State, StateExt,
 };
 
@@ -825,55 +825,56 @@ impl cosi_core::EventSource for Ended {
     }
 }
 
-#[async_trait]
 impl State for StuckWatches {
-    async fn get(&self, pointer: &cosi_core::Pointer) -> Result<cosi_core::SharedResource> {
-        self.inner.get(pointer).await
+    fn get<'a>(&'a self, pointer: &'a cosi_core::Pointer) -> Call<'a, cosi_core::SharedResource> {
+        self.inner.get(pointer)
     }
-    async fn list(
-        &self,
-        kind: &cosi_core::Kind,
-        options: &ListOptions,
-    ) -> Result<Vec<cosi_core::SharedResource>> {
-        self.inner.list(kind, options).await
+    fn list<'a>(
+        &'a self,
+        kind: &'a cosi_core::Kind,
+        options: &'a ListOptions,
+    ) -> Call<'a, Vec<cosi_core::SharedResource>> {
+        self.inner.list(kind, options)
     }
-    async fn create(
-        &self,
+    fn create<'a>(
+        &'a self,
         resource: cosi_core::SharedResource,
         options: cosi_core::CreateOptions,
-    ) -> Result<cosi_core::SharedResource> {
-        self.inner.create(resource, options).await
+    ) -> Call<'a, cosi_core::SharedResource> {
+        self.inner.create(resource, options)
     }
-    async fn update(
-        &self,
+    fn update<'a>(
+        &'a self,
         resource: cosi_core::SharedResource,
         options: cosi_core::UpdateOptions,
-    ) -> Result<cosi_core::SharedResource> {
-        self.inner.update(resource, options).await
+    ) -> Call<'a, cosi_core::SharedResource> {
+        self.inner.update(resource, options)
     }
-    async fn destroy(
-        &self,
-        pointer: &cosi_core::Pointer,
+    fn destroy<'a>(
+        &'a self,
+        pointer: &'a cosi_core::Pointer,
         options: cosi_core::DestroyOptions,
-    ) -> Result<()> {
-        self.inner.destroy(pointer, options).await
+    ) -> Call<'a, ()> {
+        self.inner.destroy(pointer, options)
     }
-    async fn watch(
-        &self,
-        pointer: &cosi_core::Pointer,
+    fn watch<'a>(
+        &'a self,
+        pointer: &'a cosi_core::Pointer,
         options: cosi_core::WatchOptions,
-    ) -> Result<cosi_core::Watch> {
-        self.inner.watch(pointer, options).await
+    ) -> Call<'a, cosi_core::Watch> {
+        self.inner.watch(pointer, options)
     }
-    async fn watch_kind(
-        &self,
-        _kind: &cosi_core::Kind,
+    fn watch_kind<'a>(
+        &'a self,
+        _kind: &'a cosi_core::Kind,
         _options: cosi_core::WatchKindOptions,
-    ) -> Result<cosi_core::Watch> {
-        if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
-            return Ok(cosi_core::Watch::new(Ended));
-        }
-        std::future::pending().await
+    ) -> Call<'a, cosi_core::Watch> {
+        Call::pending(async move {
+            if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                return Ok(cosi_core::Watch::new(Ended));
+            }
+            std::future::pending().await
+        })
     }
 }
 

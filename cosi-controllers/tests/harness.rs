@@ -118,8 +118,9 @@ async fn failing_reads_keep_a_controller_restarting_until_cleared() {
 
 #[tokio::test(start_paused = true)]
 async fn a_queue_controllers_reads_meet_the_faults_of_the_store_it_runs_on() {
-    // A queue transform reads its item with the controller state's fast path (`get_now`):
-    // a wrapped store that fails reads must still be asked.
+    // A queue transform reads its item through the controller state, whose calls to a store
+    // that answers at once are done without a future of their own: a wrapped store that fails
+    // reads must still be asked.
     let h = Harness::with_options(fast_backoff());
     // The test provokes these failures.
     h.expect_errors("PlusOne");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use common::*;
 use cosi_controllers::testing::Harness;
 use cosi_controllers::{QueueController, Transform};
-use cosi_core::{Phase, ResourceSpec, State, StateExt};
+use cosi_core::{Call, Phase, ResourceSpec, State, StateExt};
 
 fn a_to_b() -> Transform<A, B> {
     Transform::same_id("AtoB", |a: &A| Some(B { value: a.value + 1 })).with_finalizers()
@@ -548,61 +548,59 @@ impl CountingLists {
     }
 }
 
-#[async_trait::async_trait]
 impl State for CountingLists {
-    async fn get(
-        &self,
-        pointer: &cosi_core::Pointer,
-    ) -> cosi_core::Result<cosi_core::SharedResource> {
-        self.inner.get(pointer).await
+    fn get<'a>(&'a self, pointer: &'a cosi_core::Pointer) -> Call<'a, cosi_core::SharedResource> {
+        self.inner.get(pointer)
     }
-    async fn list(
-        &self,
-        kind: &cosi_core::Kind,
-        options: &cosi_core::ListOptions,
-    ) -> cosi_core::Result<Vec<cosi_core::SharedResource>> {
-        *self
-            .lists
-            .lock()
-            .unwrap()
-            .entry(kind.resource_type().to_string())
-            .or_default() += 1;
-        self.inner.list(kind, options).await
+    fn list<'a>(
+        &'a self,
+        kind: &'a cosi_core::Kind,
+        options: &'a cosi_core::ListOptions,
+    ) -> Call<'a, Vec<cosi_core::SharedResource>> {
+        Call::pending(async move {
+            *self
+                .lists
+                .lock()
+                .unwrap()
+                .entry(kind.resource_type().to_string())
+                .or_default() += 1;
+            self.inner.list(kind, options).await
+        })
     }
-    async fn create(
-        &self,
+    fn create<'a>(
+        &'a self,
         resource: cosi_core::SharedResource,
         options: cosi_core::CreateOptions,
-    ) -> cosi_core::Result<cosi_core::SharedResource> {
-        self.inner.create(resource, options).await
+    ) -> Call<'a, cosi_core::SharedResource> {
+        self.inner.create(resource, options)
     }
-    async fn update(
-        &self,
+    fn update<'a>(
+        &'a self,
         resource: cosi_core::SharedResource,
         options: cosi_core::UpdateOptions,
-    ) -> cosi_core::Result<cosi_core::SharedResource> {
-        self.inner.update(resource, options).await
+    ) -> Call<'a, cosi_core::SharedResource> {
+        self.inner.update(resource, options)
     }
-    async fn destroy(
-        &self,
-        pointer: &cosi_core::Pointer,
+    fn destroy<'a>(
+        &'a self,
+        pointer: &'a cosi_core::Pointer,
         options: cosi_core::DestroyOptions,
-    ) -> cosi_core::Result<()> {
-        self.inner.destroy(pointer, options).await
+    ) -> Call<'a, ()> {
+        self.inner.destroy(pointer, options)
     }
-    async fn watch(
-        &self,
-        pointer: &cosi_core::Pointer,
+    fn watch<'a>(
+        &'a self,
+        pointer: &'a cosi_core::Pointer,
         options: cosi_core::WatchOptions,
-    ) -> cosi_core::Result<cosi_core::Watch> {
-        self.inner.watch(pointer, options).await
+    ) -> Call<'a, cosi_core::Watch> {
+        self.inner.watch(pointer, options)
     }
-    async fn watch_kind(
-        &self,
-        kind: &cosi_core::Kind,
+    fn watch_kind<'a>(
+        &'a self,
+        kind: &'a cosi_core::Kind,
         options: cosi_core::WatchKindOptions,
-    ) -> cosi_core::Result<cosi_core::Watch> {
-        self.inner.watch_kind(kind, options).await
+    ) -> Call<'a, cosi_core::Watch> {
+        self.inner.watch_kind(kind, options)
     }
 }
 

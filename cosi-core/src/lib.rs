@@ -43,6 +43,7 @@
 //!   tolerantly so an older reader keeps working with a newer writer.
 
 mod bookmark;
+mod call;
 mod columns;
 mod definition;
 pub mod dynamic;
@@ -64,6 +65,7 @@ pub mod table;
 pub mod yaml;
 
 pub use bookmark::Bookmark;
+pub use call::Call;
 pub use columns::Columns;
 pub use definition::{PrintColumn, ResourceDefinition, Sensitivity, META_NAMESPACE};
 pub use error::{Error, Result, Source};

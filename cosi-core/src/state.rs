@@ -13,9 +13,7 @@
 //! - `watch` starts with the current state (`Created`) or a `Destroyed` tombstone when absent.
 //! - `watch_kind` follows the options in [`WatchKindOptions`].
 
-use async_trait::async_trait;
-
-use crate::{Bookmark, IdQuery, Kind, LabelQueries, Phase, Pointer, Result, SharedResource, Watch};
+use crate::{Bookmark, Call, IdQuery, Kind, LabelQueries, Phase, Pointer, SharedResource, Watch};
 
 /// Options of [`State::list`].
 #[derive(Clone, Debug, Default)]
@@ -121,101 +119,85 @@ pub struct WatchKindOptions {
 
 /// A store of resources. Implemented by every backend; the derived helpers live in
 /// [`crate::StateExt`].
-#[async_trait]
+///
+/// Every method returns a [`Call`]: await it for the result. A backend that answers without
+/// waiting (the in-memory one; the disk one's reads) returns its result done, with no
+/// allocation; one that waits returns a pending future. A done call did its work when the
+/// method was called, so a call dropped unawaited may still have written. Backends whose calls
+/// complete at once still yield now and then — a call returns pending when the task's tokio
+/// budget is due (see `cosi_state::cooperate`) — so a loop of them lets the worker's other
+/// tasks run.
+///
+/// A backend that waits writes its methods as `Call::pending(async move { ... })`:
+///
+/// ```
+/// use cosi_core::{
+///     Call, CreateOptions, DestroyOptions, Error, Kind, ListOptions, Pointer, SharedResource,
+///     State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
+/// };
+///
+/// /// A store that holds nothing and refuses every write.
+/// struct Empty;
+///
+/// fn refused(resource: &SharedResource) -> Error {
+///     Error::invalid(resource.metadata().pointer().to_string(), "", "this store is read-only")
+/// }
+///
+/// impl State for Empty {
+///     fn get<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource> {
+///         Call::done(Err(Error::NotFound { pointer: pointer.clone() }))
+///     }
+///     fn list<'a>(&'a self, _: &'a Kind, _: &'a ListOptions) -> Call<'a, Vec<SharedResource>> {
+///         Call::done(Ok(Vec::new()))
+///     }
+///     fn create(&self, resource: SharedResource, _: CreateOptions) -> Call<'_, SharedResource> {
+///         Call::done(Err(refused(&resource)))
+///     }
+///     fn update(&self, resource: SharedResource, _: UpdateOptions) -> Call<'_, SharedResource> {
+///         Call::done(Err(refused(&resource)))
+///     }
+///     fn destroy<'a>(&'a self, pointer: &'a Pointer, _: DestroyOptions) -> Call<'a, ()> {
+///         Call::done(Err(Error::NotFound { pointer: pointer.clone() }))
+///     }
+///     fn watch<'a>(&'a self, pointer: &'a Pointer, _: WatchOptions) -> Call<'a, Watch> {
+///         // What waits is written as an async block.
+///         Call::pending(async move {
+///             Err(Error::Unsupported { subject: pointer.to_string(), message: "watch".into() })
+///         })
+///     }
+///     fn watch_kind<'a>(&'a self, kind: &'a Kind, _: WatchKindOptions) -> Call<'a, Watch> {
+///         Call::done(Err(Error::Unsupported { subject: kind.to_string(), message: "watch".into() }))
+///     }
+/// }
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let pointer = Pointer::new("ns", "Things.test.cosi.dev", "x");
+/// assert!(matches!(Empty.get(&pointer).await, Err(Error::NotFound { .. })));
+/// # });
+/// ```
 pub trait State: Send + Sync + 'static {
     /// Reads one resource.
-    async fn get(&self, pointer: &Pointer) -> Result<SharedResource>;
-
-    /// Reads one resource at once, for a backend that can answer without waiting (the
-    /// in-memory one, and those that serve reads from memory): `Some` holds exactly what
-    /// [`State::get`] would return. `None` (the default) means "call `get`". Wrappers call it
-    /// first to save `get`'s boxed future on hot paths; a wrapper that adds behaviour to
-    /// `get` (checks, faults) must not forward it. A backend's async calls that complete at
-    /// once still yield now and then (so a loop of them lets the worker's other tasks run); a
-    /// caller of the calls at once in a loop should do the same (`cosi_state::cooperate`).
-    fn get_now(&self, pointer: &Pointer) -> Option<Result<SharedResource>> {
-        let _ = pointer;
-        None
-    }
+    fn get<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource>;
 
     /// Lists the resources of a kind matching the options, sorted by id.
-    async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>>;
+    fn list<'a>(
+        &'a self,
+        kind: &'a Kind,
+        options: &'a ListOptions,
+    ) -> Call<'a, Vec<SharedResource>>;
 
     /// Creates a resource; returns the stored value (version 1, timestamps set).
-    async fn create(
-        &self,
-        resource: SharedResource,
-        options: CreateOptions,
-    ) -> Result<SharedResource>;
+    fn create(&self, resource: SharedResource, options: CreateOptions) -> Call<'_, SharedResource>;
 
     /// Updates a resource from a value carrying the version it was read at; returns the stored
     /// value.
-    async fn update(
-        &self,
-        resource: SharedResource,
-        options: UpdateOptions,
-    ) -> Result<SharedResource>;
-
-    /// Creates at once, for a backend whose writes complete without waiting (the in-memory
-    /// one): `Ok` holds exactly what [`State::create`] would return, with the same effects.
-    /// `Err` hands the arguments back untouched, meaning "call `create`" (the default). Like
-    /// [`State::get_now`], it saves a boxed future on hot paths (a controller's writes); a
-    /// wrapper that adds behaviour to `create` must not forward it.
-    ///
-    /// ```
-    /// use cosi_core::{CreateOptions, Resource, ResourceSpec, State};
-    /// # #[derive(Clone, PartialEq, Debug, Default, serde::Serialize, serde::Deserialize)]
-    /// # struct Widget { size: u32 }
-    /// # impl ResourceSpec for Widget {
-    /// #     const TYPE: &'static str = "Widgets.test.cosi.dev";
-    /// #     const DEFAULT_NAMESPACE: &'static str = "default";
-    /// # }
-    /// # async fn demo(state: &dyn State) -> cosi_core::Result<()> {
-    /// let fresh = Resource::new("w1", Widget { size: 3 }).into_shared();
-    /// let stored = match state.create_now(fresh, CreateOptions::default()) {
-    ///     Ok(at_once) => at_once?,
-    ///     Err((fresh, options)) => state.create(fresh, options).await?,
-    /// };
-    /// assert_eq!(stored.metadata().version().get(), 1);
-    /// # Ok(()) }
-    /// ```
-    #[allow(clippy::type_complexity)]
-    fn create_now(
-        &self,
-        resource: SharedResource,
-        options: CreateOptions,
-    ) -> std::result::Result<Result<SharedResource>, (SharedResource, CreateOptions)> {
-        Err((resource, options))
-    }
-
-    /// [`State::update`] at once, as [`State::create_now`] is to `create`.
-    ///
-    /// ```
-    /// use cosi_core::{SharedResource, State, UpdateOptions};
-    /// # async fn demo(state: &dyn State, changed: SharedResource) -> cosi_core::Result<()> {
-    /// // `changed` carries the version it was read at, like any update.
-    /// let stored = match state.update_now(changed, UpdateOptions::default()) {
-    ///     Ok(at_once) => at_once?,
-    ///     Err((changed, options)) => state.update(changed, options).await?,
-    /// };
-    /// # let _ = stored;
-    /// # Ok(()) }
-    /// ```
-    #[allow(clippy::type_complexity)]
-    fn update_now(
-        &self,
-        resource: SharedResource,
-        options: UpdateOptions,
-    ) -> std::result::Result<Result<SharedResource>, (SharedResource, UpdateOptions)> {
-        Err((resource, options))
-    }
+    fn update(&self, resource: SharedResource, options: UpdateOptions) -> Call<'_, SharedResource>;
 
     /// Destroys a resource.
-    async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()>;
+    fn destroy<'a>(&'a self, pointer: &'a Pointer, options: DestroyOptions) -> Call<'a, ()>;
 
     /// Watches one resource: first its current state (or a tombstone), then every change.
-    async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch>;
+    fn watch<'a>(&'a self, pointer: &'a Pointer, options: WatchOptions) -> Call<'a, Watch>;
 
     /// Watches every resource of a kind.
-    async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch>;
+    fn watch_kind<'a>(&'a self, kind: &'a Kind, options: WatchKindOptions) -> Call<'a, Watch>;
 }

@@ -6,10 +6,9 @@ mod config_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use config_support::{Node, BASE, LIVE_PATCH, RESTART_PATCH};
 use cosi_core::{
-    CreateOptions, DestroyOptions, Kind, ListOptions, Pointer, Result, SharedResource, State,
+    Call, CreateOptions, DestroyOptions, Kind, ListOptions, Pointer, SharedResource, State,
     UpdateOptions, Version, Watch, WatchKindOptions, WatchOptions,
 };
 use cosi_node::config::{
@@ -416,30 +415,35 @@ struct GatedState {
     waiting: tokio::sync::Notify,
 }
 
-#[async_trait]
 impl State for GatedState {
-    async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
-        self.waiting.notify_one();
-        drop(self.gate.acquire().await.unwrap());
-        self.inner.get(pointer).await
+    fn get<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource> {
+        Call::pending(async move {
+            self.waiting.notify_one();
+            drop(self.gate.acquire().await.unwrap());
+            self.inner.get(pointer).await
+        })
     }
-    async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
-        self.inner.list(kind, options).await
+    fn list<'a>(
+        &'a self,
+        kind: &'a Kind,
+        options: &'a ListOptions,
+    ) -> Call<'a, Vec<SharedResource>> {
+        self.inner.list(kind, options)
     }
-    async fn create(&self, r: SharedResource, o: CreateOptions) -> Result<SharedResource> {
-        self.inner.create(r, o).await
+    fn create<'a>(&'a self, r: SharedResource, o: CreateOptions) -> Call<'a, SharedResource> {
+        self.inner.create(r, o)
     }
-    async fn update(&self, r: SharedResource, o: UpdateOptions) -> Result<SharedResource> {
-        self.inner.update(r, o).await
+    fn update<'a>(&'a self, r: SharedResource, o: UpdateOptions) -> Call<'a, SharedResource> {
+        self.inner.update(r, o)
     }
-    async fn destroy(&self, p: &Pointer, o: DestroyOptions) -> Result<()> {
-        self.inner.destroy(p, o).await
+    fn destroy<'a>(&'a self, p: &'a Pointer, o: DestroyOptions) -> Call<'a, ()> {
+        self.inner.destroy(p, o)
     }
-    async fn watch(&self, p: &Pointer, o: WatchOptions) -> Result<Watch> {
-        self.inner.watch(p, o).await
+    fn watch<'a>(&'a self, p: &'a Pointer, o: WatchOptions) -> Call<'a, Watch> {
+        self.inner.watch(p, o)
     }
-    async fn watch_kind(&self, k: &Kind, o: WatchKindOptions) -> Result<Watch> {
-        self.inner.watch_kind(k, o).await
+    fn watch_kind<'a>(&'a self, k: &'a Kind, o: WatchKindOptions) -> Call<'a, Watch> {
+        self.inner.watch_kind(k, o)
     }
 }
 

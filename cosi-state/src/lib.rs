@@ -18,7 +18,7 @@ mod router;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 
-pub use cooperate::{cooperate, CALLS_PER_UNIT};
+pub use cooperate::{at_once, cooperate, CALLS_PER_UNIT};
 pub use disk::{DiskDurability, DiskOptions, DiskState};
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdOptions, EtcdState};

@@ -27,9 +27,9 @@ mod suite_detects_broken_backends {
 
     use async_trait::async_trait;
     use cosi_core::{
-        make_mut, CreateOptions, DestroyOptions, Event, EventSource, Kind, LabelQueries,
-        ListOptions, Pointer, Result, SharedResource, State, UpdateOptions, Watch,
-        WatchKindOptions, WatchOptions,
+        make_mut, Call, CreateOptions, DestroyOptions, Event, EventSource, Kind, LabelQueries,
+        ListOptions, Pointer, SharedResource, State, UpdateOptions, Watch, WatchKindOptions,
+        WatchOptions,
     };
     use cosi_state::conformance::{self, Subject};
 
@@ -76,94 +76,111 @@ mod suite_detects_broken_backends {
         }
     }
 
-    #[async_trait]
     impl State for Broken {
-        async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
-            self.inner.get(pointer).await
+        fn get<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource> {
+            self.inner.get(pointer)
         }
 
-        async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
-            let mut options = options.clone();
-            if self.bug == Bug::ListIgnoresLabels {
-                options.labels = LabelQueries::default();
-            }
-            if self.bug == Bug::ListIgnoresIds {
-                options.ids = None;
-            }
-            let mut listed = self.inner.list(kind, &options).await?;
-            if self.bug == Bug::ListUnsorted {
-                listed.reverse();
-            }
-            Ok(listed)
-        }
-
-        async fn create(
-            &self,
-            resource: SharedResource,
-            options: CreateOptions,
-        ) -> Result<SharedResource> {
-            self.inner.create(resource, options).await
-        }
-
-        async fn update(
-            &self,
-            mut resource: SharedResource,
-            mut options: UpdateOptions,
-        ) -> Result<SharedResource> {
-            let stored = self.inner.get(resource.metadata().pointer()).await;
-            match (self.bug, stored) {
-                (Bug::UpdateIgnoresOwner, Ok(stored)) => {
-                    options.owner = stored.metadata().owner().map(str::to_string);
+        fn list<'a>(
+            &'a self,
+            kind: &'a Kind,
+            options: &'a ListOptions,
+        ) -> Call<'a, Vec<SharedResource>> {
+            Call::pending(async move {
+                let mut options = options.clone();
+                if self.bug == Bug::ListIgnoresLabels {
+                    options.labels = LabelQueries::default();
                 }
-                (Bug::UpdateIgnoresVersion, Ok(stored)) => {
-                    let version = stored.metadata().version();
-                    make_mut(&mut resource).metadata_mut().set_version(version);
+                if self.bug == Bug::ListIgnoresIds {
+                    options.ids = None;
                 }
-                (Bug::UpdateIgnoresPhase, _) => options.expected_phase = None,
-                _ => {}
-            }
-            self.inner.update(resource, options).await
-        }
-
-        async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
-            if self.bug == Bug::DestroyIgnoresFinalizers {
-                if let Ok(stored) = self.inner.get(pointer).await {
-                    if stored.metadata().owner() == options.owner.as_deref() {
-                        let mut cleared = stored.clone();
-                        make_mut(&mut cleared)
-                            .metadata_mut()
-                            .finalizers_mut()
-                            .clear();
-                        let any_phase = UpdateOptions {
-                            owner: options.owner.clone(),
-                            expected_phase: None,
-                        };
-                        self.inner.update(cleared, any_phase).await?;
-                    }
+                let mut listed = self.inner.list(kind, &options).await?;
+                if self.bug == Bug::ListUnsorted {
+                    listed.reverse();
                 }
-            }
-            self.inner.destroy(pointer, options).await
-        }
-
-        async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
-            let watch = self.inner.watch(pointer, options).await?;
-            Ok(match self.bug {
-                Bug::WatchDropsUpdates => Watch::new(WithoutUpdates(watch)),
-                _ => watch,
+                Ok(listed)
             })
         }
 
-        async fn watch_kind(&self, kind: &Kind, mut options: WatchKindOptions) -> Result<Watch> {
-            match self.bug {
-                Bug::WatchIgnoresResumePosition => options.since = None,
-                Bug::WatchIgnoresLabels => options.labels = LabelQueries::default(),
-                Bug::WatchIgnoresStrict => options.strict = false,
-                _ => {}
-            }
-            let watch = self.inner.watch_kind(kind, options).await?;
-            Ok(match self.bug {
-                Bug::WatchDropsUpdates => Watch::new(WithoutUpdates(watch)),
-                _ => watch,
+        fn create<'a>(
+            &'a self,
+            resource: SharedResource,
+            options: CreateOptions,
+        ) -> Call<'a, SharedResource> {
+            self.inner.create(resource, options)
+        }
+
+        fn update<'a>(
+            &'a self,
+            mut resource: SharedResource,
+            mut options: UpdateOptions,
+        ) -> Call<'a, SharedResource> {
+            Call::pending(async move {
+                let stored = self.inner.get(resource.metadata().pointer()).await;
+                match (self.bug, stored) {
+                    (Bug::UpdateIgnoresOwner, Ok(stored)) => {
+                        options.owner = stored.metadata().owner().map(str::to_string);
+                    }
+                    (Bug::UpdateIgnoresVersion, Ok(stored)) => {
+                        let version = stored.metadata().version();
+                        make_mut(&mut resource).metadata_mut().set_version(version);
+                    }
+                    (Bug::UpdateIgnoresPhase, _) => options.expected_phase = None,
+                    _ => {}
+                }
+                self.inner.update(resource, options).await
+            })
+        }
+
+        fn destroy<'a>(&'a self, pointer: &'a Pointer, options: DestroyOptions) -> Call<'a, ()> {
+            Call::pending(async move {
+                if self.bug == Bug::DestroyIgnoresFinalizers {
+                    if let Ok(stored) = self.inner.get(pointer).await {
+                        if stored.metadata().owner() == options.owner.as_deref() {
+                            let mut cleared = stored.clone();
+                            make_mut(&mut cleared)
+                                .metadata_mut()
+                                .finalizers_mut()
+                                .clear();
+                            let any_phase = UpdateOptions {
+                                owner: options.owner.clone(),
+                                expected_phase: None,
+                            };
+                            self.inner.update(cleared, any_phase).await?;
+                        }
+                    }
+                }
+                self.inner.destroy(pointer, options).await
+            })
+        }
+
+        fn watch<'a>(&'a self, pointer: &'a Pointer, options: WatchOptions) -> Call<'a, Watch> {
+            Call::pending(async move {
+                let watch = self.inner.watch(pointer, options).await?;
+                Ok(match self.bug {
+                    Bug::WatchDropsUpdates => Watch::new(WithoutUpdates(watch)),
+                    _ => watch,
+                })
+            })
+        }
+
+        fn watch_kind<'a>(
+            &'a self,
+            kind: &'a Kind,
+            mut options: WatchKindOptions,
+        ) -> Call<'a, Watch> {
+            Call::pending(async move {
+                match self.bug {
+                    Bug::WatchIgnoresResumePosition => options.since = None,
+                    Bug::WatchIgnoresLabels => options.labels = LabelQueries::default(),
+                    Bug::WatchIgnoresStrict => options.strict = false,
+                    _ => {}
+                }
+                let watch = self.inner.watch_kind(kind, options).await?;
+                Ok(match self.bug {
+                    Bug::WatchDropsUpdates => Watch::new(WithoutUpdates(watch)),
+                    _ => watch,
+                })
             })
         }
     }

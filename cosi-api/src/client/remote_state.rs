@@ -7,10 +7,9 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use cosi_core::{
-    AnyResource, CreateOptions, DestroyOptions, Kind, ListOptions, Pointer, Result, SharedResource,
-    State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
+    AnyResource, Call as StateCall, CreateOptions, DestroyOptions, Kind, ListOptions, Pointer,
+    Result, SharedResource, State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
 };
 use tonic::transport::Channel;
 use tonic::Request;
@@ -210,142 +209,159 @@ fn missing_resource(ctx: &CallContext) -> cosi_core::Error {
     }
 }
 
-#[async_trait]
 impl State for RemoteState {
-    async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
-        let ctx = CallContext::new(Call::Get, pointer.clone());
-        let response = self
-            .client
-            .clone()
-            .get(self.request(pb::GetRequest {
-                namespace: pointer.namespace().to_string(),
-                r#type: pointer.resource_type().to_string(),
-                id: pointer.id().to_string(),
-                options: Some(pb::GetOptions {}),
-            }))
-            .await
-            .map_err(|s| from_status(&s, &ctx))?;
-        self.decode(response.into_inner().resource, &ctx)
+    fn get<'a>(&'a self, pointer: &'a Pointer) -> StateCall<'a, SharedResource> {
+        StateCall::pending(async move {
+            let ctx = CallContext::new(Call::Get, pointer.clone());
+            let response = self
+                .client
+                .clone()
+                .get(self.request(pb::GetRequest {
+                    namespace: pointer.namespace().to_string(),
+                    r#type: pointer.resource_type().to_string(),
+                    id: pointer.id().to_string(),
+                    options: Some(pb::GetOptions {}),
+                }))
+                .await
+                .map_err(|s| from_status(&s, &ctx))?;
+            self.decode(response.into_inner().resource, &ctx)
+        })
     }
 
-    async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
-        let ctx = CallContext::new(Call::List, kind.pointer(""));
-        let mut stream = self
-            .client
-            .clone()
-            .list(self.request(pb::ListRequest {
-                namespace: kind.namespace().to_string(),
-                r#type: kind.resource_type().to_string(),
-                options: Some(pb::ListOptions {
-                    label_query: encode_labels(&options.labels),
-                    id_query: encode_ids(options.ids.as_ref()),
-                }),
-            }))
-            .await
-            .map_err(|s| from_status(&s, &ctx))?
-            .into_inner();
-        let mut out = Vec::new();
-        while let Some(item) = stream.message().await.map_err(|s| from_status(&s, &ctx))? {
-            let bytes = item.resource.ok_or_else(|| missing_resource(&ctx))?;
-            out.push(
-                self.codec
-                    .decode_bytes(&bytes, Reader::Client, Tombstones::Typed)?,
-            );
-        }
-        Ok(out)
+    fn list<'a>(
+        &'a self,
+        kind: &'a Kind,
+        options: &'a ListOptions,
+    ) -> StateCall<'a, Vec<SharedResource>> {
+        StateCall::pending(async move {
+            let ctx = CallContext::new(Call::List, kind.pointer(""));
+            let mut stream = self
+                .client
+                .clone()
+                .list(self.request(pb::ListRequest {
+                    namespace: kind.namespace().to_string(),
+                    r#type: kind.resource_type().to_string(),
+                    options: Some(pb::ListOptions {
+                        label_query: encode_labels(&options.labels),
+                        id_query: encode_ids(options.ids.as_ref()),
+                    }),
+                }))
+                .await
+                .map_err(|s| from_status(&s, &ctx))?
+                .into_inner();
+            let mut out = Vec::new();
+            while let Some(item) = stream.message().await.map_err(|s| from_status(&s, &ctx))? {
+                let bytes = item.resource.ok_or_else(|| missing_resource(&ctx))?;
+                out.push(
+                    self.codec
+                        .decode_bytes(&bytes, Reader::Client, Tombstones::Typed)?,
+                );
+            }
+            Ok(out)
+        })
     }
 
-    async fn create(
-        &self,
+    fn create<'a>(
+        &'a self,
         resource: SharedResource,
         options: CreateOptions,
-    ) -> Result<SharedResource> {
-        let pointer = resource.metadata().pointer().clone();
-        let mut ctx = CallContext::new(Call::Create, pointer);
-        ctx.writer = options.owner.clone();
-        let message = pb::CreateRequest {
-            resource: Some(self.encode(&*resource)?),
-            options: Some(pb::CreateOptions {
-                owner: options.owner.unwrap_or_default(),
-            }),
-        };
-        let response = self.client.clone().create(self.request(message)).await;
-        let response = match response {
-            Ok(response) => response,
-            Err(status) => return Err(self.write_error(status, &ctx).await),
-        };
-        self.decode(response.into_inner().resource, &ctx)
-    }
-
-    async fn update(
-        &self,
-        resource: SharedResource,
-        options: UpdateOptions,
-    ) -> Result<SharedResource> {
-        let md = resource.metadata();
-        let mut ctx = CallContext::new(Call::Update, md.pointer().clone());
-        ctx.version = md.version();
-        ctx.expected_phase = options.expected_phase;
-        ctx.writer = options.owner.clone();
-        let message = pb::UpdateRequest {
-            new_resource: Some(self.encode(&*resource)?),
-            options: Some(pb::UpdateOptions {
-                owner: options.owner.unwrap_or_default(),
-                expected_phase: options.expected_phase.map(|p| p.to_string()),
-            }),
-        };
-        let response = self.client.clone().update(self.request(message)).await;
-        let response = match response {
-            Ok(response) => response,
-            Err(status) => return Err(self.write_error(status, &ctx).await),
-        };
-        self.decode(response.into_inner().resource, &ctx)
-    }
-
-    async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
-        let mut ctx = CallContext::new(Call::Destroy, pointer.clone());
-        ctx.writer = options.owner.clone();
-        let result = self
-            .client
-            .clone()
-            .destroy(self.request(pb::DestroyRequest {
-                namespace: pointer.namespace().to_string(),
-                r#type: pointer.resource_type().to_string(),
-                id: pointer.id().to_string(),
-                options: Some(pb::DestroyOptions {
+    ) -> StateCall<'a, SharedResource> {
+        StateCall::pending(async move {
+            let pointer = resource.metadata().pointer().clone();
+            let mut ctx = CallContext::new(Call::Create, pointer);
+            ctx.writer = options.owner.clone();
+            let message = pb::CreateRequest {
+                resource: Some(self.encode(&*resource)?),
+                options: Some(pb::CreateOptions {
                     owner: options.owner.unwrap_or_default(),
                 }),
-            }))
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(status) => Err(self.write_error(status, &ctx).await),
-        }
+            };
+            let response = self.client.clone().create(self.request(message)).await;
+            let response = match response {
+                Ok(response) => response,
+                Err(status) => return Err(self.write_error(status, &ctx).await),
+            };
+            self.decode(response.into_inner().resource, &ctx)
+        })
     }
 
-    async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
-        start_watch(
-            &self.watch_client(),
-            WatchTarget::Pointer {
-                pointer: pointer.clone(),
-                strict: options.strict,
-            },
-            self.options.reconnect.clone(),
-            self.options.watch_buffer,
-        )
-        .await
+    fn update<'a>(
+        &'a self,
+        resource: SharedResource,
+        options: UpdateOptions,
+    ) -> StateCall<'a, SharedResource> {
+        StateCall::pending(async move {
+            let md = resource.metadata();
+            let mut ctx = CallContext::new(Call::Update, md.pointer().clone());
+            ctx.version = md.version();
+            ctx.expected_phase = options.expected_phase;
+            ctx.writer = options.owner.clone();
+            let message = pb::UpdateRequest {
+                new_resource: Some(self.encode(&*resource)?),
+                options: Some(pb::UpdateOptions {
+                    owner: options.owner.unwrap_or_default(),
+                    expected_phase: options.expected_phase.map(|p| p.to_string()),
+                }),
+            };
+            let response = self.client.clone().update(self.request(message)).await;
+            let response = match response {
+                Ok(response) => response,
+                Err(status) => return Err(self.write_error(status, &ctx).await),
+            };
+            self.decode(response.into_inner().resource, &ctx)
+        })
     }
 
-    async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
-        start_watch(
-            &self.watch_client(),
-            WatchTarget::Kind {
-                kind: kind.clone(),
-                options: Arc::new(options),
-            },
-            self.options.reconnect.clone(),
-            self.options.watch_buffer,
-        )
-        .await
+    fn destroy<'a>(&'a self, pointer: &'a Pointer, options: DestroyOptions) -> StateCall<'a, ()> {
+        StateCall::pending(async move {
+            let mut ctx = CallContext::new(Call::Destroy, pointer.clone());
+            ctx.writer = options.owner.clone();
+            let result = self
+                .client
+                .clone()
+                .destroy(self.request(pb::DestroyRequest {
+                    namespace: pointer.namespace().to_string(),
+                    r#type: pointer.resource_type().to_string(),
+                    id: pointer.id().to_string(),
+                    options: Some(pb::DestroyOptions {
+                        owner: options.owner.unwrap_or_default(),
+                    }),
+                }))
+                .await;
+            match result {
+                Ok(_) => Ok(()),
+                Err(status) => Err(self.write_error(status, &ctx).await),
+            }
+        })
+    }
+
+    fn watch<'a>(&'a self, pointer: &'a Pointer, options: WatchOptions) -> StateCall<'a, Watch> {
+        StateCall::pending(async move {
+            start_watch(
+                &self.watch_client(),
+                WatchTarget::Pointer {
+                    pointer: pointer.clone(),
+                    strict: options.strict,
+                },
+                self.options.reconnect.clone(),
+                self.options.watch_buffer,
+            )
+            .await
+        })
+    }
+
+    fn watch_kind<'a>(&'a self, kind: &'a Kind, options: WatchKindOptions) -> StateCall<'a, Watch> {
+        StateCall::pending(async move {
+            start_watch(
+                &self.watch_client(),
+                WatchTarget::Kind {
+                    kind: kind.clone(),
+                    options: Arc::new(options),
+                },
+                self.options.reconnect.clone(),
+                self.options.watch_buffer,
+            )
+            .await
+        })
     }
 }

@@ -4,9 +4,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use cosi_core::{
-    CreateOptions, DestroyOptions, Error, Kind, ListOptions, Pointer, Result, SharedResource,
+    Call, CreateOptions, DestroyOptions, Error, Kind, ListOptions, Pointer, Result, SharedResource,
     State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
 };
 
@@ -148,48 +147,65 @@ impl FaultyState {
     }
 }
 
-#[async_trait]
 impl State for FaultyState {
-    async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
-        self.check_read(pointer.kind(), pointer)?;
-        self.inner.get(pointer).await
+    fn get<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource> {
+        Call::pending(async move {
+            self.check_read(pointer.kind(), pointer)?;
+            self.inner.get(pointer).await
+        })
     }
 
-    async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
-        self.check_read(kind, kind)?;
-        self.inner.list(kind, options).await
+    fn list<'a>(
+        &'a self,
+        kind: &'a Kind,
+        options: &'a ListOptions,
+    ) -> Call<'a, Vec<SharedResource>> {
+        Call::pending(async move {
+            self.check_read(kind, kind)?;
+            self.inner.list(kind, options).await
+        })
     }
 
-    async fn create(
-        &self,
+    fn create<'a>(
+        &'a self,
         resource: SharedResource,
         options: CreateOptions,
-    ) -> Result<SharedResource> {
-        self.check_write(resource.metadata().pointer())?;
-        self.inner.create(resource, options).await
+    ) -> Call<'a, SharedResource> {
+        Call::pending(async move {
+            self.check_write(resource.metadata().pointer())?;
+            self.inner.create(resource, options).await
+        })
     }
 
-    async fn update(
-        &self,
+    fn update<'a>(
+        &'a self,
         resource: SharedResource,
         options: UpdateOptions,
-    ) -> Result<SharedResource> {
-        self.check_write(resource.metadata().pointer())?;
-        self.inner.update(resource, options).await
+    ) -> Call<'a, SharedResource> {
+        Call::pending(async move {
+            self.check_write(resource.metadata().pointer())?;
+            self.inner.update(resource, options).await
+        })
     }
 
-    async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
-        self.check_write(pointer)?;
-        self.inner.destroy(pointer, options).await
+    fn destroy<'a>(&'a self, pointer: &'a Pointer, options: DestroyOptions) -> Call<'a, ()> {
+        Call::pending(async move {
+            self.check_write(pointer)?;
+            self.inner.destroy(pointer, options).await
+        })
     }
 
-    async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
-        self.check_read(pointer.kind(), pointer)?;
-        self.inner.watch(pointer, options).await
+    fn watch<'a>(&'a self, pointer: &'a Pointer, options: WatchOptions) -> Call<'a, Watch> {
+        Call::pending(async move {
+            self.check_read(pointer.kind(), pointer)?;
+            self.inner.watch(pointer, options).await
+        })
     }
 
-    async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
-        self.check_read(kind, kind)?;
-        self.inner.watch_kind(kind, options).await
+    fn watch_kind<'a>(&'a self, kind: &'a Kind, options: WatchKindOptions) -> Call<'a, Watch> {
+        Call::pending(async move {
+            self.check_read(kind, kind)?;
+            self.inner.watch_kind(kind, options).await
+        })
     }
 }

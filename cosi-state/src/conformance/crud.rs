@@ -9,8 +9,7 @@ use cosi_core::{
 };
 
 use super::fixture::{
-    create_ok, expect_err, expect_events, expect_ok, ids, widget, widget_pointer, widgets, Gadget,
-    Seen, Widget,
+    create_ok, expect_err, expect_ok, ids, widget, widget_pointer, widgets, Gadget, Widget,
 };
 use super::Subject;
 
@@ -698,175 +697,48 @@ pub async fn typed_downcast_mismatch_is_an_error(subject: &Subject) {
     );
 }
 
-/// A read at once ([`State::get_now`]), where a backend offers it, gives what `get` gives: the
-/// stored value after a create and after an update, `NotFound` for a missing id and after a
-/// destroy. (A backend without it answers `None` and passes trivially.)
-pub async fn get_now_agrees_with_get(subject: &Subject) {
-    const RULE: &str = "get_now_agrees_with_get";
+/// Every call of a run longer than a budget period answers right: a backend whose calls
+/// complete at once returns one of every [`crate::CALLS_PER_UNIT`] calls on a thread pending
+/// (it waits for the task's budget first), and that call too writes exactly once and reads
+/// what is stored.
+pub async fn a_long_run_of_calls_answers_every_call(subject: &Subject) {
+    const RULE: &str = "a_long_run_of_calls_answers_every_call";
     let state = subject.state();
-    let pointer = widget_pointer("n1");
-    let agree = |step: &str, got: Result<SharedResource, Error>| {
-        let Some(now) = state.get_now(&pointer) else {
-            return;
-        };
-        match (now, got) {
-            (Ok(now), Ok(got)) => assert_eq!(
-                (now.metadata().version(), value_of(RULE, &now)),
-                (got.metadata().version(), value_of(RULE, &got)),
-                "{RULE}: {step}: get_now and get read different values"
-            ),
-            (Err(now), Err(got)) => assert_eq!(
-                (now.is_not_found(), now.to_string()),
-                (got.is_not_found(), got.to_string()),
-                "{RULE}: {step}: get_now and get fail differently"
-            ),
-            (now, got) => panic!("{RULE}: {step}: get_now gave {now:?}, get gave {got:?}"),
-        }
-    };
-    agree("missing", state.get(&pointer).await);
-    let created = create_ok(state, RULE, widget("n1", 1), None).await;
-    agree("created", state.get(&pointer).await);
-    expect_ok(
+    let n = u64::from(crate::CALLS_PER_UNIT) + 8;
+    let id = |i: u64| format!("r{i:04}");
+    for i in 0..n {
+        let created = create_ok(state, RULE, widget(&id(i), i), None).await;
+        assert_eq!(
+            created.metadata().version(),
+            Version::FIRST,
+            "{RULE}: create {i}"
+        );
+    }
+    for i in 0..n {
+        let read = expect_ok(RULE, "get", state.get(&widget_pointer(&id(i))).await);
+        assert_eq!(value_of(RULE, &read), i, "{RULE}: get {i}");
+        let written = expect_ok(
+            RULE,
+            "update",
+            state
+                .update(with_value(&read, i + 1000), UpdateOptions::default())
+                .await,
+        );
+        assert_eq!(
+            written.metadata().version(),
+            Version::new(2),
+            "{RULE}: update {i}"
+        );
+    }
+    let listed = expect_ok(
         RULE,
-        "update",
-        state
-            .update(with_value(&created, 2), UpdateOptions::default())
-            .await,
+        "list",
+        state.list(&widgets(), &ListOptions::default()).await,
     );
-    agree("updated", state.get(&pointer).await);
-    expect_ok(
-        RULE,
-        "destroy",
-        state.destroy(&pointer, DestroyOptions::default()).await,
-    );
-    agree("destroyed", state.get(&pointer).await);
-}
-
-/// Writes at once ([`State::create_now`], [`State::update_now`]), where a backend offers them,
-/// do what `create` and `update` do: the stored value and its version, the same refusals
-/// (an existing id, a stale version, a missing resource), and the same events for a watcher.
-/// A backend without them hands back the very arguments it was given and writes nothing.
-pub async fn writes_now_agree_with_writes(subject: &Subject) {
-    const RULE: &str = "writes_now_agree_with_writes";
-    let state = subject.state();
-    let mut watch = expect_ok(
-        RULE,
-        "watch",
-        state
-            .watch_kind(&widgets(), cosi_core::WatchKindOptions::default())
-            .await,
-    );
-    let fresh = widget("n1", 1).into_shared();
-    let created = match state.create_now(fresh.clone(), CreateOptions::default()) {
-        Ok(at_once) => expect_ok(RULE, "create_now", at_once),
-        Err((back, options)) => {
-            assert!(
-                std::sync::Arc::ptr_eq(&back, &fresh) && options.owner.is_none(),
-                "{RULE}: create_now declined but did not hand back its arguments"
-            );
-            let missing = state.get(&widget_pointer("n1")).await;
-            assert!(
-                missing.is_err_and(|e| e.is_not_found()),
-                "{RULE}: create_now declined but wrote"
-            );
-            let update = UpdateOptions::default();
-            let declined = state.update_now(fresh.clone(), update);
-            assert!(
-                declined.is_err_and(|(back, _)| std::sync::Arc::ptr_eq(&back, &fresh)),
-                "{RULE}: update_now of a backend without create_now answered"
-            );
-            return;
-        }
-    };
+    let values: Vec<u64> = listed.iter().map(|r| value_of(RULE, r)).collect();
     assert_eq!(
-        created.metadata().version(),
-        Version::FIRST,
-        "{RULE}: create_now's version"
+        values,
+        (1000..1000 + n).collect::<Vec<_>>(),
+        "{RULE}: listed values"
     );
-
-    // The refusals, the same as the async writes' (the message too).
-    let again = |state: &dyn State| match state
-        .create_now(widget("n1", 9).into_shared(), CreateOptions::default())
-    {
-        Ok(result) => result,
-        Err(_) => panic!("{RULE}: create_now answered once, then declined"),
-    };
-    let now = expect_err(RULE, "create_now of an existing id", again(state));
-    let later = expect_err(
-        RULE,
-        "create of an existing id",
-        state
-            .create(widget("n1", 9).into_shared(), CreateOptions::default())
-            .await,
-    );
-    assert_eq!(now.to_string(), later.to_string(), "{RULE}: existing id");
-    assert!(
-        now.is_already_exists(),
-        "{RULE}: create_now of an existing id: {now}"
-    );
-
-    let update_now =
-        |value: &SharedResource| match state.update_now(value.clone(), UpdateOptions::default()) {
-            Ok(result) => result,
-            Err(_) => panic!("{RULE}: update_now declined where create_now answered"),
-        };
-    let updated = expect_ok(RULE, "update_now", update_now(&with_value(&created, 2)));
-    assert_eq!(
-        updated.metadata().version().get(),
-        2,
-        "{RULE}: update_now's version"
-    );
-    let stored = expect_ok(RULE, "get", state.get(&widget_pointer("n1")).await);
-    assert_eq!(
-        (stored.metadata().version().get(), value_of(RULE, &stored)),
-        (2, 2),
-        "{RULE}: the value update_now stored"
-    );
-    let stale_now = expect_err(
-        RULE,
-        "stale update_now",
-        update_now(&with_value(&created, 3)),
-    );
-    let stale = expect_err(
-        RULE,
-        "stale update",
-        state
-            .update(with_value(&created, 3), UpdateOptions::default())
-            .await,
-    );
-    assert_eq!(
-        stale_now.to_string(),
-        stale.to_string(),
-        "{RULE}: stale version"
-    );
-    assert!(
-        stale_now.is_version_conflict(),
-        "{RULE}: stale update_now: {stale_now}"
-    );
-    let missing = widget("n2", 1).into_shared();
-    let missing_now = expect_err(RULE, "update_now of a missing id", update_now(&missing));
-    assert!(
-        missing_now.is_not_found(),
-        "{RULE}: update_now of a missing id: {missing_now}"
-    );
-
-    // What a watcher sees: the two writes, nothing of the refused ones.
-    expect_ok(
-        RULE,
-        "destroy",
-        state
-            .destroy(&widget_pointer("n1"), DestroyOptions::default())
-            .await,
-    );
-    expect_events(
-        RULE,
-        &mut watch,
-        &[
-            Seen::created("n1", 1),
-            Seen::updated("n1", 2),
-            Seen::destroyed("n1", 2),
-        ],
-        "the events of writes made at once",
-    )
-    .await;
 }

@@ -131,8 +131,7 @@ macro_rules! conformance_tests {
     ($factory:expr) => {
         $crate::conformance_tests!(@rules $factory, [::tokio::test];
             create_get_list_destroy,
-            get_now_agrees_with_get,
-            writes_now_agree_with_writes,
+            a_long_run_of_calls_answers_every_call,
             list_is_sorted_by_id,
             create_of_existing_resource_conflicts,
             update_of_missing_resource_is_not_found,

@@ -6,9 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use async_trait::async_trait;
 use cosi_core::{
-    CreateOptions, DestroyOptions, Error, Kind, ListOptions, Pointer, Registry, Result,
+    Call, CreateOptions, DestroyOptions, Error, Kind, ListOptions, Pointer, Registry, Result,
     SharedResource, State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
 };
 use tokio::sync::{mpsc, oneshot};
@@ -237,56 +236,59 @@ async fn wait_for_committer<T: Send + 'static>(
     }
 }
 
-#[async_trait]
 impl State for DiskState {
-    async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
+    fn get<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource> {
         // Reads are served from memory at once: cooperative like the in-memory store's.
-        crate::cooperate().await;
-        self.collections.get_resource(pointer)
+        crate::at_once(move || self.collections.get_resource(pointer))
     }
 
-    fn get_now(&self, pointer: &Pointer) -> Option<Result<SharedResource>> {
-        Some(self.collections.get_resource(pointer))
+    fn list<'a>(
+        &'a self,
+        kind: &'a Kind,
+        options: &'a ListOptions,
+    ) -> Call<'a, Vec<SharedResource>> {
+        crate::at_once(move || Ok(self.collections.list(kind, options)))
     }
 
-    async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
-        crate::cooperate().await;
-        Ok(self.collections.list(kind, options))
-    }
-
-    async fn create(
-        &self,
-        resource: SharedResource,
-        options: CreateOptions,
-    ) -> Result<SharedResource> {
-        let pointer = resource.metadata().pointer().clone();
-        self.submit(WriteOp::Create(resource, options), || pointer.to_string())
-            .await
-    }
-
-    async fn update(
-        &self,
-        resource: SharedResource,
-        options: UpdateOptions,
-    ) -> Result<SharedResource> {
-        let pointer = resource.metadata().pointer().clone();
-        self.submit(WriteOp::Update(resource, options), || pointer.to_string())
-            .await
-    }
-
-    async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
-        self.submit(WriteOp::Destroy(pointer.clone(), options), || {
-            pointer.to_string()
+    fn create(&self, resource: SharedResource, options: CreateOptions) -> Call<'_, SharedResource> {
+        Call::pending(async move {
+            let pointer = resource.metadata().pointer().clone();
+            self.submit(WriteOp::Create(resource, options), || pointer.to_string())
+                .await
         })
-        .await
-        .map(|_| ())
     }
 
-    async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
-        Ok(self.collections.watch(pointer, options))
+    fn update(&self, resource: SharedResource, options: UpdateOptions) -> Call<'_, SharedResource> {
+        Call::pending(async move {
+            let pointer = resource.metadata().pointer().clone();
+            self.submit(WriteOp::Update(resource, options), || pointer.to_string())
+                .await
+        })
     }
 
-    async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
+    fn destroy<'a>(&'a self, pointer: &'a Pointer, options: DestroyOptions) -> Call<'a, ()> {
+        Call::pending(async move {
+            self.submit(WriteOp::Destroy(pointer.clone(), options), || {
+                pointer.to_string()
+            })
+            .await
+            .map(|_| ())
+        })
+    }
+
+    fn watch<'a>(&'a self, pointer: &'a Pointer, options: WatchOptions) -> Call<'a, Watch> {
+        Call::done(Ok(self.collections.watch(pointer, options)))
+    }
+
+    fn watch_kind<'a>(&'a self, kind: &'a Kind, options: WatchKindOptions) -> Call<'a, Watch> {
+        Call::pending(self.watch_kind_from_log(kind, options))
+    }
+}
+
+impl DiskState {
+    /// [`State::watch_kind`]: from memory, with what a resumed watch missed read back from the
+    /// durable log.
+    async fn watch_kind_from_log(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
         let (mut watcher, gap) = self.collections.watch_kind_with_gap(kind, options)?;
         if let Some(gap) = gap {
             // The in-memory window keeps only what live watchers need; a watch resuming from

@@ -45,10 +45,10 @@ mod watcher;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use async_trait::async_trait;
 use cosi_core::{
-    make_mut, Bookmark, CreateOptions, DestroyOptions, Error, Event, Kind, ListOptions, Pointer,
-    Registry, Result, SharedResource, State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
+    make_mut, Bookmark, Call, CreateOptions, DestroyOptions, Error, Event, Kind, ListOptions,
+    Pointer, Registry, Result, SharedResource, State, UpdateOptions, Watch, WatchKindOptions,
+    WatchOptions,
 };
 use dashmap::DashMap;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, Txn, TxnOp};
@@ -331,212 +331,227 @@ fn revision_of(response: &etcd_client::TxnResponse) -> i64 {
     response.header().map_or(0, |h| h.revision())
 }
 
-#[async_trait]
 impl State for EtcdState {
-    async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
-        Ok(self.read(pointer).await?.0)
+    fn get<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource> {
+        Call::pending(async move { Ok(self.read(pointer).await?.0) })
     }
 
-    async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
-        let report = self.list_report(kind, options).await?;
-        for error in &report.invalid {
-            tracing::error!(%error, "list skipped a value that is not a valid record");
-        }
-        Ok(report.resources)
+    fn list<'a>(
+        &'a self,
+        kind: &'a Kind,
+        options: &'a ListOptions,
+    ) -> Call<'a, Vec<SharedResource>> {
+        Call::pending(async move {
+            let report = self.list_report(kind, options).await?;
+            for error in &report.invalid {
+                tracing::error!(%error, "list skipped a value that is not a valid record");
+            }
+            Ok(report.resources)
+        })
     }
 
-    async fn create(
-        &self,
+    fn create<'a>(
+        &'a self,
         mut resource: SharedResource,
         options: CreateOptions,
-    ) -> Result<SharedResource> {
-        let pointer = resource.metadata().pointer().clone();
-        // Checked before the hub starts: an empty namespace or type must not open an etcd watch.
-        write_rules::prepare_create(&mut resource, options.owner, SystemTime::now())?;
-        let hub = self.hub(pointer.kind()).await?;
-        let key = self.connection.key(&pointer);
-        let value = record::encode(&*resource)?;
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key, value, None)]);
-        let response = self.connection.txn(&pointer, txn).await?;
-        if response.succeeded() {
-            hub.wrote(revision_of(&response));
-            Ok(resource)
-        } else {
-            Err(Error::AlreadyExists { pointer })
-        }
-    }
-
-    async fn update(
-        &self,
-        mut resource: SharedResource,
-        options: UpdateOptions,
-    ) -> Result<SharedResource> {
-        let pointer = resource.metadata().pointer().clone();
-        let carried = resource.metadata().version();
-        let key = self.connection.key(&pointer);
-        let hub = self.hub(pointer.kind()).await?;
-        loop {
-            // Checked against the value read, and written only if etcd still holds that value
-            // (the compare-and-swap below): the rules apply to the state the write replaces.
-            let (stored, revision) = self.read(&pointer).await?;
-            write_rules::check_update(&*stored, &*resource, &options)?;
-            write_rules::stamp_update(&*stored, &mut resource, SystemTime::now());
+    ) -> Call<'a, SharedResource> {
+        Call::pending(async move {
+            let pointer = resource.metadata().pointer().clone();
+            // Checked before the hub starts: an empty namespace or type must not open an etcd watch.
+            write_rules::prepare_create(&mut resource, options.owner, SystemTime::now())?;
+            let hub = self.hub(pointer.kind()).await?;
+            let key = self.connection.key(&pointer);
             let value = record::encode(&*resource)?;
             let txn = Txn::new()
-                .when([Compare::mod_revision(
-                    key.clone(),
-                    CompareOp::Equal,
-                    revision,
-                )])
-                .and_then([TxnOp::put(key.clone(), value, None)]);
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(key, value, None)]);
             let response = self.connection.txn(&pointer, txn).await?;
             if response.succeeded() {
                 hub.wrote(revision_of(&response));
-                return Ok(resource);
+                Ok(resource)
+            } else {
+                Err(Error::AlreadyExists { pointer })
             }
-            // Someone wrote in between: carry the caller's version again (the stamp replaced
-            // it), so that the re-read reports their version as the conflict.
-            make_mut(&mut resource).metadata_mut().set_version(carried);
-        }
+        })
     }
 
-    async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
-        let key = self.connection.key(pointer);
-        let hub = self.hub(pointer.kind()).await?;
-        loop {
-            let (stored, revision) = self.read(pointer).await?;
-            write_rules::check_destroy(&*stored, &options)?;
-            let txn = Txn::new()
-                .when([Compare::mod_revision(
-                    key.clone(),
-                    CompareOp::Equal,
-                    revision,
-                )])
-                .and_then([TxnOp::delete(key.clone(), None)]);
-            let response = self.connection.txn(pointer, txn).await?;
-            if response.succeeded() {
-                hub.wrote(revision_of(&response));
-                return Ok(());
+    fn update<'a>(
+        &'a self,
+        mut resource: SharedResource,
+        options: UpdateOptions,
+    ) -> Call<'a, SharedResource> {
+        Call::pending(async move {
+            let pointer = resource.metadata().pointer().clone();
+            let carried = resource.metadata().version();
+            let key = self.connection.key(&pointer);
+            let hub = self.hub(pointer.kind()).await?;
+            loop {
+                // Checked against the value read, and written only if etcd still holds that value
+                // (the compare-and-swap below): the rules apply to the state the write replaces.
+                let (stored, revision) = self.read(&pointer).await?;
+                write_rules::check_update(&*stored, &*resource, &options)?;
+                write_rules::stamp_update(&*stored, &mut resource, SystemTime::now());
+                let value = record::encode(&*resource)?;
+                let txn = Txn::new()
+                    .when([Compare::mod_revision(
+                        key.clone(),
+                        CompareOp::Equal,
+                        revision,
+                    )])
+                    .and_then([TxnOp::put(key.clone(), value, None)]);
+                let response = self.connection.txn(&pointer, txn).await?;
+                if response.succeeded() {
+                    hub.wrote(revision_of(&response));
+                    return Ok(resource);
+                }
+                // Someone wrote in between: carry the caller's version again (the stamp replaced
+                // it), so that the re-read reports their version as the conflict.
+                make_mut(&mut resource).metadata_mut().set_version(carried);
             }
-        }
+        })
     }
 
-    async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
-        let kind = pointer.kind();
-        let hub = self.hub(kind).await?;
-        let subscription = hub.subscribe().ok_or_else(|| self.closed(kind))?;
-        // Subscribed before the read: every change after the read's revision comes from the hub.
-        let (stored, position) = self.connection.get(pointer).await?;
-        let first = match stored {
-            Some(kv) => Some(self.connection.decode_value(pointer, kv.value())?),
-            None => None,
-        };
-        let bookmark = bookmark(position);
-        let event = match first {
-            Some(resource) => Event::Created {
-                resource,
-                bookmark,
-                compacted: false,
-            },
-            None => Event::Destroyed {
-                resource: crate::memory::tombstone(pointer),
-                bookmark,
-                compacted: false,
-            },
-        };
-        let filter = Filter {
-            id: Some(pointer.shared_id().clone()),
-            ..Filter::default()
-        };
-        let start = Start::Initial {
-            events: vec![event],
-            position,
-        };
-        Ok(watcher::spawn(
-            self.connection.clone(),
-            hub,
-            subscription,
-            filter,
-            options.strict,
-            start,
-            self.options.watch_buffer,
-        ))
+    fn destroy<'a>(&'a self, pointer: &'a Pointer, options: DestroyOptions) -> Call<'a, ()> {
+        Call::pending(async move {
+            let key = self.connection.key(pointer);
+            let hub = self.hub(pointer.kind()).await?;
+            loop {
+                let (stored, revision) = self.read(pointer).await?;
+                write_rules::check_destroy(&*stored, &options)?;
+                let txn = Txn::new()
+                    .when([Compare::mod_revision(
+                        key.clone(),
+                        CompareOp::Equal,
+                        revision,
+                    )])
+                    .and_then([TxnOp::delete(key.clone(), None)]);
+                let response = self.connection.txn(pointer, txn).await?;
+                if response.succeeded() {
+                    hub.wrote(revision_of(&response));
+                    return Ok(());
+                }
+            }
+        })
     }
 
-    async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
-        crate::memory::check_watch_options(kind, &options)?;
-        let hub = self.hub(kind).await?;
-        let filter = filter_of(options.ids.clone(), options.labels.clone());
-        let (subscription, start) = if let Some(since) = &options.since {
+    fn watch<'a>(&'a self, pointer: &'a Pointer, options: WatchOptions) -> Call<'a, Watch> {
+        Call::pending(async move {
+            let kind = pointer.kind();
+            let hub = self.hub(kind).await?;
             let subscription = hub.subscribe().ok_or_else(|| self.closed(kind))?;
-            let head = self.connection.revision(kind).await?;
-            let position = revision_in(since)
-                .ok_or_else(|| Error::bookmark_not_issued_here(kind.to_string(), since))?;
-            if position > head {
-                return Err(Error::invalid(
-                    kind.to_string(),
-                    "since",
-                    format!("bookmark {since} is in the future (the latest is {head})"),
-                ));
-            }
-            (subscription, Start::Resume { position })
-        } else if options.bootstrap {
-            let subscription = hub.subscribe().ok_or_else(|| self.closed(kind))?;
-            let (revision, resources) =
-                watcher::read_matching(&self.connection, kind, &filter).await?;
-            let bookmark = bookmark(revision);
-            let mut events: Vec<Event> = resources
-                .into_iter()
-                .map(|resource| Event::Created {
+            // Subscribed before the read: every change after the read's revision comes from the hub.
+            let (stored, position) = self.connection.get(pointer).await?;
+            let first = match stored {
+                Some(kv) => Some(self.connection.decode_value(pointer, kv.value())?),
+                None => None,
+            };
+            let bookmark = bookmark(position);
+            let event = match first {
+                Some(resource) => Event::Created {
                     resource,
-                    bookmark: bookmark.clone(),
+                    bookmark,
                     compacted: false,
-                })
-                .collect();
-            events.push(Event::Bootstrapped { bookmark });
-            let start = Start::Initial {
-                events,
-                position: revision,
+                },
+                None => Event::Destroyed {
+                    resource: crate::memory::tombstone(pointer),
+                    bookmark,
+                    compacted: false,
+                },
             };
-            (subscription, start)
-        } else if let Some(tail) = options.tail {
-            // The tail ends at the latest change this state made: wait until the hub has it.
-            hub.wait_own_writes(self.options.request_timeout).await?;
-            let subscription = hub
-                .subscribe_with_window(tail)
-                .ok_or_else(|| self.closed(kind))?;
-            // The last `tail` changes, seen through the filter (as the in-memory backend does);
-            // every later change comes from the subscription.
-            let events: Vec<Event> = subscription
-                .window
-                .iter()
-                .filter_map(|c| filter.event(c))
-                .collect();
-            let start = Start::Initial {
-                events,
-                position: subscription.last_change,
+            let filter = Filter {
+                id: Some(pointer.shared_id().clone()),
+                ..Filter::default()
             };
-            (subscription, start)
-        } else {
-            // Subscribed before the read: every change after its revision comes from the hub.
-            let subscription = hub.subscribe().ok_or_else(|| self.closed(kind))?;
-            let revision = self.connection.revision(kind).await?;
             let start = Start::Initial {
-                events: Vec::new(),
-                position: revision,
+                events: vec![event],
+                position,
             };
-            (subscription, start)
-        };
-        Ok(watcher::spawn(
-            self.connection.clone(),
-            hub,
-            subscription,
-            filter,
-            options.strict,
-            start,
-            self.options.watch_buffer,
-        ))
+            Ok(watcher::spawn(
+                self.connection.clone(),
+                hub,
+                subscription,
+                filter,
+                options.strict,
+                start,
+                self.options.watch_buffer,
+            ))
+        })
+    }
+
+    fn watch_kind<'a>(&'a self, kind: &'a Kind, options: WatchKindOptions) -> Call<'a, Watch> {
+        Call::pending(async move {
+            crate::memory::check_watch_options(kind, &options)?;
+            let hub = self.hub(kind).await?;
+            let filter = filter_of(options.ids.clone(), options.labels.clone());
+            let (subscription, start) = if let Some(since) = &options.since {
+                let subscription = hub.subscribe().ok_or_else(|| self.closed(kind))?;
+                let head = self.connection.revision(kind).await?;
+                let position = revision_in(since)
+                    .ok_or_else(|| Error::bookmark_not_issued_here(kind.to_string(), since))?;
+                if position > head {
+                    return Err(Error::invalid(
+                        kind.to_string(),
+                        "since",
+                        format!("bookmark {since} is in the future (the latest is {head})"),
+                    ));
+                }
+                (subscription, Start::Resume { position })
+            } else if options.bootstrap {
+                let subscription = hub.subscribe().ok_or_else(|| self.closed(kind))?;
+                let (revision, resources) =
+                    watcher::read_matching(&self.connection, kind, &filter).await?;
+                let bookmark = bookmark(revision);
+                let mut events: Vec<Event> = resources
+                    .into_iter()
+                    .map(|resource| Event::Created {
+                        resource,
+                        bookmark: bookmark.clone(),
+                        compacted: false,
+                    })
+                    .collect();
+                events.push(Event::Bootstrapped { bookmark });
+                let start = Start::Initial {
+                    events,
+                    position: revision,
+                };
+                (subscription, start)
+            } else if let Some(tail) = options.tail {
+                // The tail ends at the latest change this state made: wait until the hub has it.
+                hub.wait_own_writes(self.options.request_timeout).await?;
+                let subscription = hub
+                    .subscribe_with_window(tail)
+                    .ok_or_else(|| self.closed(kind))?;
+                // The last `tail` changes, seen through the filter (as the in-memory backend does);
+                // every later change comes from the subscription.
+                let events: Vec<Event> = subscription
+                    .window
+                    .iter()
+                    .filter_map(|c| filter.event(c))
+                    .collect();
+                let start = Start::Initial {
+                    events,
+                    position: subscription.last_change,
+                };
+                (subscription, start)
+            } else {
+                // Subscribed before the read: every change after its revision comes from the hub.
+                let subscription = hub.subscribe().ok_or_else(|| self.closed(kind))?;
+                let revision = self.connection.revision(kind).await?;
+                let start = Start::Initial {
+                    events: Vec::new(),
+                    position: revision,
+                };
+                (subscription, start)
+            };
+            Ok(watcher::spawn(
+                self.connection.clone(),
+                hub,
+                subscription,
+                filter,
+                options.strict,
+                start,
+                self.options.watch_buffer,
+            ))
+        })
     }
 }

@@ -103,9 +103,8 @@ pub(crate) mod write_rules;
 #[cfg(test)]
 mod tests;
 
-use async_trait::async_trait;
 use cosi_core::{
-    CreateOptions, DestroyOptions, Kind, ListOptions, Pointer, Result, SharedResource, State,
+    Call, CreateOptions, DestroyOptions, Kind, ListOptions, Pointer, Result, SharedResource, State,
     UpdateOptions, Watch, WatchKindOptions, WatchOptions,
 };
 
@@ -221,7 +220,7 @@ impl MemoryState {
 }
 
 impl MemoryState {
-    /// [`State::create`]: every write of this store completes without waiting.
+    /// [`State::create`]: every call of this store completes without waiting.
     fn create_at_once(
         &self,
         resource: SharedResource,
@@ -253,71 +252,41 @@ impl Default for MemoryState {
     }
 }
 
-#[async_trait]
 impl State for MemoryState {
-    async fn get(&self, pointer: &Pointer) -> Result<SharedResource> {
-        crate::cooperate().await;
-        self.collections.get_resource(pointer)
+    fn get<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource> {
+        crate::at_once(move || self.collections.get_resource(pointer))
     }
 
-    fn get_now(&self, pointer: &Pointer) -> Option<Result<SharedResource>> {
-        Some(self.collections.get_resource(pointer))
+    fn list<'a>(
+        &'a self,
+        kind: &'a Kind,
+        options: &'a ListOptions,
+    ) -> Call<'a, Vec<SharedResource>> {
+        crate::at_once(move || Ok(self.collections.list(kind, options)))
     }
 
-    async fn list(&self, kind: &Kind, options: &ListOptions) -> Result<Vec<SharedResource>> {
-        crate::cooperate().await;
-        Ok(self.collections.list(kind, options))
+    fn create(&self, resource: SharedResource, options: CreateOptions) -> Call<'_, SharedResource> {
+        crate::at_once(move || self.create_at_once(resource, options))
     }
 
-    async fn create(
-        &self,
-        resource: SharedResource,
-        options: CreateOptions,
-    ) -> Result<SharedResource> {
-        crate::cooperate().await;
-        self.create_at_once(resource, options)
+    fn update(&self, resource: SharedResource, options: UpdateOptions) -> Call<'_, SharedResource> {
+        crate::at_once(move || self.update_at_once(resource, options))
     }
 
-    async fn update(
-        &self,
-        resource: SharedResource,
-        options: UpdateOptions,
-    ) -> Result<SharedResource> {
-        crate::cooperate().await;
-        self.update_at_once(resource, options)
-    }
-
-    fn create_now(
-        &self,
-        resource: SharedResource,
-        options: CreateOptions,
-    ) -> std::result::Result<Result<SharedResource>, (SharedResource, CreateOptions)> {
-        Ok(self.create_at_once(resource, options))
-    }
-
-    fn update_now(
-        &self,
-        resource: SharedResource,
-        options: UpdateOptions,
-    ) -> std::result::Result<Result<SharedResource>, (SharedResource, UpdateOptions)> {
-        Ok(self.update_at_once(resource, options))
-    }
-
-    async fn destroy(&self, pointer: &Pointer, options: DestroyOptions) -> Result<()> {
-        crate::cooperate().await;
-        match self.collections.find(pointer.kind()) {
+    fn destroy<'a>(&'a self, pointer: &'a Pointer, options: DestroyOptions) -> Call<'a, ()> {
+        crate::at_once(move || match self.collections.find(pointer.kind()) {
             Some(collection) => collection.destroy(pointer, &options),
             None => Err(cosi_core::Error::NotFound {
                 pointer: pointer.clone(),
             }),
-        }
+        })
     }
 
-    async fn watch(&self, pointer: &Pointer, options: WatchOptions) -> Result<Watch> {
-        Ok(self.collections.watch(pointer, options))
+    fn watch<'a>(&'a self, pointer: &'a Pointer, options: WatchOptions) -> Call<'a, Watch> {
+        Call::done(Ok(self.collections.watch(pointer, options)))
     }
 
-    async fn watch_kind(&self, kind: &Kind, options: WatchKindOptions) -> Result<Watch> {
-        self.collections.watch_kind(kind, options)
+    fn watch_kind<'a>(&'a self, kind: &'a Kind, options: WatchKindOptions) -> Call<'a, Watch> {
+        Call::done(self.collections.watch_kind(kind, options))
     }
 }
