@@ -239,7 +239,7 @@ async fn wait_for_committer<T: Send + 'static>(
 impl State for DiskState {
     fn get<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource> {
         // Reads are served from memory at once: cooperative like the in-memory store's.
-        crate::at_once(move || self.collections.get_resource(pointer))
+        self.collections.get_call(pointer)
     }
 
     fn list<'a>(
@@ -247,7 +247,7 @@ impl State for DiskState {
         kind: &'a Kind,
         options: &'a ListOptions,
     ) -> Call<'a, Vec<SharedResource>> {
-        crate::at_once(move || Ok(self.collections.list(kind, options)))
+        self.collections.list_call(kind, options)
     }
 
     fn create(&self, resource: SharedResource, options: CreateOptions) -> Call<'_, SharedResource> {

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use cosi_core::{
-    Error, Kind, ListOptions, Pointer, Result, SharedResource, Watch, WatchKindOptions,
+    Call, Error, Kind, ListOptions, Pointer, Result, SharedResource, Watch, WatchKindOptions,
     WatchOptions,
 };
 
@@ -114,6 +114,20 @@ impl Collections {
                 pointer: pointer.clone(),
             }),
         }
+    }
+
+    /// [`cosi_core::State::get`] as the call of a store that answers from these collections.
+    pub(crate) fn get_call<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource> {
+        crate::at_once(move || self.get_resource(pointer))
+    }
+
+    /// [`cosi_core::State::list`] as the call of a store that answers from these collections.
+    pub(crate) fn list_call<'a>(
+        &'a self,
+        kind: &'a Kind,
+        options: &'a ListOptions,
+    ) -> Call<'a, Vec<SharedResource>> {
+        crate::at_once(move || Ok(self.list(kind, options)))
     }
 
     /// [`cosi_core::State::list`]: a kind never written lists empty.

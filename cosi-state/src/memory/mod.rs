@@ -254,7 +254,7 @@ impl Default for MemoryState {
 
 impl State for MemoryState {
     fn get<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource> {
-        crate::at_once(move || self.collections.get_resource(pointer))
+        self.collections.get_call(pointer)
     }
 
     fn list<'a>(
@@ -262,7 +262,7 @@ impl State for MemoryState {
         kind: &'a Kind,
         options: &'a ListOptions,
     ) -> Call<'a, Vec<SharedResource>> {
-        crate::at_once(move || Ok(self.collections.list(kind, options)))
+        self.collections.list_call(kind, options)
     }
 
     fn create(&self, resource: SharedResource, options: CreateOptions) -> Call<'_, SharedResource> {
