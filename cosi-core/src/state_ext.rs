@@ -2,9 +2,9 @@
 //! `modify` (create-or-update with the no-op rule), teardown and finalizer handling, and waiting
 //! for a condition.
 
+use std::future::Future;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 
 use crate::{
     downcast, make_mut, same_content, AnyResource, CreateOptions, DestroyOptions, Error, Event,
@@ -33,192 +33,220 @@ use crate::{
 ///     Ok(stored.spec.n)
 /// }
 /// ```
-#[async_trait]
 pub trait StateExt: State {
     /// Reads one resource as type `S`.
-    async fn get_typed<S: ResourceSpec>(&self, pointer: &Pointer) -> Result<Arc<Resource<S>>> {
-        downcast::<S>(self.get(pointer).await?)
+    fn get_typed<'a, S: ResourceSpec>(
+        &'a self,
+        pointer: &'a Pointer,
+    ) -> impl Future<Output = Result<Arc<Resource<S>>>> + Send + 'a {
+        async move { downcast::<S>(self.get(pointer).await?) }
     }
 
     /// Lists a kind as type `S`.
-    async fn list_typed<S: ResourceSpec>(
-        &self,
-        kind: &Kind,
-        options: &ListOptions,
-    ) -> Result<Vec<Arc<Resource<S>>>> {
-        self.list(kind, options)
-            .await?
-            .into_iter()
-            .map(downcast::<S>)
-            .collect()
+    fn list_typed<'a, S: ResourceSpec>(
+        &'a self,
+        kind: &'a Kind,
+        options: &'a ListOptions,
+    ) -> impl Future<Output = Result<Vec<Arc<Resource<S>>>>> + Send + 'a {
+        async move {
+            self.list(kind, options)
+                .await?
+                .into_iter()
+                .map(downcast::<S>)
+                .collect()
+        }
     }
 
     /// Creates `template` changed by `change` if it does not exist, otherwise applies `change` to
     /// a copy of the stored value and updates it. When the result equals what is stored (metadata
     /// ignoring timestamps, and spec) nothing is written: no version bump, no event — the rule
     /// that stops controller feedback loops. Version conflicts are retried.
-    async fn modify<S, F>(
-        &self,
+    fn modify<'a, S, F>(
+        &'a self,
         template: Resource<S>,
         options: UpdateOptions,
         mut change: F,
-    ) -> Result<Arc<Resource<S>>>
+    ) -> impl Future<Output = Result<Arc<Resource<S>>>> + Send + 'a
     where
         S: ResourceSpec,
-        F: FnMut(&mut Resource<S>) -> Result<()> + Send,
+        F: FnMut(&mut Resource<S>) -> Result<()> + Send + 'a,
     {
-        let pointer = template.metadata.pointer().clone();
-        loop {
-            let stored = match self.get(&pointer).await {
-                Ok(stored) => stored,
-                Err(e) if e.is_not_found() => {
-                    let mut fresh = template.clone();
-                    change(&mut fresh)?;
-                    let create = CreateOptions {
-                        owner: options.owner.clone(),
-                    };
-                    match self.create(fresh.into_shared(), create).await {
-                        Ok(created) => return downcast::<S>(created),
-                        Err(e) if e.is_already_exists() => continue,
-                        Err(e) => return Err(e),
+        async move {
+            let pointer = template.metadata.pointer().clone();
+            loop {
+                let stored = match self.get(&pointer).await {
+                    Ok(stored) => stored,
+                    Err(e) if e.is_not_found() => {
+                        let mut fresh = template.clone();
+                        change(&mut fresh)?;
+                        let create = CreateOptions {
+                            owner: options.owner.clone(),
+                        };
+                        match self.create(fresh.into_shared(), create).await {
+                            Ok(created) => return downcast::<S>(created),
+                            Err(e) if e.is_already_exists() => continue,
+                            Err(e) => return Err(e),
+                        }
                     }
+                    Err(e) => return Err(e),
+                };
+                let stored = downcast::<S>(stored)?;
+                let mut next = (*stored).clone();
+                change(&mut next)?;
+                if same_content(&*stored, &next) {
+                    return Ok(stored);
                 }
-                Err(e) => return Err(e),
-            };
-            let stored = downcast::<S>(stored)?;
-            let mut next = (*stored).clone();
-            change(&mut next)?;
-            if same_content(&*stored, &next) {
-                return Ok(stored);
-            }
-            match self.update(next.into_shared(), options.clone()).await {
-                Ok(updated) => return downcast::<S>(updated),
-                Err(e) if e.is_version_conflict() => yield_now().await,
-                Err(e) => return Err(e),
+                match self.update(next.into_shared(), options.clone()).await {
+                    Ok(updated) => return downcast::<S>(updated),
+                    Err(e) if e.is_version_conflict() => yield_now().await,
+                    Err(e) => return Err(e),
+                }
             }
         }
     }
 
     /// Reads, changes and updates an existing resource, retrying version conflicts. Unlike
     /// [`StateExt::modify`] it fails with `NotFound` when the resource is absent and always writes.
-    async fn update_with_conflicts<S, F>(
-        &self,
-        pointer: &Pointer,
+    fn update_with_conflicts<'a, S, F>(
+        &'a self,
+        pointer: &'a Pointer,
         options: UpdateOptions,
         mut change: F,
-    ) -> Result<Arc<Resource<S>>>
+    ) -> impl Future<Output = Result<Arc<Resource<S>>>> + Send + 'a
     where
         S: ResourceSpec,
-        F: FnMut(&mut Resource<S>) -> Result<()> + Send,
+        F: FnMut(&mut Resource<S>) -> Result<()> + Send + 'a,
     {
-        loop {
-            let stored = downcast::<S>(self.get(pointer).await?)?;
-            let mut next = (*stored).clone();
-            change(&mut next)?;
-            match self.update(next.into_shared(), options.clone()).await {
-                Ok(updated) => return downcast::<S>(updated),
-                Err(e) if e.is_version_conflict() => yield_now().await,
-                Err(e) => return Err(e),
+        async move {
+            loop {
+                let stored = downcast::<S>(self.get(pointer).await?)?;
+                let mut next = (*stored).clone();
+                change(&mut next)?;
+                match self.update(next.into_shared(), options.clone()).await {
+                    Ok(updated) => return downcast::<S>(updated),
+                    Err(e) if e.is_version_conflict() => yield_now().await,
+                    Err(e) => return Err(e),
+                }
             }
         }
     }
 
     /// Moves a resource to the tearing-down phase (idempotent). Returns whether it has no
     /// finalizers left, i.e. whether it can be destroyed now.
-    async fn teardown(&self, pointer: &Pointer, owner: Option<&str>) -> Result<bool> {
-        loop {
-            let stored = self.get(pointer).await?;
-            check_owner(&*stored, owner)?;
-            if stored.metadata().phase() == Phase::TearingDown {
-                return Ok(stored.metadata().finalizers().is_empty());
-            }
-            let mut next = stored.clone();
-            make_mut(&mut next)
-                .metadata_mut()
-                .set_phase(Phase::TearingDown);
-            match self.update(next, UpdateOptions::owned_by(owner)).await {
-                Ok(updated) => return Ok(updated.metadata().finalizers().is_empty()),
-                Err(e) if e.is_version_conflict() || matches!(e, Error::PhaseConflict { .. }) => {
-                    yield_now().await
+    fn teardown<'a>(
+        &'a self,
+        pointer: &'a Pointer,
+        owner: Option<&'a str>,
+    ) -> impl Future<Output = Result<bool>> + Send + 'a {
+        async move {
+            loop {
+                let stored = self.get(pointer).await?;
+                check_owner(&*stored, owner)?;
+                if stored.metadata().phase() == Phase::TearingDown {
+                    return Ok(stored.metadata().finalizers().is_empty());
                 }
-                Err(e) => return Err(e),
+                let mut next = stored.clone();
+                make_mut(&mut next)
+                    .metadata_mut()
+                    .set_phase(Phase::TearingDown);
+                match self.update(next, UpdateOptions::owned_by(owner)).await {
+                    Ok(updated) => return Ok(updated.metadata().finalizers().is_empty()),
+                    Err(e)
+                        if e.is_version_conflict() || matches!(e, Error::PhaseConflict { .. }) =>
+                    {
+                        yield_now().await
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
     }
 
     /// Adds finalizers (any owner, any phase). Returns the stored value.
-    async fn add_finalizer(
-        &self,
-        pointer: &Pointer,
-        finalizers: &[&str],
-    ) -> Result<SharedResource> {
-        change_finalizers(self, pointer, finalizers, true).await
+    fn add_finalizer<'a>(
+        &'a self,
+        pointer: &'a Pointer,
+        finalizers: &'a [&str],
+    ) -> impl Future<Output = Result<SharedResource>> + Send + 'a {
+        async move { change_finalizers(self, pointer, finalizers, true).await }
     }
 
     /// Removes finalizers (any owner, any phase). Returns the stored value.
-    async fn remove_finalizer(
-        &self,
-        pointer: &Pointer,
-        finalizers: &[&str],
-    ) -> Result<SharedResource> {
-        change_finalizers(self, pointer, finalizers, false).await
+    fn remove_finalizer<'a>(
+        &'a self,
+        pointer: &'a Pointer,
+        finalizers: &'a [&str],
+    ) -> impl Future<Output = Result<SharedResource>> + Send + 'a {
+        async move { change_finalizers(self, pointer, finalizers, false).await }
     }
 
     /// Tears a resource down, waits until its finalizers are gone, and destroys it. Succeeds if
     /// the resource is already gone or someone else destroys it meanwhile.
-    async fn teardown_and_destroy(&self, pointer: &Pointer, owner: Option<&str>) -> Result<()> {
-        loop {
-            match self.teardown(pointer, owner).await {
-                Err(e) if e.is_not_found() => return Ok(()),
-                Err(e) => return Err(e),
-                Ok(true) => {}
-                Ok(false) => {
-                    let ready = |r: Option<&dyn AnyResource>| {
-                        r.is_none_or(|r| r.metadata().finalizers().is_empty())
-                    };
-                    if self.watch_for(pointer, ready).await?.is_none() {
-                        return Ok(());
+    fn teardown_and_destroy<'a>(
+        &'a self,
+        pointer: &'a Pointer,
+        owner: Option<&'a str>,
+    ) -> impl Future<Output = Result<()>> + Send + 'a {
+        async move {
+            loop {
+                match self.teardown(pointer, owner).await {
+                    Err(e) if e.is_not_found() => return Ok(()),
+                    Err(e) => return Err(e),
+                    Ok(true) => {}
+                    Ok(false) => {
+                        let ready = |r: Option<&dyn AnyResource>| {
+                            r.is_none_or(|r| r.metadata().finalizers().is_empty())
+                        };
+                        if self.watch_for(pointer, ready).await?.is_none() {
+                            return Ok(());
+                        }
                     }
                 }
-            }
-            let options = DestroyOptions {
-                owner: owner.map(str::to_string),
-            };
-            match self.destroy(pointer, options).await {
-                Ok(()) => return Ok(()),
-                Err(e) if e.is_not_found() => return Ok(()),
-                // A finalizer was added between our check and the destroy: wait again.
-                Err(Error::PendingFinalizers { .. }) => continue,
-                Err(e) => return Err(e),
+                let options = DestroyOptions {
+                    owner: owner.map(str::to_string),
+                };
+                match self.destroy(pointer, options).await {
+                    Ok(()) => return Ok(()),
+                    Err(e) if e.is_not_found() => return Ok(()),
+                    // A finalizer was added between our check and the destroy: wait again.
+                    Err(Error::PendingFinalizers { .. }) => continue,
+                    Err(e) => return Err(e),
+                }
             }
         }
     }
 
     /// Watches a resource until `condition` holds for its state (`None` = absent) and returns
     /// that state.
-    async fn watch_for<F>(&self, pointer: &Pointer, condition: F) -> Result<Option<SharedResource>>
+    fn watch_for<'a, F>(
+        &'a self,
+        pointer: &'a Pointer,
+        condition: F,
+    ) -> impl Future<Output = Result<Option<SharedResource>>> + Send + 'a
     where
-        F: Fn(Option<&dyn AnyResource>) -> bool + Send + Sync,
+        F: Fn(Option<&dyn AnyResource>) -> bool + Send + Sync + 'a,
     {
-        let mut watch = self.watch(pointer, WatchOptions::default()).await?;
-        while let Some(event) = watch.recv().await {
-            match event {
-                Event::Created { resource, .. } | Event::Updated { resource, .. }
-                    if condition(Some(&*resource)) =>
-                {
-                    return Ok(Some(resource));
+        async move {
+            let mut watch = self.watch(pointer, WatchOptions::default()).await?;
+            while let Some(event) = watch.recv().await {
+                match event {
+                    Event::Created { resource, .. } | Event::Updated { resource, .. }
+                        if condition(Some(&*resource)) =>
+                    {
+                        return Ok(Some(resource));
+                    }
+                    Event::Destroyed { .. } if condition(None) => return Ok(None),
+                    Event::Errored { error } => return Err(error),
+                    _ => {}
                 }
-                Event::Destroyed { .. } if condition(None) => return Ok(None),
-                Event::Errored { error } => return Err(error),
-                _ => {}
             }
+            Err(Error::Backend {
+                subject: pointer.to_string(),
+                message: "watch ended before the condition held".into(),
+                retryable: true,
+                source: None,
+            })
         }
-        Err(Error::Backend {
-            subject: pointer.to_string(),
-            message: "watch ended before the condition held".into(),
-            retryable: true,
-            source: None,
-        })
     }
 }
 
