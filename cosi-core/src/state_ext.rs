@@ -5,7 +5,6 @@
 use std::future::Future;
 use std::sync::Arc;
 
-
 use crate::{
     downcast, make_mut, same_content, AnyResource, CreateOptions, DestroyOptions, Error, Event,
     Kind, ListOptions, Phase, Pointer, Resource, ResourceSpec, Result, SharedResource, State,
