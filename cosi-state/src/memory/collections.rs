@@ -87,6 +87,20 @@ impl Collections {
         result
     }
 
+    /// [`Collections::with`] for a call that moves `resource` into its kind's collection: the
+    /// kind is looked up without taking a reference count on it (an atomic write per call).
+    pub(crate) fn with_resource<T>(
+        &self,
+        resource: SharedResource,
+        f: impl FnOnce(&Arc<Collection>, SharedResource) -> T,
+    ) -> T {
+        if let Some(collection) = self.kinds.get(resource.metadata().kind()) {
+            return f(&collection, resource);
+        }
+        let kind = resource.metadata().kind().clone();
+        self.with(&kind, move |collection| f(collection, resource))
+    }
+
     /// Drops the collections nobody holds that never held anything, once the map has doubled
     /// since the last sweep (amortized O(1) per new collection).
     fn sweep_if_grown(&self) {

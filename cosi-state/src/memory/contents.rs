@@ -218,7 +218,7 @@ impl KindContents {
     pub(crate) fn apply_create(&mut self, resource: SharedResource) -> Result<u64> {
         let pointer = resource.metadata().pointer();
         let live = self.resources.len() + 1;
-        let Entry::Vacant(slot) = self.resources.entry(pointer.shared_id().clone()) else {
+        let Entry::Vacant(slot) = self.resources.entry(pointer.id()) else {
             return Err(Error::AlreadyExists {
                 pointer: pointer.clone(),
             });
@@ -273,7 +273,7 @@ impl KindContents {
         pointer: &Pointer,
         options: &DestroyOptions,
     ) -> Result<u64> {
-        let Entry::Occupied(slot) = self.resources.entry(pointer.shared_id().clone()) else {
+        let Entry::Occupied(slot) = self.resources.entry(pointer.id()) else {
             return Err(Error::NotFound {
                 pointer: pointer.clone(),
             });

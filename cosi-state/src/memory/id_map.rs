@@ -118,7 +118,6 @@ pub(crate) struct OccupiedEntry<'a, V> {
 /// An id without a live value, found by [`IdMap::entry`]: inserting needs no second search.
 pub(crate) struct VacantEntry<'a, V> {
     map: &'a mut IdMap<V>,
-    id: Arc<str>,
     hash: u32,
     /// The dead slot the id had, if any.
     dead: Option<u32>,
@@ -201,7 +200,7 @@ impl<V: Identified> IdMap<V> {
     /// Stores `value` under its id, returning the value it replaces.
     #[allow(dead_code)] // Used by durable backends rebuilding their contents.
     pub(crate) fn insert(&mut self, value: V) -> Option<V> {
-        match self.entry(value.id().clone()) {
+        match self.entry(value.id()) {
             Entry::Occupied(mut slot) => Some(std::mem::replace(slot.get_mut(), value)),
             Entry::Vacant(slot) => {
                 slot.insert(value);
@@ -210,9 +209,10 @@ impl<V: Identified> IdMap<V> {
         }
     }
 
-    /// The slot of `id`, for checking and changing it with one search.
-    pub(crate) fn entry(&mut self, id: Arc<str>) -> Entry<'_, V> {
-        let hash = self.hash(&id);
+    /// The slot of `id`, for checking and changing it with one search. The id is only looked
+    /// up (no reference count taken): the value inserted carries its own.
+    pub(crate) fn entry(&mut self, id: &str) -> Entry<'_, V> {
+        let hash = self.hash(id);
         // An id sorting after every slot's has none: sequentially named creates skip the
         // probe (a cache miss in a large table).
         let appends = self
@@ -221,8 +221,7 @@ impl<V: Identified> IdMap<V> {
         let found = if appends {
             None
         } else {
-            self.near_finger(&id)
-                .or_else(|| self.find_hashed(&id, hash))
+            self.near_finger(id).or_else(|| self.find_hashed(id, hash))
         };
         if let Some(slot) = found {
             *self.finger.get_mut() = slot;
@@ -233,7 +232,6 @@ impl<V: Identified> IdMap<V> {
             }
             dead => Entry::Vacant(VacantEntry {
                 map: self,
-                id,
                 hash,
                 dead,
             }),
@@ -243,7 +241,7 @@ impl<V: Identified> IdMap<V> {
     /// Removes the value of `id`.
     #[allow(dead_code)] // Used by durable backends publishing a destroy.
     pub(crate) fn remove(&mut self, id: &Arc<str>) -> Option<V> {
-        match self.entry(id.clone()) {
+        match self.entry(id) {
             Entry::Occupied(slot) => Some(slot.remove()),
             Entry::Vacant(_) => None,
         }
@@ -403,7 +401,11 @@ impl<'a, V: Identified> OccupiedEntry<'a, V> {
 impl<'a, V: Identified> VacantEntry<'a, V> {
     /// Stores `value`, whose id must be the entry's.
     pub(crate) fn insert(self, value: V) -> &'a mut V {
-        debug_assert_eq!(**value.id(), *self.id);
+        debug_assert_eq!(
+            self.map.hash(value.id()),
+            self.hash,
+            "the value's id is the entry's"
+        );
         let map = self.map;
         map.live += 1;
         let slot = match self.dead {
@@ -680,13 +682,13 @@ mod tests {
     fn an_entry_reports_a_live_id_occupied_and_a_destroyed_one_vacant() {
         let mut map = IdMap::default();
         map.insert(item("a", 1));
-        let Entry::Occupied(slot) = map.entry(Arc::from("a")) else {
+        let Entry::Occupied(slot) = map.entry("a") else {
             panic!("a is stored")
         };
         assert_eq!(slot.remove(), item("a", 1));
-        assert!(matches!(map.entry(Arc::from("a")), Entry::Vacant(_)));
+        assert!(matches!(map.entry("a"), Entry::Vacant(_)));
         assert_eq!(map.get("a"), None);
-        let Entry::Vacant(slot) = map.entry(Arc::from("a")) else {
+        let Entry::Vacant(slot) = map.entry("a") else {
             panic!("a was removed")
         };
         slot.insert(item("a", 2));

@@ -226,9 +226,8 @@ impl MemoryState {
         resource: SharedResource,
         options: CreateOptions,
     ) -> Result<SharedResource> {
-        let kind = resource.metadata().kind().clone();
         self.collections
-            .with(&kind, |c| c.create(resource, options))
+            .with_resource(resource, |c, resource| c.create(resource, options))
     }
 
     /// [`State::update`].
