@@ -192,10 +192,11 @@ impl ControllerState {
     }
 
     /// The input changes delivered since the last reconcile took them ([`Changed::Everything`]
-    /// for a controller without a record, and the first time).
-    pub(crate) fn take_input_changes(&self) -> Changed {
+    /// for a controller without a record, and the first time); until the next take, more than
+    /// `limit` distinct changes are recorded as "everything".
+    pub(crate) fn take_input_changes(&self, limit: usize) -> Changed {
         match &self.changes {
-            Some(changes) => changes.take(),
+            Some(changes) => changes.take_up_to(limit),
             None => Changed::Everything,
         }
     }

@@ -3,9 +3,10 @@
 //! what changed, instead of listing every input and output on every reconcile.
 //!
 //! The feed records each change it delivers (the resource's pointer) once the controller has
-//! asked for them the first time; a resync, a controller failure or more than [`MAX_POINTERS`]
-//! pending pointers turn the record into "everything", which the controller answers with a
-//! full pass. The record is taken at the start of a reconcile, before the reconcile reads the
+//! asked for them the first time; a resync, a controller failure or more pending pointers than
+//! the controller's limit (at most [`MAX_POINTERS`]) turn the record into "everything", which
+//! the controller answers with a full pass. The controller sets the limit when it takes the
+//! record: beyond the number of changes it would converge one by one, recording more is wasted. The record is taken at the start of a reconcile, before the reconcile reads the
 //! state: a change stored after that is recorded for the next reconcile (and wakes it), so no
 //! change is missed; one already visible to this reconcile is seen twice, which a controller
 //! that converges (compares before it writes) takes in its stride.
@@ -36,10 +37,22 @@ pub(crate) struct InputChanges {
     pending: Mutex<Pending>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Pending {
     everything: bool,
     pointers: foldhash::HashSet<Pointer>,
+    /// Distinct pointers beyond which the record is "everything" (at most [`MAX_POINTERS`]).
+    limit: usize,
+}
+
+impl Default for Pending {
+    fn default() -> Self {
+        Pending {
+            everything: false,
+            pointers: foldhash::HashSet::default(),
+            limit: MAX_POINTERS,
+        }
+    }
 }
 
 impl InputChanges {
@@ -57,7 +70,7 @@ impl InputChanges {
         if pending.everything {
             return;
         }
-        if pending.pointers.len() >= MAX_POINTERS {
+        if pending.pointers.len() >= pending.limit && !pending.pointers.contains(pointer) {
             pending.everything = true;
             pending.pointers = foldhash::HashSet::default();
             return;
@@ -75,9 +88,18 @@ impl InputChanges {
 
     /// What changed since the last take; the first take is "everything" (nothing was recorded
     /// before it) and starts the recording.
+    #[cfg(test)]
     pub(crate) fn take(&self) -> Changed {
+        self.take_up_to(MAX_POINTERS)
+    }
+
+    /// [`InputChanges::take`], recording from now on at most `limit` distinct pointers (and at
+    /// most [`MAX_POINTERS`]) before the record becomes "everything": a controller that answers
+    /// more changes than that with a full pass has no use for them.
+    pub(crate) fn take_up_to(&self, limit: usize) -> Changed {
         let was_recording = self.recording.swap(true, Ordering::AcqRel);
         let mut pending = self.pending();
+        pending.limit = limit.min(MAX_POINTERS);
         let everything = std::mem::take(&mut pending.everything) || !was_recording;
         let pointers = std::mem::take(&mut pending.pointers);
         if everything {
@@ -134,6 +156,24 @@ mod tests {
         assert_eq!(changes.take(), Changed::Everything);
         changes.record(&pointer("c"));
         assert_eq!(sorted(changes.take()), ["c"]);
+    }
+
+    #[test]
+    fn more_distinct_pointers_than_the_takers_limit_are_everything() {
+        let changes = InputChanges::default();
+        changes.take_up_to(2);
+        changes.record(&pointer("a"));
+        changes.record(&pointer("b"));
+        // A pointer already recorded does not count again.
+        changes.record(&pointer("a"));
+        assert_eq!(sorted(changes.take_up_to(2)), ["a", "b"]);
+        for id in ["a", "b", "c"] {
+            changes.record(&pointer(id));
+        }
+        assert_eq!(changes.take_up_to(2), Changed::Everything);
+        // The limit is the last taker's, and never above the bound.
+        changes.record(&pointer("d"));
+        assert_eq!(sorted(changes.take_up_to(usize::MAX)), ["d"]);
     }
 
     #[test]

@@ -234,7 +234,9 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
 
     async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
         // Taken before anything is read: a change stored from now on is the next reconcile's.
-        let changed = state.take_input_changes();
+        // More changes than this are answered with a full pass: no need to record them.
+        let limit = FEW_CHANGED.max(self.memo.len() / CHANGED_SHARE);
+        let changed = state.take_input_changes(limit);
         let complete = std::mem::replace(&mut self.memo_complete, false);
         if let (true, false, Changed::These(changed)) =
             (complete, self.settings.shared_output, changed)
