@@ -396,7 +396,6 @@ impl ControllerState {
     /// input concerns every item:
     ///
     /// ```
-    /// # use async_trait::async_trait;
     /// # use cosi_controllers::{ControllerState, Input, Output, QueueController, Reconciled};
     /// # use cosi_core::{Pointer, ResourceSpec, Result, SharedResource};
     /// # #[derive(Clone, PartialEq, Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -407,7 +406,6 @@ impl ControllerState {
     /// # impl ResourceSpec for LinkConfig { const TYPE: &'static str = "LinkConfigs.net.cosi.dev"; const DEFAULT_NAMESPACE: &'static str = "network"; }
     /// struct LinkController;
     ///
-    /// #[async_trait]
     /// impl QueueController for LinkController {
     ///     fn name(&self) -> &str { "LinkController" }
     ///     fn primary(&self) -> Input { Input::weak_of::<Link>() }

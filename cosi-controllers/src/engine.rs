@@ -292,11 +292,9 @@ impl Engine {
     /// not compile, and the compiler's note says so:
     ///
     /// ```compile_fail,E0277
-    /// use async_trait::async_trait;
     /// use cosi_controllers::{ControllerState, Engine, Input, Output, QueueController, Reconciled};
     /// use cosi_core::{Pointer, Result};
     /// struct PerItem;
-    /// #[async_trait]
     /// impl QueueController for PerItem {
     ///     fn name(&self) -> &str { "PerItem" }
     ///     fn primary(&self) -> Input { Input::weak(cosi_core::Kind::new("ns", "Items.test.cosi.dev")) }

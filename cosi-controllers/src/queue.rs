@@ -7,10 +7,10 @@
 //! that fails is retried with its own exponential backoff, and one slow item holds up only
 //! itself.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use cosi_core::{IdQuery, ListOptions, Pointer, Result, SharedResource};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -24,8 +24,11 @@ const NEVER: Duration = Duration::from_secs(86400 * 365);
 
 /// A controller reconciled per item of its primary input.
 ///
+/// Its asynchronous methods return their futures unboxed (the runner is generic over the
+/// controller): implement them with `async fn`, no attribute needed. Their futures must be
+/// `Send`, as the runner's tasks move between threads.
+///
 /// ```
-/// use async_trait::async_trait;
 /// use cosi_controllers::{ControllerState, Input, Output, QueueController, Reconciled};
 /// use cosi_core::{Pointer, Resource, ResourceSpec, Result, StateExt};
 /// # use serde::{Deserialize, Serialize};
@@ -38,7 +41,6 @@ const NEVER: Duration = Duration::from_secs(86400 * 365);
 ///
 /// struct LinkStatusController;
 ///
-/// #[async_trait]
 /// impl QueueController for LinkStatusController {
 ///     fn name(&self) -> &str { "LinkStatusController" }
 ///     fn primary(&self) -> Input { Input::weak_of::<Link>() }
@@ -64,7 +66,6 @@ const NEVER: Duration = Duration::from_secs(86400 * 365);
 ///     }
 /// }
 /// ```
-#[async_trait]
 pub trait QueueController: Send + Sync + 'static {
     /// The unique name; also the owner of everything the controller writes.
     fn name(&self) -> &str;
@@ -86,31 +87,36 @@ pub trait QueueController: Send + Sync + 'static {
     }
 
     /// Runs once before any item (and again after a restart if it failed).
-    async fn run_hook(&self, state: &ControllerState) -> Result<()> {
+    fn run_hook(&self, state: &ControllerState) -> impl Future<Output = Result<()>> + Send {
         let _ = state;
-        Ok(())
+        async { Ok(()) }
     }
 
     /// Runs once at shutdown, after the running items finished.
-    async fn shutdown_hook(&self, state: &ControllerState) {
+    fn shutdown_hook(&self, state: &ControllerState) -> impl Future<Output = ()> + Send {
         let _ = state;
+        async {}
     }
 
     /// Maps a changed secondary resource (its latest state, or its last one if destroyed) to
     /// the primary items it affects.
-    async fn map_input(
+    fn map_input(
         &self,
         state: &ControllerState,
         resource: &SharedResource,
-    ) -> Result<Vec<Pointer>> {
+    ) -> impl Future<Output = Result<Vec<Pointer>>> + Send {
         let _ = (state, resource);
-        Ok(Vec::new())
+        async { Ok(Vec::new()) }
     }
 
     /// Reconciles one item. The item may no longer exist (it was destroyed): read it and act on
     /// `NotFound`. An error retries the item after its backoff; `RequeueAfter` runs it again
     /// after the delay.
-    async fn reconcile(&self, state: &ControllerState, item: &Pointer) -> Result<Reconciled>;
+    fn reconcile(
+        &self,
+        state: &ControllerState,
+        item: &Pointer,
+    ) -> impl Future<Output = Result<Reconciled>> + Send;
 }
 
 /// Runs `controller` until shutdown.

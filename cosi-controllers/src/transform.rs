@@ -601,7 +601,6 @@ pub struct QueueTransform<In, Out> {
     _types: PhantomData<fn(In) -> Out>,
 }
 
-#[async_trait]
 impl<In: ResourceSpec, Out: ResourceSpec> QueueController for QueueTransform<In, Out> {
     fn name(&self) -> &str {
         &self.settings.name

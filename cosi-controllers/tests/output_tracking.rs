@@ -207,7 +207,6 @@ struct ConcurrentItems {
     both_written: Arc<tokio::sync::Barrier>,
 }
 
-#[async_trait]
 impl cosi_controllers::QueueController for ConcurrentItems {
     fn name(&self) -> &str {
         "ConcurrentItems"

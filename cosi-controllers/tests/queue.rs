@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use common::*;
 use cosi_controllers::testing::Harness;
 use cosi_controllers::{
@@ -44,7 +43,6 @@ struct Mirror {
     log: Arc<Log>,
 }
 
-#[async_trait]
 impl QueueController for Mirror {
     fn name(&self) -> &str {
         "Mirror"
@@ -176,7 +174,6 @@ struct Scripted {
     concurrency: usize,
 }
 
-#[async_trait]
 impl QueueController for Scripted {
     fn name(&self) -> &str {
         "Scripted"
@@ -416,7 +413,6 @@ struct HookFails {
     attempts: Arc<AtomicUsize>,
 }
 
-#[async_trait]
 impl QueueController for HookFails {
     fn name(&self) -> &str {
         "HookFails"
@@ -489,7 +485,6 @@ impl Offset {
     }
 }
 
-#[async_trait]
 impl QueueController for Offset {
     fn name(&self) -> &str {
         "Offset"

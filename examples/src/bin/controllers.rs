@@ -22,7 +22,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use cosi_controllers::{
     ControllerState, Engine, Input, Output, QueueController, Reconciled, Transform,
 };
@@ -81,7 +80,6 @@ impl ResourceSpec for DiskUsage {
 /// One reconcile per disk: its usage against the quota.
 struct DiskUsageController;
 
-#[async_trait]
 impl QueueController for DiskUsageController {
     fn name(&self) -> &str {
         "DiskUsage"
