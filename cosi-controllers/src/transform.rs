@@ -196,25 +196,34 @@ fn same_id(a: &Arc<str>, b: &Arc<str>) -> bool {
     Arc::ptr_eq(a, b) || a == b
 }
 
-/// The owned outputs of one reconcile, sorted by id (as `list` returns them), with lookups
-/// that are O(1) when ids come in order (same-id mappings) and O(log n) otherwise.
-struct Outputs<Out> {
-    sorted: Vec<Arc<Resource<Out>>>,
+/// The outputs of one reconcile: every resource of the output kind, sorted by id (as `list`
+/// returns them), with lookups that are O(1) when ids come in order (same-id mappings) and
+/// O(log n) otherwise. Whose they are is read only where it decides something: an output the
+/// memo recorded is this controller's by construction, and reading every output's owner on
+/// every full pass would touch each one's metadata (two dependent reads) for nothing.
+struct Outputs {
+    sorted: Vec<SharedResource>,
     kept: Vec<bool>,
     hint: usize,
 }
 
-impl<Out: ResourceSpec> Outputs<Out> {
+impl Outputs {
     fn find(&mut self, id: &Arc<str>) -> Option<usize> {
         let at = match self.sorted.get(self.hint) {
-            Some(o) if same_id(o.metadata.pointer().shared_id(), id) => self.hint,
+            Some(o) if same_id(o.metadata().pointer().shared_id(), id) => self.hint,
             _ => self
                 .sorted
-                .binary_search_by(|o| o.metadata.id().cmp(&**id))
+                .binary_search_by(|o| o.metadata().id().cmp(&**id))
                 .ok()?,
         };
         self.hint = at + 1;
         Some(at)
+    }
+
+    /// The output `id` if `owner` owns it.
+    fn find_owned(&mut self, id: &Arc<str>, owner: &str) -> Option<usize> {
+        self.find(id)
+            .filter(|&at| self.sorted[at].metadata().owner() == Some(owner))
     }
 }
 
@@ -257,15 +266,9 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
         let listed = state
             .list(&settings.output_kind, &ListOptions::default())
             .await?;
-        let mut sorted = Vec::with_capacity(listed.len());
-        for output in listed {
-            if output.metadata().owner() == Some(&*settings.name) {
-                sorted.push(downcast::<Out>(output)?);
-            }
-        }
-        let mut outputs = Outputs::<Out> {
-            kept: vec![false; sorted.len()],
-            sorted,
+        let mut outputs = Outputs {
+            kept: vec![false; listed.len()],
+            sorted: listed,
             hint: 0,
         };
         let mut memo = Vec::with_capacity(inputs.len());
@@ -292,11 +295,13 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
             let running = input.metadata.phase() == Phase::Running;
             match (self.map)(input) {
                 Some((out_id, spec)) if running => {
-                    let at = outputs.find(&out_id);
-                    let existing = at.map(|at| outputs.sorted[at].clone());
-                    if let Some(at) = at {
-                        outputs.kept[at] = true;
-                    }
+                    let existing = match outputs.find_owned(&out_id, &settings.name) {
+                        Some(at) => {
+                            outputs.kept[at] = true;
+                            Some(downcast::<Out>(outputs.sorted[at].clone())?)
+                        }
+                        None => None,
+                    };
                     let written =
                         converge(state, settings, &*self.map, shared, existing, out_id, spec)
                             .await?;
@@ -304,11 +309,11 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
                 }
                 Some((out_id, _)) => {
                     // The input is tearing down: its output goes first, then our finalizer.
-                    let gone = match outputs.find(&out_id) {
+                    let gone = match outputs.find_owned(&out_id, &settings.name) {
                         Some(at) => {
                             outputs.kept[at] = true;
                             state
-                                .teardown_output(outputs.sorted[at].metadata.pointer())
+                                .teardown_output(outputs.sorted[at].metadata().pointer())
                                 .await?
                         }
                         None => true,
@@ -326,8 +331,8 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
         }
         // Outputs whose input is gone (or maps elsewhere now).
         for (output, kept) in outputs.sorted.iter().zip(&outputs.kept) {
-            if !kept {
-                state.teardown_output(output.metadata.pointer()).await?;
+            if !kept && output.metadata().owner() == Some(&*settings.name) {
+                state.teardown_output(output.metadata().pointer()).await?;
             }
         }
         self.memo = memo;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use common::*;
 use cosi_controllers::testing::Harness;
 use cosi_controllers::{QueueController, Transform};
-use cosi_core::{Call, Phase, ResourceSpec, State, StateExt};
+use cosi_core::{Call, CreateOptions, Phase, Resource, ResourceSpec, State, StateExt};
 
 fn a_to_b() -> Transform<A, B> {
     Transform::same_id("AtoB", |a: &A| Some(B { value: a.value + 1 })).with_finalizers()
@@ -213,6 +213,49 @@ async fn an_output_whose_input_vanished_is_destroyed_level() {
 #[tokio::test(start_paused = true)]
 async fn an_output_whose_input_vanished_is_destroyed_queued() {
     an_output_whose_input_vanished_is_destroyed(true).await;
+}
+
+async fn resources_of_the_output_kind_that_others_own_are_left_alone(queued: bool) {
+    // Given a user's B/u (no owner) and a controller's B/w, neither with an input.
+    let h = Harness::new();
+    let t = Transform::<A, B>::same_id("Weak", |a: &A| Some(B { value: a.value }));
+    register_a_to_b(&h, t, queued, 1);
+    let state = h.state();
+    create(&state, "u", B { value: 7 }).await;
+    let theirs = Resource::new("w", B { value: 8 }).into_shared();
+    state
+        .create(
+            theirs,
+            CreateOptions {
+                owner: Some("SomeoneElse".into()),
+            },
+        )
+        .await
+        .unwrap();
+    // When the transform converges its own inputs (full passes and incremental ones).
+    h.start().await;
+    create(&state, "x", A { value: 1 }).await;
+    h.settle().await;
+    set(&state, "x", A { value: 2 }).await;
+    h.settle().await;
+    state.destroy(&a("x"), Default::default()).await.unwrap();
+    h.settle().await;
+    // Then only its own output came and went; the others' are as they were.
+    h.expect_absent::<B>("x").await;
+    let u = h.expect::<B>("u").await;
+    assert_eq!((u.spec.value, u.metadata.owner()), (7, None));
+    let w = h.expect::<B>("w").await;
+    assert_eq!((w.spec.value, w.metadata.owner()), (8, Some("SomeoneElse")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn resources_of_the_output_kind_that_others_own_are_left_alone_level() {
+    resources_of_the_output_kind_that_others_own_are_left_alone(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn resources_of_the_output_kind_that_others_own_are_left_alone_queued() {
+    resources_of_the_output_kind_that_others_own_are_left_alone(true).await;
 }
 
 async fn an_input_the_map_skips_has_no_output(queued: bool) {
