@@ -248,6 +248,42 @@ async fn resources_of_the_output_kind_that_others_own_are_left_alone(queued: boo
     assert_eq!((w.spec.value, w.metadata.owner()), (8, Some("SomeoneElse")));
 }
 
+/// A full pass (more inputs changed than the transform converges one by one) finds an output
+/// that no longer holds what the transform wrote, although its input did not change, and
+/// writes it again.
+#[tokio::test(start_paused = true)]
+async fn a_full_pass_writes_back_an_output_changed_behind_the_transforms_back() {
+    let h = Harness::new();
+    let t = Transform::<A, B>::same_id("Weak", |a: &A| Some(B { value: a.value }));
+    register_a_to_b(&h, t, false, 1);
+    h.start().await;
+    let state = h.state();
+    for i in 0..6 {
+        create(&state, &format!("x{i}"), A { value: i }).await;
+    }
+    h.settle().await;
+    // Someone writes B/x0 as the transform's owner; its input stays as it was.
+    state
+        .update_with_conflicts::<B, _>(
+            &b("x0"),
+            cosi_core::UpdateOptions::owned_by(Some("Weak")),
+            |r| {
+                r.spec.value = 999;
+                Ok(())
+            },
+        )
+        .await
+        .unwrap();
+    for i in 1..6 {
+        set(&state, &format!("x{i}"), A { value: 10 + i }).await;
+    }
+    h.settle().await;
+    assert_eq!(h.expect::<B>("x0").await.spec.value, 0);
+    for i in 1..6 {
+        assert_eq!(h.expect::<B>(&format!("x{i}")).await.spec.value, 10 + i);
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn resources_of_the_output_kind_that_others_own_are_left_alone_level() {
     resources_of_the_output_kind_that_others_own_are_left_alone(false).await;
