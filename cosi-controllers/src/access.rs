@@ -254,10 +254,9 @@ impl ControllerState {
     /// its hottest path: from a backend that answers at once, the call is done, with no
     /// allocation.
     pub fn get<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource> {
-        match self.check_read(pointer.kind(), Some(pointer.id())) {
-            Ok(()) => self.shared.inner.get(pointer),
-            Err(e) => Call::done(Err(e)),
-        }
+        Call::after(self.check_read(pointer.kind(), Some(pointer.id())), |()| {
+            self.shared.inner.get(pointer)
+        })
     }
 
     /// Lists a kind ([`State::list`] with the access checks).
@@ -266,10 +265,9 @@ impl ControllerState {
         kind: &'a Kind,
         options: &'a ListOptions,
     ) -> Call<'a, Vec<SharedResource>> {
-        match self.check_read(kind, None) {
-            Ok(()) => self.shared.inner.list(kind, options),
-            Err(e) => Call::done(Err(e)),
-        }
+        Call::after(self.check_read(kind, None), |()| {
+            self.shared.inner.list(kind, options)
+        })
     }
 
     /// Creates a resource ([`State::create`] with the access checks; an output is marked
@@ -279,11 +277,11 @@ impl ControllerState {
         resource: SharedResource,
         options: CreateOptions,
     ) -> Call<'_, SharedResource> {
-        if let Err(e) = self.check_write(resource.metadata().pointer(), options.owner.as_deref()) {
-            return Call::done(Err(e));
-        }
-        let touched = self.to_touch(&*resource);
-        self.touching(touched, self.shared.inner.create(resource, options))
+        let check = self.check_write(resource.metadata().pointer(), options.owner.as_deref());
+        Call::after(check, |()| {
+            let touched = self.to_touch(&*resource);
+            self.touching(touched, self.shared.inner.create(resource, options))
+        })
     }
 
     /// Updates a resource ([`State::update`] with the access checks; an output is marked
@@ -665,23 +663,20 @@ impl State for ControllerState {
     }
 
     fn destroy<'a>(&'a self, pointer: &'a Pointer, options: DestroyOptions) -> Call<'a, ()> {
-        match self.check_write(pointer, options.owner.as_deref()) {
-            Ok(()) => self.shared.inner.destroy(pointer, options),
-            Err(e) => Call::done(Err(e)),
-        }
+        Call::after(self.check_write(pointer, options.owner.as_deref()), |()| {
+            self.shared.inner.destroy(pointer, options)
+        })
     }
 
     fn watch<'a>(&'a self, pointer: &'a Pointer, options: WatchOptions) -> Call<'a, Watch> {
-        match self.check_read(pointer.kind(), Some(pointer.id())) {
-            Ok(()) => self.shared.inner.watch(pointer, options),
-            Err(e) => Call::done(Err(e)),
-        }
+        Call::after(self.check_read(pointer.kind(), Some(pointer.id())), |()| {
+            self.shared.inner.watch(pointer, options)
+        })
     }
 
     fn watch_kind<'a>(&'a self, kind: &'a Kind, options: WatchKindOptions) -> Call<'a, Watch> {
-        match self.check_read(kind, None) {
-            Ok(()) => self.shared.inner.watch_kind(kind, options),
-            Err(e) => Call::done(Err(e)),
-        }
+        Call::after(self.check_read(kind, None), |()| {
+            self.shared.inner.watch_kind(kind, options)
+        })
     }
 }

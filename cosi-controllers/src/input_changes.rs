@@ -6,10 +6,11 @@
 //! asked for them the first time; a resync, a controller failure or more pending pointers than
 //! the controller's limit (at most [`MAX_POINTERS`]) turn the record into "everything", which
 //! the controller answers with a full pass. The controller sets the limit when it takes the
-//! record: beyond the number of changes it would converge one by one, recording more is wasted. The record is taken at the start of a reconcile, before the reconcile reads the
-//! state: a change stored after that is recorded for the next reconcile (and wakes it), so no
-//! change is missed; one already visible to this reconcile is seen twice, which a controller
-//! that converges (compares before it writes) takes in its stride.
+//! record: beyond the number of changes it would converge one by one, recording more is wasted.
+//! The record is taken at the start of a reconcile, before the reconcile reads the state: a
+//! change stored after that is recorded for the next reconcile (and wakes it), so no change is
+//! missed; one already visible to this reconcile is seen twice, which a controller that
+//! converges (compares before it writes) takes in its stride.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;

@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cosi_core::{
-    downcast, downcast_ref, CreateOptions, Error, Kind, ListOptions, Metadata, Phase, Pointer,
-    Resource, ResourceSpec, Result, SharedResource, StateExt,
+    downcast, downcast_ref, AnyResource, CreateOptions, Error, Kind, ListOptions, Metadata, Phase,
+    Pointer, Resource, ResourceSpec, Result, SharedResource, StateExt,
 };
 
 use crate::input_changes::Changed;
@@ -41,6 +41,11 @@ struct Settings {
 }
 
 impl Settings {
+    /// Whether this transform owns `resource` (wrote it as its output).
+    fn owns(&self, resource: &dyn AnyResource) -> bool {
+        resource.metadata().owner() == Some(&*self.name)
+    }
+
     fn new<In: ResourceSpec, Out: ResourceSpec>(name: &str) -> Self {
         Settings {
             name: name.into(),
@@ -220,10 +225,9 @@ impl Outputs {
         Some(at)
     }
 
-    /// The output `id` if `owner` owns it.
-    fn find_owned(&mut self, id: &Arc<str>, owner: &str) -> Option<usize> {
-        self.find(id)
-            .filter(|&at| self.sorted[at].metadata().owner() == Some(owner))
+    /// The output `id` if `settings`' transform owns it.
+    fn find_owned(&mut self, id: &Arc<str>, settings: &Settings) -> Option<usize> {
+        self.find(id).filter(|&at| settings.owns(&*self.sorted[at]))
     }
 }
 
@@ -295,7 +299,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
             let running = input.metadata.phase() == Phase::Running;
             match (self.map)(input) {
                 Some((out_id, spec)) if running => {
-                    let existing = match outputs.find_owned(&out_id, &settings.name) {
+                    let existing = match outputs.find_owned(&out_id, settings) {
                         Some(at) => {
                             outputs.kept[at] = true;
                             Some(downcast::<Out>(outputs.sorted[at].clone())?)
@@ -309,7 +313,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
                 }
                 Some((out_id, _)) => {
                     // The input is tearing down: its output goes first, then our finalizer.
-                    let gone = match outputs.find_owned(&out_id, &settings.name) {
+                    let gone = match outputs.find_owned(&out_id, settings) {
                         Some(at) => {
                             outputs.kept[at] = true;
                             state
@@ -331,7 +335,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
         }
         // Outputs whose input is gone (or maps elsewhere now).
         for (output, kept) in outputs.sorted.iter().zip(&outputs.kept) {
-            if !kept && output.metadata().owner() == Some(&*settings.name) {
+            if !kept && settings.owns(&**output) {
                 state.teardown_output(output.metadata().pointer()).await?;
             }
         }
@@ -453,9 +457,7 @@ async fn owned_output<Out: ResourceSpec>(
     id: &Arc<str>,
 ) -> Result<Option<Arc<Resource<Out>>>> {
     match state.get(&settings.output_kind.pointer(id.clone())).await {
-        Ok(output) if output.metadata().owner() == Some(&*settings.name) => {
-            downcast::<Out>(output).map(Some)
-        }
+        Ok(output) if settings.owns(&*output) => downcast::<Out>(output).map(Some),
         Ok(_) => Ok(None),
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(e),
@@ -686,9 +688,7 @@ async fn teardown_owned(
     pointer: &Pointer,
 ) -> Result<()> {
     match state.get(pointer).await {
-        Ok(output) if output.metadata().owner() == Some(&*settings.name) => {
-            state.teardown_output(pointer).await.map(drop)
-        }
+        Ok(output) if settings.owns(&*output) => state.teardown_output(pointer).await.map(drop),
         Ok(_) => Ok(()),
         Err(e) if e.is_not_found() => Ok(()),
         Err(e) => Err(e),

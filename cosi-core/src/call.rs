@@ -57,6 +57,26 @@ impl<'a, T> Call<'a, T> {
         Call(Inner::Pending(Box::pin(future)))
     }
 
+    /// The call `then` makes with the value of `first`, or `first`'s error as a done call: a
+    /// wrapper that checks before it forwards (access rules, routing) keeps the wrapped
+    /// store's done calls done.
+    ///
+    /// ```
+    /// use cosi_core::{Call, Error};
+    /// let allowed: Call<'_, u32> = Call::after(Ok(2), |n| Call::done(Ok(n * 10)));
+    /// assert!(matches!(allowed.now(), Ok(Ok(20))));
+    /// let refused: Call<'_, u32> =
+    ///     Call::after(Err::<u32, _>(Error::invalid("ns/T/x", "id", "refused")), |n| Call::done(Ok(n)));
+    /// assert!(matches!(refused.now(), Ok(Err(Error::InvalidArgument { .. }))));
+    /// ```
+    #[inline]
+    pub fn after<U>(first: Result<U>, then: impl FnOnce(U) -> Self) -> Self {
+        match first {
+            Ok(value) => then(value),
+            Err(error) => Call::done(Err(error)),
+        }
+    }
+
     /// Whether the result is here already (awaiting it will not wait).
     pub fn is_done(&self) -> bool {
         matches!(self.0, Inner::Done(Some(_)))

@@ -96,10 +96,9 @@ impl fmt::Debug for NamespaceRouter {
 
 impl State for NamespaceRouter {
     fn get<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource> {
-        match self.backend(pointer.namespace(), pointer) {
-            Ok(backend) => backend.get(pointer),
-            Err(e) => Call::done(Err(e)),
-        }
+        Call::after(self.backend(pointer.namespace(), pointer), |backend| {
+            backend.get(pointer)
+        })
     }
 
     fn list<'a>(
@@ -107,47 +106,41 @@ impl State for NamespaceRouter {
         kind: &'a Kind,
         options: &'a ListOptions,
     ) -> Call<'a, Vec<SharedResource>> {
-        match self.backend(kind.namespace(), kind) {
-            Ok(backend) => backend.list(kind, options),
-            Err(e) => Call::done(Err(e)),
-        }
+        Call::after(self.backend(kind.namespace(), kind), |backend| {
+            backend.list(kind, options)
+        })
     }
 
     fn create(&self, resource: SharedResource, options: CreateOptions) -> Call<'_, SharedResource> {
         let pointer = resource.metadata().pointer();
-        match self.backend(pointer.namespace(), pointer) {
-            Ok(backend) => backend.create(resource, options),
-            Err(e) => Call::done(Err(e)),
-        }
+        Call::after(self.backend(pointer.namespace(), pointer), |backend| {
+            backend.create(resource, options)
+        })
     }
 
     fn update(&self, resource: SharedResource, options: UpdateOptions) -> Call<'_, SharedResource> {
         let pointer = resource.metadata().pointer();
-        match self.backend(pointer.namespace(), pointer) {
-            Ok(backend) => backend.update(resource, options),
-            Err(e) => Call::done(Err(e)),
-        }
+        Call::after(self.backend(pointer.namespace(), pointer), |backend| {
+            backend.update(resource, options)
+        })
     }
 
     fn destroy<'a>(&'a self, pointer: &'a Pointer, options: DestroyOptions) -> Call<'a, ()> {
-        match self.backend(pointer.namespace(), pointer) {
-            Ok(backend) => backend.destroy(pointer, options),
-            Err(e) => Call::done(Err(e)),
-        }
+        Call::after(self.backend(pointer.namespace(), pointer), |backend| {
+            backend.destroy(pointer, options)
+        })
     }
 
     fn watch<'a>(&'a self, pointer: &'a Pointer, options: WatchOptions) -> Call<'a, Watch> {
-        match self.backend(pointer.namespace(), pointer) {
-            Ok(backend) => backend.watch(pointer, options),
-            Err(e) => Call::done(Err(e)),
-        }
+        Call::after(self.backend(pointer.namespace(), pointer), |backend| {
+            backend.watch(pointer, options)
+        })
     }
 
     fn watch_kind<'a>(&'a self, kind: &'a Kind, options: WatchKindOptions) -> Call<'a, Watch> {
-        match self.backend(kind.namespace(), kind) {
-            Ok(backend) => backend.watch_kind(kind, options),
-            Err(e) => Call::done(Err(e)),
-        }
+        Call::after(self.backend(kind.namespace(), kind), |backend| {
+            backend.watch_kind(kind, options)
+        })
     }
 }
 

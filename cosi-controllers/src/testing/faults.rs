@@ -149,9 +149,8 @@ impl FaultyState {
 
 impl State for FaultyState {
     fn get<'a>(&'a self, pointer: &'a Pointer) -> Call<'a, SharedResource> {
-        Call::pending(async move {
-            self.check_read(pointer.kind(), pointer)?;
-            self.inner.get(pointer).await
+        Call::after(self.check_read(pointer.kind(), pointer), |()| {
+            self.inner.get(pointer)
         })
     }
 
@@ -160,52 +159,38 @@ impl State for FaultyState {
         kind: &'a Kind,
         options: &'a ListOptions,
     ) -> Call<'a, Vec<SharedResource>> {
-        Call::pending(async move {
-            self.check_read(kind, kind)?;
-            self.inner.list(kind, options).await
+        Call::after(self.check_read(kind, kind), |()| {
+            self.inner.list(kind, options)
         })
     }
 
-    fn create<'a>(
-        &'a self,
-        resource: SharedResource,
-        options: CreateOptions,
-    ) -> Call<'a, SharedResource> {
-        Call::pending(async move {
-            self.check_write(resource.metadata().pointer())?;
-            self.inner.create(resource, options).await
+    fn create(&self, resource: SharedResource, options: CreateOptions) -> Call<'_, SharedResource> {
+        Call::after(self.check_write(resource.metadata().pointer()), |()| {
+            self.inner.create(resource, options)
         })
     }
 
-    fn update<'a>(
-        &'a self,
-        resource: SharedResource,
-        options: UpdateOptions,
-    ) -> Call<'a, SharedResource> {
-        Call::pending(async move {
-            self.check_write(resource.metadata().pointer())?;
-            self.inner.update(resource, options).await
+    fn update(&self, resource: SharedResource, options: UpdateOptions) -> Call<'_, SharedResource> {
+        Call::after(self.check_write(resource.metadata().pointer()), |()| {
+            self.inner.update(resource, options)
         })
     }
 
     fn destroy<'a>(&'a self, pointer: &'a Pointer, options: DestroyOptions) -> Call<'a, ()> {
-        Call::pending(async move {
-            self.check_write(pointer)?;
-            self.inner.destroy(pointer, options).await
+        Call::after(self.check_write(pointer), |()| {
+            self.inner.destroy(pointer, options)
         })
     }
 
     fn watch<'a>(&'a self, pointer: &'a Pointer, options: WatchOptions) -> Call<'a, Watch> {
-        Call::pending(async move {
-            self.check_read(pointer.kind(), pointer)?;
-            self.inner.watch(pointer, options).await
+        Call::after(self.check_read(pointer.kind(), pointer), |()| {
+            self.inner.watch(pointer, options)
         })
     }
 
     fn watch_kind<'a>(&'a self, kind: &'a Kind, options: WatchKindOptions) -> Call<'a, Watch> {
-        Call::pending(async move {
-            self.check_read(kind, kind)?;
-            self.inner.watch_kind(kind, options).await
+        Call::after(self.check_read(kind, kind), |()| {
+            self.inner.watch_kind(kind, options)
         })
     }
 }
