@@ -214,13 +214,24 @@ struct Outputs {
 
 impl Outputs {
     fn find(&mut self, id: &Arc<str>) -> Option<usize> {
-        let at = match self.sorted.get(self.hint) {
-            Some(o) if same_id(o.metadata().pointer().shared_id(), id) => self.hint,
-            _ => self
-                .sorted
-                .binary_search_by(|o| o.metadata().id().cmp(&**id))
-                .ok()?,
-        };
+        let here = self.sorted.get(self.hint);
+        if here.is_some_and(|o| same_id(o.metadata().pointer().shared_id(), id)) {
+            self.hint += 1;
+            return Some(self.hint - 1);
+        }
+        // Ids in order meet a missing output (one not created yet) between the hint's
+        // neighbours: two comparisons tell, where a search would take log n.
+        let after_previous = self
+            .hint
+            .checked_sub(1)
+            .is_none_or(|previous| self.sorted[previous].metadata().id() < &**id);
+        if after_previous && here.is_none_or(|o| &**id < o.metadata().id()) {
+            return None;
+        }
+        let at = self
+            .sorted
+            .binary_search_by(|o| o.metadata().id().cmp(&**id))
+            .ok()?;
         self.hint = at + 1;
         Some(at)
     }
@@ -692,5 +703,55 @@ async fn teardown_owned(
         Ok(_) => Ok(()),
         Err(e) if e.is_not_found() => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cosi_core::{DynamicResource, Kind, Metadata};
+    use proptest::prelude::*;
+
+    fn outputs(ids: &[String]) -> Outputs {
+        let kind = Kind::new("ns", "Outputs.test");
+        let sorted: Vec<SharedResource> = ids
+            .iter()
+            .map(|id| {
+                let resource = DynamicResource {
+                    metadata: Metadata::new(kind.pointer(id.as_str())),
+                    spec: serde_json::Value::Null,
+                };
+                Arc::new(resource) as SharedResource
+            })
+            .collect();
+        Outputs {
+            kept: vec![false; sorted.len()],
+            sorted,
+            hint: 0,
+        }
+    }
+
+    proptest! {
+        /// `find` answers as a search of the sorted outputs would, whether ids come in order
+        /// (its fast paths: the hint, a missing output between the hint's neighbours) or not.
+        #[test]
+        fn an_output_lookup_answers_as_a_search_of_the_sorted_outputs(
+            present in proptest::collection::btree_set(0u16..200, 0..60),
+            queries in proptest::collection::vec(0u16..200, 0..120),
+            in_order in any::<bool>(),
+        ) {
+            let id = |n: u16| format!("r-{n:04}");
+            let ids: Vec<String> = present.iter().map(|&n| id(n)).collect();
+            let mut found = outputs(&ids);
+            let mut queries = queries;
+            if in_order {
+                queries.sort_unstable();
+            }
+            for n in queries {
+                let wanted: Arc<str> = id(n).into();
+                let expected = ids.binary_search(&id(n)).ok();
+                prop_assert_eq!(found.find(&wanted), expected, "id {}", wanted);
+            }
+        }
     }
 }
