@@ -1,5 +1,6 @@
 //! The command line of the workload binaries, parsed with clap: [`RunArgs`] (`--runs N`,
-//! default 5, and `--n N`, the item count) is what every workload accepts; a workload with
+//! default 5, `--n N`, the item count, and `--workers N`, the tokio runtime's worker threads)
+//! is what every workload accepts; a workload with
 //! options of its own (W2's history window, W3's variant) flattens it into a parser of its own
 //! and reads it with [`parse_env`]. A bad command line is a [`WorkloadError`] like any other
 //! failure, so it ends as `FAILED: <workload>: <what was wrong>` with exit status 1.
@@ -17,11 +18,20 @@ pub struct RunArgs {
     /// Item count (each workload has its own default).
     #[arg(long, value_parser = positive)]
     pub n: Option<usize>,
+    /// Worker threads of the tokio runtime (default: tokio's, one per CPU). The workload's
+    /// writer runs on the main thread beside them, so `--workers 1` on two CPUs runs two
+    /// threads at once, as the reference runs with `GOMAXPROCS=2`.
+    #[arg(long, value_parser = positive)]
+    pub workers: Option<usize>,
 }
 
 impl Default for RunArgs {
     fn default() -> Self {
-        RunArgs { runs: 5, n: None }
+        RunArgs {
+            runs: 5,
+            n: None,
+            workers: None,
+        }
     }
 }
 
@@ -44,13 +54,76 @@ impl RunArgs {
     /// ```
     /// use benches::args::RunArgs;
     /// let args = RunArgs::parse(["--runs", "3", "--n=1000"].map(String::from)).unwrap();
-    /// assert_eq!((args.runs, args.n), (3, Some(1000)));
+    /// assert_eq!((args.runs, args.n, args.workers), (3, Some(1000), None));
+    /// assert_eq!(RunArgs::parse(["--workers", "1"].map(String::from)).unwrap().workers, Some(1));
+    /// assert!(RunArgs::parse(["--workers", "0"].map(String::from)).is_err());
     /// assert!(RunArgs::parse(["--runs", "0"].map(String::from)).is_err());
     /// assert!(RunArgs::parse(["--fast"].map(String::from)).is_err());
     /// ```
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, WorkloadError> {
         parse_from::<Common>(std::iter::once("workload".to_string()).chain(args))
             .map(|common| common.run)
+    }
+}
+
+impl RunArgs {
+    /// The multi-threaded tokio runtime the workload runs on: `--workers` worker threads
+    /// (tokio's default without it), every driver enabled.
+    ///
+    /// ```
+    /// use benches::args::RunArgs;
+    /// let args = RunArgs::parse(["--workers", "1"].map(String::from)).unwrap();
+    /// let runtime = args.runtime().unwrap();
+    /// assert_eq!(runtime.metrics().num_workers(), 1);
+    /// ```
+    pub fn runtime(&self) -> Result<tokio::runtime::Runtime, WorkloadError> {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        if let Some(workers) = self.workers {
+            builder.worker_threads(workers);
+        }
+        builder
+            .enable_all()
+            .build()
+            .map_err(|e| WorkloadError::new(format!("cannot start the tokio runtime: {e}")))
+    }
+
+    /// The command line of a child process that measures one run at `n` items (workloads
+    /// that take each measurement in a fresh process): `--n`, `--runs 1` and this command
+    /// line's `--workers`.
+    ///
+    /// ```
+    /// use benches::args::RunArgs;
+    /// let args = RunArgs::parse(["--workers", "1"].map(String::from)).unwrap();
+    /// assert_eq!(args.child_args(100), ["--n", "100", "--runs", "1", "--workers", "1"]);
+    /// assert_eq!(RunArgs::default().child_args(100), ["--n", "100", "--runs", "1"]);
+    /// ```
+    pub fn child_args(&self, n: usize) -> Vec<String> {
+        let mut args = vec![
+            "--n".to_string(),
+            n.to_string(),
+            "--runs".into(),
+            "1".into(),
+        ];
+        if let Some(workers) = self.workers {
+            args.extend(["--workers".to_string(), workers.to_string()]);
+        }
+        args
+    }
+
+    /// How the runtime is set up, for a workload's header line: `"2 runtime workers"` (the
+    /// count it runs with).
+    ///
+    /// ```
+    /// use benches::args::RunArgs;
+    /// let args = RunArgs::parse(["--workers", "1"].map(String::from)).unwrap();
+    /// let runtime = args.runtime().unwrap();
+    /// assert_eq!(RunArgs::describe_runtime(&runtime), "1 runtime worker");
+    /// ```
+    pub fn describe_runtime(runtime: &tokio::runtime::Runtime) -> String {
+        match runtime.metrics().num_workers() {
+            1 => "1 runtime worker".to_string(),
+            n => format!("{n} runtime workers"),
+        }
     }
 }
 

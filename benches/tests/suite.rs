@@ -312,7 +312,7 @@ fn side_by_side_writes_both_medians_the_spread_and_both_ratios_per_figure() {
         results["reference_env"],
         serde_json::json!(["GOMAXPROCS=2"])
     );
-    assert_eq!(results["loads"].as_array().unwrap().len(), 25);
+    assert_eq!(results["loads"].as_array().unwrap().len(), 35);
     let workloads = results["workloads"].as_array().unwrap();
     let names: Vec<&str> = workloads
         .iter()
@@ -325,7 +325,9 @@ fn side_by_side_writes_both_medians_the_spread_and_both_ratios_per_figure() {
             "W2",
             "W3 level-triggered",
             "W3 queue",
-            "W3 queue, project x4"
+            "W3 queue, project x4",
+            "W3 level-triggered, project on 2 threads",
+            "W3 queue, project on 2 threads"
         ]
     );
     let w1 = &workloads[0];
@@ -425,7 +427,7 @@ fn side_by_side_refuses_a_missing_reference_and_unknown_workloads() {
     assert_eq!(
         String::from_utf8_lossy(&unknown.stderr),
         "FAILED: suite: --only: no paired workload \"w9\" (known: w1, w2, w3-level, w3-queue, \
-         w3-queue4)\n"
+         w3-queue4, w3-level-2t, w3-queue-2t)\n"
     );
     assert!(!bin_dir.path().join("calls.log").exists());
 }

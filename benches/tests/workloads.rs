@@ -207,6 +207,33 @@ fn w3_with_a_variant_runs_only_that_variant() {
 }
 
 #[test]
+fn a_workload_runs_on_the_runtime_workers_it_is_given() {
+    let output = Command::new(env!("CARGO_BIN_EXE_w3"))
+        .args([
+            "--n",
+            "100",
+            "--runs",
+            "1",
+            "--variant",
+            "level",
+            "--workers",
+            "1",
+        ])
+        .output()
+        .expect("the workload binary starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    let runtime: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("# runtime:"))
+        .collect();
+    assert_eq!(
+        runtime,
+        ["# runtime: 1 runtime worker beside the main thread, which runs the writer"]
+    );
+}
+
+#[test]
 fn w3_rejects_an_unknown_variant() {
     let output = Command::new(env!("CARGO_BIN_EXE_w3"))
         .args(["--variant", "fast"])

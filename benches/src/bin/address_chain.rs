@@ -54,10 +54,7 @@ fn run() -> Result<(), WorkloadError> {
     ensure(args.n.is_none(), || {
         "--n: the size is fixed (1,000 specs)".to_string()
     })?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| WorkloadError::new(format!("cannot start the tokio runtime: {e}")))?;
+    let runtime = args.runtime()?;
     println!(
         "# address_chain: {} specs over {} layers ({SPECS_PER_LAYER} each), {} runs, in-memory state and network",
         SPECS_PER_LAYER * ConfigLayer::ALL.len(),

@@ -47,10 +47,7 @@ fn run() -> Result<(), WorkloadError> {
         format!("--n: at least {SMALL_GAP} items, so that {SMALL_GAP} changes overrun the window")
     })?;
     let gaps = [("k5000", SMALL_GAP), ("k_n10", (items / 10).max(SMALL_GAP))];
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| WorkloadError::new(format!("cannot start the tokio runtime: {e}")))?;
+    let runtime = args.runtime()?;
     println!(
         "# catch_up: N = {items}, K = {} and {}, {WATCHES_PER_RUN} catch-ups per run, {} runs, \
          in-memory state with default options",

@@ -65,17 +65,16 @@ fn run() -> Result<(), WorkloadError> {
         args.runs = 3;
     }
     let n = args.n.unwrap_or(2000);
+    // Two workers unless told otherwise, whatever the machine.
+    args.workers.get_or_insert(2);
+    let runtime = args.runtime()?;
     println!(
         "# crash_loop: reconcile latency of an unrelated controller (write Ping, see Pong), \
-         {n} samples, {} runs, two-worker runtime, idle vs one service crash-looping with a 1 ms backoff",
-        args.runs
+         {n} samples, {} runs, {}, idle vs one service crash-looping with a 1 ms backoff",
+        args.runs,
+        RunArgs::describe_runtime(&runtime)
     );
     println!("# machine: {}", benches::machine::describe());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| WorkloadError::new(format!("cannot start a runtime: {e}")))?;
     let mut report = Report::default();
     for _ in 0..args.runs {
         for (name, looping) in [("idle", false), ("looping", true)] {

@@ -102,6 +102,11 @@ fn refused(name: &str, text: &str, limit: &str) -> Result<Duration, WorkloadErro
 
 fn run() -> Result<(), WorkloadError> {
     let args = RunArgs::from_env()?;
+    if args.workers.is_some() {
+        return Err(WorkloadError::new(
+            "--workers: hostile_yaml parses on the main thread and starts no runtime",
+        ));
+    }
     let hostile = [
         ("deep_flow_seq", mebibyte_of(" ", "[")),
         ("deep_flow_map", mebibyte_of("", " {a:")),

@@ -58,7 +58,7 @@ fn run() -> Result<(), WorkloadError> {
     let args = RunArgs::from_env()?;
     let kinds = args.n.unwrap_or(DEFAULT_KINDS);
     if std::env::var_os(CHILD).is_some() {
-        return measure_once(kinds);
+        return measure_once(&args, kinds);
     }
     println!(
         "# many_kinds: {kinds} kinds, {} watchers, {ROUNDS} rounds of one write per kind, {} \
@@ -72,7 +72,7 @@ fn run() -> Result<(), WorkloadError> {
     let mut report = Report::default();
     for run in 1..=args.runs {
         let output = Command::new(&exe)
-            .args(["--n", &kinds.to_string(), "--runs", "1"])
+            .args(args.child_args(kinds))
             .env(CHILD, "1")
             .output()
             .map_err(|e| WorkloadError::new(format!("cannot start {}: {e}", exe.display())))?;
@@ -122,11 +122,8 @@ impl Lcg {
     }
 }
 
-fn measure_once(kinds: usize) -> Result<(), WorkloadError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| WorkloadError::new(format!("cannot start the tokio runtime: {e}")))?;
+fn measure_once(args: &RunArgs, kinds: usize) -> Result<(), WorkloadError> {
+    let runtime = args.runtime()?;
     let before = current_rss_bytes()?;
     let state = memory_state();
     let all: Vec<Kind> = (0..kinds).map(kind).collect();

@@ -67,7 +67,8 @@ struct Options {
     /// Side by side: repetitions of each paired workload (at least 5 for figures worth quoting).
     #[arg(long, value_name = "N", default_value_t = pairs::DEFAULT_PAIRS, requires = "peer", value_parser = benches::args::positive)]
     pairs: usize,
-    /// Side by side: only these paired workloads (w1, w2, w3-level, w3-queue, w3-queue4).
+    /// Side by side: only these paired workloads (w1, w2, w3-level, w3-queue, w3-queue4,
+    /// w3-level-2t, w3-queue-2t).
     #[arg(long, value_name = "KEYS", value_delimiter = ',', requires = "peer")]
     only: Vec<String>,
 }

@@ -33,15 +33,16 @@ fn main() -> ExitCode {
 fn run() -> Result<(), WorkloadError> {
     let args = RunArgs::from_env()?;
     let n = args.n.unwrap_or(DEFAULT_N);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| WorkloadError::new(format!("cannot start the tokio runtime: {e}")))?;
+    let runtime = args.runtime()?;
     println!(
         "# w1: state operations, N = {n}, {} runs, in-memory state with default options",
         args.runs
     );
     println!("# machine: {}", benches::machine::describe());
+    println!(
+        "# runtime: {} beside the main thread, which runs the writer",
+        RunArgs::describe_runtime(&runtime)
+    );
     let mut report = Report::default();
     for run in 1..=args.runs {
         let rss_reset = peak_rss::reset();

@@ -75,10 +75,7 @@ fn run() -> Result<(), WorkloadError> {
     let args = cli.run;
     let items = args.n.unwrap_or(DEFAULT_ITEMS);
     let events_per_watcher = items * (ROUNDS as usize + 1);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| WorkloadError::new(format!("cannot start the tokio runtime: {e}")))?;
+    let runtime = args.runtime()?;
     println!(
         "# w2: watch fan-out, {WATCHERS} kind watchers (default options), {items} items x \
          {} events, {} runs, in-memory state with default options",
@@ -86,6 +83,10 @@ fn run() -> Result<(), WorkloadError> {
         args.runs
     );
     println!("# machine: {}", benches::machine::describe());
+    println!(
+        "# runtime: {} beside the main thread, which runs the writer",
+        RunArgs::describe_runtime(&runtime)
+    );
     let mut report = Report::default();
     let mut catch_ups = Vec::new();
     for run in 1..=args.runs {

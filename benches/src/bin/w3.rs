@@ -130,10 +130,7 @@ fn run() -> Result<(), WorkloadError> {
     let cli: Cli = parse_env()?;
     let args = cli.run;
     let items = args.n.unwrap_or(DEFAULT_ITEMS);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| WorkloadError::new(format!("cannot start the tokio runtime: {e}")))?;
+    let runtime = args.runtime()?;
     println!(
         "# w3: reconcile chain A -> C1 -> B -> C2 -> C, N = {items}, {ROUNDS} update rounds, {} runs \
          per variant, in-memory state and engine with default options; queue variants hold a \
@@ -141,6 +138,10 @@ fn run() -> Result<(), WorkloadError> {
         args.runs
     );
     println!("# machine: {}", benches::machine::describe());
+    println!(
+        "# runtime: {} beside the main thread, which runs the writer",
+        RunArgs::describe_runtime(&runtime)
+    );
     let variants = match cli.variant {
         Some(variant) => vec![variant],
         None => vec![Variant::Level, Variant::Queue, Variant::Queue4],

@@ -309,10 +309,7 @@ fn main() -> ExitCode {
 fn run() -> Result<(), WorkloadError> {
     let args = RunArgs::from_env()?;
     let items = args.n.unwrap_or(DEFAULT_ITEMS);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| WorkloadError::new(format!("cannot start the tokio runtime: {e}")))?;
+    let runtime = args.runtime()?;
     println!(
         "# w3_kube: reconcile chain A -> C1 -> B -> C2 -> C through kube-runtime's applier, \
          N = {items}, {ROUNDS} update rounds, {} runs, in-memory API, default applier config",

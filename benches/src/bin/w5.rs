@@ -37,10 +37,7 @@ fn main() -> ExitCode {
 fn run() -> Result<(), WorkloadError> {
     let args = RunArgs::from_env()?;
     let n = args.n.unwrap_or(DEFAULT_N);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| WorkloadError::new(format!("cannot start the tokio runtime: {e}")))?;
+    let runtime = args.runtime()?;
     let base = std::env::temp_dir();
     println!(
         "# w5: durable writes, {n} creates per writer, 1 and {WRITERS} writers, {} runs, disk state \

@@ -40,7 +40,7 @@ fn run() -> Result<(), WorkloadError> {
         let n = args
             .n
             .ok_or_else(|| WorkloadError::new("a measurement child needs --n"))?;
-        return measure_once(n);
+        return measure_once(&args, n);
     }
     let ns = args.n.map_or(DEFAULT_NS.to_vec(), |n| vec![n]);
     println!(
@@ -56,7 +56,7 @@ fn run() -> Result<(), WorkloadError> {
     for &n in &ns {
         for run in 1..=args.runs {
             let output = Command::new(&exe)
-                .args(["--n", &n.to_string(), "--runs", "1"])
+                .args(args.child_args(n))
                 .env(CHILD, "1")
                 .output()
                 .map_err(|e| WorkloadError::new(format!("cannot start {}: {e}", exe.display())))?;
@@ -87,11 +87,8 @@ fn run() -> Result<(), WorkloadError> {
 }
 
 /// One measurement at `n`, printed as a one-run report.
-fn measure_once(n: usize) -> Result<(), WorkloadError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| WorkloadError::new(format!("cannot start the tokio runtime: {e}")))?;
+fn measure_once(args: &RunArgs, n: usize) -> Result<(), WorkloadError> {
+    let runtime = args.runtime()?;
     let state = memory_state();
     let before = current_rss_bytes()?;
     runtime.block_on(async {

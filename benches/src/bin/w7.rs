@@ -370,10 +370,7 @@ fn run() -> Result<(), WorkloadError> {
     ensure(args.n.is_none_or(|n| n == CONTROLLERS), || {
         format!("w7 has a fixed size ({CONTROLLERS} controllers over 200 types): --n can only be {CONTROLLERS}")
     })?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| WorkloadError::new(format!("cannot start the tokio runtime: {e}")))?;
+    let runtime = args.runtime()?;
     let graph = Graph::new();
     println!(
         "# w7: node scale, {} controllers over {} types ({} derived resources), {} runs, \

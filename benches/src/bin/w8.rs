@@ -323,10 +323,7 @@ async fn watch(side: Side, report: &mut Report) -> Result<(), WorkloadError> {
 fn run() -> Result<(), WorkloadError> {
     let args = RunArgs::from_env()?;
     let items = args.n.unwrap_or(DEFAULT_ITEMS).max(CLIENTS);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| WorkloadError::new(format!("cannot start the tokio runtime: {e}")))?;
+    let runtime = args.runtime()?;
     println!(
         "# w8: remote API over loopback gRPC (plaintext HTTP/2) against the in-memory backend, \
          beside the same operations in process; {items} resources, {} runs",

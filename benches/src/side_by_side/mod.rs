@@ -235,15 +235,50 @@ fn w3_workload(
     }
 }
 
+/// W3 as [`w3_workload`], the project on two threads: its writer's (the main thread) and one
+/// runtime worker (`--workers 1`), as the reference runs at most two (`GOMAXPROCS=2`). On two
+/// CPUs the headline's three threads (the writer's and a worker per CPU) take turns on the CPUs;
+/// these rows show what that costs and where it pays.
+fn w3_two_threads(
+    name: &'static str,
+    key: &'static str,
+    reference: &str,
+    variant: &str,
+) -> PairedWorkload {
+    let mut workload = w3_workload(
+        name,
+        key,
+        reference,
+        variant,
+        "not the headline: the project with one runtime worker beside its writer's thread \
+         (two threads at once, as the reference's GOMAXPROCS=2), not one per CPU",
+    );
+    workload.project_args.extend(args(&["--workers", "1"]));
+    workload
+}
+
 /// The paired workloads, in running order: W1, W2 with the reference's exact history, W3
 /// level-triggered, W3 per-item queue like for like (concurrency 1, a finalizer on each
-/// input), and the project's queue at concurrency 4 beside the same reference figure.
+/// input), the project's queue at concurrency 4 beside the same reference figure, and both W3
+/// variants again with the project on two threads ([`w3_two_threads`]).
 ///
 /// ```
 /// let plan = benches::side_by_side::plan();
 /// let names: Vec<_> = plan.iter().map(|w| w.name).collect();
-/// assert_eq!(names, ["W1", "W2", "W3 level-triggered", "W3 queue", "W3 queue, project x4"]);
+/// assert_eq!(
+///     names,
+///     [
+///         "W1",
+///         "W2",
+///         "W3 level-triggered",
+///         "W3 queue",
+///         "W3 queue, project x4",
+///         "W3 level-triggered, project on 2 threads",
+///         "W3 queue, project on 2 threads",
+///     ]
+/// );
 /// assert_eq!(plan[0].reference_args, ["-w", "w1", "-n", "100000"]);
+/// assert_eq!(plan[5].project_args[plan[5].project_args.len() - 2..], ["--workers", "1"]);
 /// ```
 pub fn plan() -> Vec<PairedWorkload> {
     vec![
@@ -325,6 +360,18 @@ pub fn plan() -> Vec<PairedWorkload> {
             "queue4",
             "not like for like: the project at concurrency 4, the reference at its default 1; \
              both with a finalizer on each input",
+        ),
+        w3_two_threads(
+            "W3 level-triggered, project on 2 threads",
+            "w3-level-2t",
+            "w3t",
+            "level",
+        ),
+        w3_two_threads(
+            "W3 queue, project on 2 threads",
+            "w3-queue-2t",
+            "w3q",
+            "queue",
         ),
     ]
 }
