@@ -260,7 +260,7 @@ fn w3_two_threads(
 /// The paired workloads, in running order: W1, W2 with the reference's exact history, W3
 /// level-triggered, W3 per-item queue like for like (concurrency 1, a finalizer on each
 /// input), the project's queue at concurrency 4 beside the same reference figure, and both W3
-/// variants again with the project on two threads ([`w3_two_threads`]).
+/// variants again with the project on two threads (`--workers 1`).
 ///
 /// ```
 /// let plan = benches::side_by_side::plan();
