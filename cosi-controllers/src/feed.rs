@@ -9,12 +9,16 @@
 //! the feeds hold only the kinds someone reads.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::task::Poll;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use cosi_core::{AnyResource, Event, Kind, Phase, State, Watch, WatchKindOptions};
+use tokio::sync::futures::Notified;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
@@ -37,6 +41,8 @@ struct Feed {
     subscriptions: RwLock<Arc<Vec<Subscription>>>,
     /// Rung when the feed lost its last subscriber: its task ends.
     retired: Notify,
+    /// Rung whenever the subscriptions change (a paused feed looks again).
+    edited: Notify,
 }
 
 impl Feed {
@@ -66,6 +72,46 @@ impl Feed {
             .collect();
         f(&mut next);
         *guard = Arc::new(next);
+        drop(guard);
+        self.edited.notify_waiters();
+    }
+
+    /// Returns at once unless every subscriber is [satisfied](FeedTarget::satisfied); then
+    /// waits until one takes its wake-up or the subscriptions change. A feed that paces itself
+    /// this way reads its watch once per reconcile of its level-triggered subscribers, not once
+    /// per write: while they are due to reconcile anyway, a writer's stream wakes no task.
+    async fn until_wanted(&self, subs: &Arc<Vec<Subscription>>) {
+        if subs.is_empty() || !subs.iter().all(|s| s.target.satisfied()) {
+            return;
+        }
+        let edited = self.edited.notified();
+        tokio::pin!(edited);
+        edited.as_mut().enable();
+        let mut taken: Vec<Pin<Box<Notified<'_>>>> = Vec::with_capacity(subs.len());
+        for sub in subs.iter() {
+            let Some(notified) = sub.target.taken() else {
+                return;
+            };
+            let mut notified = Box::pin(notified);
+            notified.as_mut().enable();
+            taken.push(notified);
+        }
+        // Looked at again once registered: a wake-up taken or an edit made meanwhile counts.
+        if !Arc::ptr_eq(&self.snapshot(), subs) || !subs.iter().all(|s| s.target.satisfied()) {
+            return;
+        }
+        std::future::poll_fn(|cx| {
+            if edited.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+            for notified in &mut taken {
+                if notified.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(());
+                }
+            }
+            Poll::Pending
+        })
+        .await
     }
 }
 
@@ -277,6 +323,12 @@ impl FeedRunner {
     /// Delivers events until the watch ends, errors, or the engine shuts down.
     async fn deliver_until_broken(&mut self, watch: &mut Watch) {
         loop {
+            let subs = self.feed.snapshot();
+            tokio::select! {
+                biased;
+                _ = self.shutdown.changed() => return,
+                _ = self.feed.until_wanted(&subs) => {}
+            }
             let batch = tokio::select! {
                 biased;
                 _ = self.shutdown.changed() => return,

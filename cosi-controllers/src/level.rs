@@ -74,6 +74,14 @@ impl FeedTarget for LevelActivity {
         self.changes.everything();
         self.wake.wake();
     }
+
+    fn satisfied(&self) -> bool {
+        self.wake.is_pending()
+    }
+
+    fn taken(&self) -> Option<tokio::sync::futures::Notified<'_>> {
+        Some(self.wake.taken())
+    }
 }
 
 impl IdleProbe for LevelActivity {

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
 /// A doorbell with memory: [`WakeSignal::wake`] sets a flag and rings once; the controller task
@@ -12,6 +13,8 @@ use tokio::sync::Notify;
 pub(crate) struct WakeSignal {
     pending: AtomicBool,
     bell: Notify,
+    /// Rung when a pending wake-up is taken.
+    taken: Notify,
 }
 
 impl WakeSignal {
@@ -24,9 +27,19 @@ impl WakeSignal {
         true
     }
 
-    /// Takes the pending wake-up, if any.
+    /// Takes the pending wake-up, if any (ringing whoever waits in [`Self::taken`]).
     pub(crate) fn take(&self) -> bool {
-        self.pending.swap(false, Ordering::SeqCst)
+        let taken = self.pending.swap(false, Ordering::SeqCst);
+        if taken {
+            self.taken.notify_waiters();
+        }
+        taken
+    }
+
+    /// Completes once a pending wake-up is taken after this call (enable it, then check
+    /// [`Self::is_pending`], to miss none).
+    pub(crate) fn taken(&self) -> Notified<'_> {
+        self.taken.notified()
     }
 
     /// Whether a wake-up is pending.
@@ -52,6 +65,32 @@ mod tests {
         assert!(!signal.wake());
         assert!(signal.take());
         assert!(!signal.take());
+    }
+
+    #[tokio::test]
+    async fn taking_a_pending_wake_up_rings_those_waiting_for_it() {
+        let signal = WakeSignal::default();
+        signal.wake();
+        let taken = signal.taken();
+        tokio::pin!(taken);
+        taken.as_mut().enable();
+        assert!(signal.take());
+        tokio::time::timeout(std::time::Duration::from_secs(5), taken)
+            .await
+            .expect("the take rang");
+    }
+
+    #[test]
+    fn taking_when_nothing_is_pending_rings_nobody() {
+        use std::future::Future;
+        use std::task::{Context, Waker};
+        let signal = WakeSignal::default();
+        let taken = signal.taken();
+        tokio::pin!(taken);
+        taken.as_mut().enable();
+        assert!(!signal.take());
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(taken.as_mut().poll(&mut cx).is_pending());
     }
 
     #[tokio::test]

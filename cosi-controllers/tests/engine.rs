@@ -1151,3 +1151,96 @@ async fn a_reconcile_reading_and_writing_in_a_loop_lets_the_other_tasks_of_its_w
     assert!(seen.is_some(), "the spawned task never ran during the loop");
     engine.shutdown().await;
 }
+
+/// Records the value of A/a1 at each reconcile; its first reconcile waits for the test.
+struct GatedReader {
+    gate: Option<tokio::sync::oneshot::Receiver<()>>,
+    seen: Arc<Mutex<Vec<i64>>>,
+}
+
+#[async_trait]
+impl Controller for GatedReader {
+    fn name(&self) -> &str {
+        "GatedReader"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak_of::<A>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        if let Some(gate) = self.gate.take() {
+            let _ = gate.await;
+        }
+        let read = cosi_core::downcast::<A>(state.get(&a("a1")).await?)?;
+        self.seen.lock().unwrap().push(read.spec.value);
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_feed_reads_no_further_while_its_level_controllers_are_due_to_reconcile_anyway() {
+    // Given a level controller whose first reconcile is held, and a change that made it due
+    // to reconcile again,
+    let h = Harness::new();
+    create(&h.state(), "a1", A { value: 0 }).await;
+    let (release, gate) = tokio::sync::oneshot::channel();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    h.register(GatedReader {
+        gate: Some(gate),
+        seen: seen.clone(),
+    })
+    .unwrap();
+    h.engine().start();
+    h.quiesce().await;
+    set(&h.state(), "a1", A { value: 1 }).await;
+    h.quiesce().await;
+    let paused_at = h.engine().activity();
+
+    // when more changes are stored while it is still due,
+    for value in 2..=4 {
+        set(&h.state(), "a1", A { value }).await;
+        h.quiesce().await;
+    }
+
+    // then its feed delivers none of them (nothing it would do differently),
+    assert_eq!(h.engine().activity(), paused_at);
+    // and once it takes its wake-up the feed reads on, and the controller sees the last value.
+    release.send(()).unwrap();
+    h.settle().await;
+    assert_eq!(seen.lock().unwrap().last(), Some(&4));
+    assert!(h.engine().activity() > paused_at);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_feed_that_also_serves_a_queue_controller_delivers_every_change_at_once() {
+    // Given a level controller held in its first reconcile and due again, and a queue
+    // controller on the same kind,
+    let h = Harness::new();
+    create(&h.state(), "a1", A { value: 0 }).await;
+    let (release, gate) = tokio::sync::oneshot::channel();
+    h.register(GatedReader {
+        gate: Some(gate),
+        seen: Arc::default(),
+    })
+    .unwrap();
+    h.register_queue(
+        cosi_controllers::Transform::<A, B>::same_id("Copy", |a: &A| Some(B { value: a.value }))
+            .into_queue(1),
+    )
+    .unwrap();
+    h.engine().start();
+    h.quiesce().await;
+    set(&h.state(), "a1", A { value: 1 }).await;
+    h.quiesce().await;
+
+    // when the kind changes again,
+    set(&h.state(), "a1", A { value: 2 }).await;
+    h.quiesce().await;
+
+    // then the queue controller has acted on it while the level controller is still held.
+    assert_eq!(h.expect::<B>("a1").await.spec.value, 2);
+    release.send(()).unwrap();
+    h.settle().await;
+}
