@@ -7,6 +7,13 @@
 //! told to resync (level-triggered consumers simply re-read the state). When the last
 //! subscriber of a kind leaves (its controller changed inputs), the kind's watch and task end:
 //! the feeds hold only the kinds someone reads.
+//!
+//! A feed paces itself to its subscribers: while every one of them is a level-triggered
+//! controller already due to reconcile (its wake-up pending), more events would change nothing
+//! it does, so the feed stops reading and the events wait in the store until one of them takes
+//! its wake-up. A writer's stream then wakes the feed's task about once per reconcile instead
+//! of once per write — on a busy machine, the difference between a few hundred thread wake-ups
+//! and several thousand.
 
 use std::collections::HashMap;
 use std::future::Future;
