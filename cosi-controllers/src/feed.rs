@@ -8,12 +8,14 @@
 //! subscriber of a kind leaves (its controller changed inputs), the kind's watch and task end:
 //! the feeds hold only the kinds someone reads.
 //!
-//! A feed paces itself to its subscribers: while every one of them is a level-triggered
-//! controller already due to reconcile (its wake-up pending), more events would change nothing
-//! it does, so the feed stops reading and the events wait in the store until one of them takes
-//! its wake-up. A writer's stream then wakes the feed's task about once per reconcile instead
-//! of once per write — on a busy machine, the difference between a few hundred thread wake-ups
-//! and several thousand.
+//! A feed paces itself to its subscribers: while every one of them already has work that more
+//! events would not change — a level-triggered controller due to reconcile (its wake-up
+//! pending), a queue controller with items ready — the feed stops reading and the events wait
+//! in the store until one of them takes that work up (the level controller its wake-up, the
+//! queue its last ready item). A writer's stream then wakes the feed's task about once per
+//! reconcile or queue drain instead of once per write — on a busy machine, the difference
+//! between a few hundred thread wake-ups and several thousand — and the events that waited
+//! arrive together, where a queue coalesces repeated items.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -84,9 +86,8 @@ impl Feed {
     }
 
     /// Returns at once unless every subscriber is [satisfied](FeedTarget::satisfied); then
-    /// waits until one takes its wake-up or the subscriptions change. A feed that paces itself
-    /// this way reads its watch once per reconcile of its level-triggered subscribers, not once
-    /// per write: while they are due to reconcile anyway, a writer's stream wakes no task.
+    /// waits until one takes up its work ([`FeedTarget::taken`]) or the subscriptions change.
+    /// While they have work anyway, a writer's stream wakes no task.
     async fn until_wanted(&self, subs: &Arc<Vec<Subscription>>) {
         if subs.is_empty() || !subs.iter().all(|s| s.target.satisfied()) {
             return;

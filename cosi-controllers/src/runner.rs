@@ -32,16 +32,18 @@ pub(crate) trait FeedTarget: Send + Sync {
     fn changed(&self, input: &Input, resource: &SharedResource);
     /// Changes may have been missed: rebuild the view from the current state.
     fn resync(&self);
-    /// Whether the target has a wake-up pending that covers every further change: it will
-    /// reconcile and read the state afresh, so events delivered before it takes that wake-up
-    /// change nothing it does. A feed whose every subscriber is satisfied stops reading its
-    /// watch until one of them takes its wake-up ([`FeedTarget::taken`]); the events wait in
-    /// the store meanwhile. A target that needs every event (a work queue) never is.
+    /// Whether the target has work that further events would not change yet: a level-triggered
+    /// controller with a wake-up pending (it will reconcile and read the state afresh), a work
+    /// queue with items ready (its workers are busy; what the events would add can come once
+    /// they have taken the last one). A feed whose every subscriber is satisfied stops reading
+    /// its watch until one of them takes up that work ([`FeedTarget::taken`]); the events wait
+    /// in the store meanwhile (its window is bounded: past it, a compacted catch-up).
     fn satisfied(&self) -> bool {
         false
     }
-    /// Completes once the target takes its pending wake-up after this call; `None` for a
-    /// target that is never [satisfied](FeedTarget::satisfied).
+    /// Completes once the target takes up its work after this call (the level controller its
+    /// wake-up, the queue its last ready item); `None` for a target that is never
+    /// [satisfied](FeedTarget::satisfied).
     fn taken(&self) -> Option<tokio::sync::futures::Notified<'_>> {
         None
     }

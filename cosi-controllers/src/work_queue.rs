@@ -61,6 +61,8 @@ pub(crate) struct WorkQueue {
     pub(crate) bell: WakeSignal,
     /// Wakes a worker: an item became ready.
     pub(crate) work: Notify,
+    /// Rung when the last ready item is taken.
+    drained: Notify,
 }
 
 impl WorkQueue {
@@ -75,6 +77,7 @@ impl WorkQueue {
             }),
             bell: WakeSignal::default(),
             work: Notify::new(),
+            drained: Notify::new(),
         }
     }
 
@@ -141,9 +144,14 @@ impl WorkQueue {
     pub(crate) fn pop(&self) -> Option<Pointer> {
         let mut items = self.lock();
         let item = items.ready.pop_front()?;
+        let drained = items.ready.is_empty();
         items.queued.remove(&item);
         let pointer = self.primary.kind.pointer(item.clone());
         items.running.insert(item);
+        drop(items);
+        if drained {
+            self.drained.notify_waiters();
+        }
         Some(pointer)
     }
 
@@ -245,6 +253,14 @@ impl FeedTarget for WorkQueue {
 
     fn resync(&self) {
         self.request_relist();
+    }
+
+    fn satisfied(&self) -> bool {
+        !self.lock().ready.is_empty()
+    }
+
+    fn taken(&self) -> Option<tokio::sync::futures::Notified<'_>> {
+        Some(self.drained.notified())
     }
 }
 

@@ -578,3 +578,63 @@ async fn destroying_an_output_that_is_already_gone_succeeds() {
     assert!(h.failures().is_empty());
     assert_eq!(h.status("Offset").await.errors, 0);
 }
+
+/// Records the items it reconciles; the first reconcile of `a1` waits for the test.
+struct GatedItems {
+    gate: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl QueueController for GatedItems {
+    fn name(&self) -> &str {
+        "GatedItems"
+    }
+    fn primary(&self) -> Input {
+        Input::weak_of::<A>()
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&self, _state: &ControllerState, item: &Pointer) -> Result<Reconciled> {
+        let gate = if item.id() == "a1" {
+            self.gate.lock().unwrap().take()
+        } else {
+            None
+        };
+        if let Some(gate) = gate {
+            let _ = gate.await;
+        }
+        self.seen.lock().unwrap().push(item.id().to_string());
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_feed_reads_no_further_while_its_work_queue_has_items_ready_then_delivers_what_waited() {
+    // Given a queue controller busy with a1 (held) and a2 still ready,
+    let h = Harness::new();
+    create(&h.state(), "a1", A { value: 0 }).await;
+    create(&h.state(), "a2", A { value: 0 }).await;
+    let (release, gate) = tokio::sync::oneshot::channel();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    h.register_queue(GatedItems {
+        gate: Mutex::new(Some(gate)),
+        seen: seen.clone(),
+    })
+    .unwrap();
+    h.engine().start();
+    h.quiesce().await;
+    let paused_at = h.engine().activity();
+
+    // when a new item is stored meanwhile,
+    create(&h.state(), "a3", A { value: 0 }).await;
+    h.quiesce().await;
+
+    // then the feed has not read it (the queue has work it would only add to),
+    assert_eq!(h.engine().activity(), paused_at);
+    assert!(seen.lock().unwrap().is_empty());
+    // and once the last ready item is taken, it is delivered and reconciled in turn.
+    release.send(()).unwrap();
+    h.settle().await;
+    assert_eq!(*seen.lock().unwrap(), ["a1", "a2", "a3"]);
+}
