@@ -88,7 +88,8 @@ impl Feed {
     /// Returns at once unless every subscriber is [satisfied](FeedTarget::satisfied); then
     /// waits until one takes up its work ([`FeedTarget::taken`]) or the subscriptions change.
     /// While they have work anyway, a writer's stream wakes no task.
-    async fn until_wanted(&self, subs: &Arc<Vec<Subscription>>) {
+    async fn until_wanted(&self) {
+        let subs = &self.snapshot();
         if subs.is_empty() || !subs.iter().all(|s| s.target.satisfied()) {
             return;
         }
@@ -331,11 +332,10 @@ impl FeedRunner {
     /// Delivers events until the watch ends, errors, or the engine shuts down.
     async fn deliver_until_broken(&mut self, watch: &mut Watch) {
         loop {
-            let subs = self.feed.snapshot();
             tokio::select! {
                 biased;
                 _ = self.shutdown.changed() => return,
-                _ = self.feed.until_wanted(&subs) => {}
+                _ = self.feed.until_wanted() => {}
             }
             let batch = tokio::select! {
                 biased;

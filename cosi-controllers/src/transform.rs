@@ -305,14 +305,12 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
             // The input and its output still the values the memo recorded: decided by address
             // alone, without reading either (a pass over thousands of unchanged inputs then
             // streams through the two lists and the memo instead of touching every resource).
-            if previous
+            let unchanged = previous
                 .peek()
-                .is_some_and(|m| same_value(&m.input, shared))
-            {
-                let output = previous
-                    .peek()
-                    .and_then(|m| outputs.same_at_hint(&m.output));
-                if let (Some(at), Some(m)) = (output, previous.next()) {
+                .filter(|m| same_value(&m.input, shared))
+                .and_then(|m| outputs.same_at_hint(&m.output));
+            if let Some(at) = unchanged {
+                if let Some(m) = previous.next() {
                     outputs.kept[at] = true;
                     memo.push(m);
                     continue;
