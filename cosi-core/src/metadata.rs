@@ -90,101 +90,85 @@ impl fmt::Display for Phase {
 /// assert_eq!(md.phase(), Phase::Running);
 /// assert_eq!(md.labels()["app"], "web");
 /// ```
+///
+/// Timestamps are kept to the nanosecond from 1677-09-21 to 2262-04-11 (an `i64` of
+/// nanoseconds either side of the epoch, the range of Go's `UnixNano`); a time outside that
+/// range reads back as the nearest end of it.
 #[derive(Clone)]
 pub struct Metadata {
     pointer: Pointer,
     version: Version,
-    phase: Phase,
-    /// Owner, finalizers, labels and annotations: absent (`None`) while all are empty, and
-    /// shared between copies until one of them changes. Most resources carry none of them, so
-    /// a stored value stays small, and copying a value to change its spec copies none of them.
+    /// Owner, phase, finalizers, labels and annotations: absent (`None`) while all are empty
+    /// (and the phase running), and shared between copies until one of them changes. Most
+    /// resources carry none of them, so a stored value stays small, and copying a value to
+    /// change its spec copies none of them.
     extras: Option<Arc<MetadataExtras>>,
     timestamps: Timestamps,
 }
 
-/// `created` and `updated`, packed: two `SystemTime`s take 32 bytes, these 24, which keeps a
-/// small stored resource in a smaller allocation class. The conversion is exact both ways.
+/// `created` and `updated` as nanoseconds since the epoch (negative before it): 16 bytes where
+/// two `SystemTime`s take 32. With the phase among the extras, metadata is 56 bytes, which
+/// keeps a small stored resource in a smaller allocation class.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Timestamps {
-    created_secs: i64,
-    updated_secs: i64,
-    created_nanos: u32,
-    updated_nanos: u32,
+    created: i64,
+    updated: i64,
 }
 
 impl Timestamps {
     const EPOCH: Timestamps = Timestamps {
-        created_secs: 0,
-        updated_secs: 0,
-        created_nanos: 0,
-        updated_nanos: 0,
+        created: 0,
+        updated: 0,
     };
 
     fn new(created: SystemTime, updated: SystemTime) -> Self {
-        let (created_secs, created_nanos) = since_epoch(created);
-        // A create stamps one instant twice: convert it once.
-        let (updated_secs, updated_nanos) = if updated == created {
-            (created_secs, created_nanos)
-        } else {
-            since_epoch(updated)
-        };
+        let created_nanos = nanos_since_epoch(created);
         Timestamps {
-            created_secs,
-            updated_secs,
-            created_nanos,
-            updated_nanos,
+            created: created_nanos,
+            // A create stamps one instant twice: convert it once.
+            updated: if updated == created {
+                created_nanos
+            } else {
+                nanos_since_epoch(updated)
+            },
         }
     }
 
     fn created(&self) -> SystemTime {
-        at(self.created_secs, self.created_nanos)
+        at(self.created)
     }
 
     fn updated(&self) -> SystemTime {
-        at(self.updated_secs, self.updated_nanos)
+        at(self.updated)
     }
 }
 
-/// Whole seconds since the epoch (floored, so negative before it) and the nanoseconds after.
-fn since_epoch(time: SystemTime) -> (i64, u32) {
+/// Nanoseconds since the epoch (negative before it), the nearest end of the `i64` range for a
+/// time beyond it.
+fn nanos_since_epoch(time: SystemTime) -> i64 {
     match time.duration_since(SystemTime::UNIX_EPOCH) {
-        // Every platform's `SystemTime` keeps at most an `i64` of seconds either side of the
-        // epoch, so the seconds fit; saturating is never reached in practice.
-        Ok(after) => (
-            i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
-            after.subsec_nanos(),
-        ),
-        Err(before) => {
-            let before = before.duration();
-            let secs = 0i64
-                .checked_sub_unsigned(before.as_secs())
-                .unwrap_or(i64::MIN);
-            match before.subsec_nanos() {
-                0 => (secs, 0),
-                nanos => (secs.saturating_sub(1), 1_000_000_000 - nanos),
-            }
-        }
+        Ok(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),
+        Err(before) => i64::try_from(before.duration().as_nanos()).map_or(i64::MIN, |n| -n),
     }
 }
 
-/// The inverse of [`since_epoch`].
-fn at(secs: i64, nanos: u32) -> SystemTime {
-    let time = if secs >= 0 {
-        SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs.unsigned_abs(), nanos))
+/// The inverse of [`nanos_since_epoch`].
+fn at(nanos: i64) -> SystemTime {
+    // Every platform's `SystemTime` reaches at least the ±292 years an `i64` of nanoseconds
+    // spans around the epoch, so neither step can overflow.
+    let distance = Duration::from_nanos(nanos.unsigned_abs());
+    if nanos >= 0 {
+        SystemTime::UNIX_EPOCH + distance
     } else {
-        SystemTime::UNIX_EPOCH
-            .checked_sub(Duration::from_secs(secs.unsigned_abs()))
-            .and_then(|t| t.checked_add(Duration::from_nanos(u64::from(nanos))))
-    };
-    // Invariant: the parts came from `since_epoch` of a valid `SystemTime`, so the time they
-    // name is representable again.
-    time.expect("timestamps are stored from valid SystemTimes")
+        SystemTime::UNIX_EPOCH - distance
+    }
 }
 
 /// The rarely-set parts of [`Metadata`], kept behind one shared pointer.
 #[derive(Clone, Default, PartialEq)]
 struct MetadataExtras {
     owner: Option<String>,
+    phase: Phase,
     finalizers: Finalizers,
     labels: Labels,
     annotations: Annotations,
@@ -193,6 +177,7 @@ struct MetadataExtras {
 /// What an absent [`MetadataExtras`] reads as.
 static NO_EXTRAS: MetadataExtras = MetadataExtras {
     owner: None,
+    phase: Phase::Running,
     finalizers: Finalizers::new(),
     labels: Labels::new(),
     annotations: Annotations::new(),
@@ -204,7 +189,6 @@ impl Metadata {
         Metadata {
             pointer,
             version: Version::UNSET,
-            phase: Phase::Running,
             extras: None,
             timestamps: Timestamps::EPOCH,
         }
@@ -260,11 +244,14 @@ impl Metadata {
     }
     /// The lifecycle phase.
     pub fn phase(&self) -> Phase {
-        self.phase
+        self.extras().phase
     }
     /// Sets the phase.
     pub fn set_phase(&mut self, phase: Phase) {
-        self.phase = phase;
+        if phase == self.phase() {
+            return;
+        }
+        self.extras_mut().phase = phase;
     }
     /// The finalizers.
     pub fn finalizers(&self) -> &Finalizers {
@@ -321,11 +308,9 @@ impl Metadata {
     /// assert_eq!((next.created(), next.updated()), (created, now));
     /// ```
     pub fn set_updated_after(&mut self, previous: &Metadata, updated: SystemTime) {
-        let (updated_secs, updated_nanos) = since_epoch(updated);
         self.timestamps = Timestamps {
-            updated_secs,
-            updated_nanos,
-            ..previous.timestamps
+            created: previous.timestamps.created,
+            updated: nanos_since_epoch(updated),
         };
     }
 
@@ -333,7 +318,6 @@ impl Metadata {
     pub fn eq_ignoring_timestamps(&self, other: &Metadata) -> bool {
         self.pointer == other.pointer
             && self.version == other.version
-            && self.phase == other.phase
             && (same_extras(&self.extras, &other.extras) || self.extras() == other.extras())
     }
 }
@@ -360,7 +344,7 @@ impl fmt::Debug for Metadata {
             .field("pointer", &self.pointer)
             .field("version", &self.version)
             .field("owner", &self.owner())
-            .field("phase", &self.phase)
+            .field("phase", &self.phase())
             .field("finalizers", self.finalizers())
             .field("labels", self.labels())
             .field("annotations", self.annotations())
@@ -445,9 +429,9 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn timestamps_read_back_exactly(
-            created_secs in -(1i64 << 40)..(1i64 << 40),
+            created_secs in -(1i64 << 33)..(1i64 << 33),
             created_nanos in 0u32..1_000_000_000,
-            updated_secs in -(1i64 << 40)..(1i64 << 40),
+            updated_secs in -(1i64 << 33)..(1i64 << 33),
             updated_nanos in 0u32..1_000_000_000,
         ) {
             let (created, updated) = (time_at(created_secs, created_nanos), time_at(updated_secs, updated_nanos));
@@ -459,9 +443,9 @@ mod tests {
 
         #[test]
         fn an_update_stamp_keeps_created_exactly_and_sets_updated(
-            created_secs in -(1i64 << 40)..(1i64 << 40),
+            created_secs in -(1i64 << 33)..(1i64 << 33),
             created_nanos in 0u32..1_000_000_000,
-            updated_secs in -(1i64 << 40)..(1i64 << 40),
+            updated_secs in -(1i64 << 33)..(1i64 << 33),
             updated_nanos in 0u32..1_000_000_000,
         ) {
             let (created, updated) = (time_at(created_secs, created_nanos), time_at(updated_secs, updated_nanos));
@@ -473,6 +457,41 @@ mod tests {
             proptest::prop_assert_eq!(stamped.updated(), updated);
             proptest::prop_assert_eq!(stamped, expected);
         }
+    }
+
+    #[test]
+    fn times_beyond_the_nanosecond_range_read_back_as_its_ends() {
+        let (first, last) = (
+            time_at(-9_223_372_037, 145_224_192),
+            time_at(9_223_372_036, 854_775_807),
+        );
+        let mut md = metadata();
+        md.set_timestamps(first, last);
+        assert_eq!(
+            (md.created(), md.updated()),
+            (first, last),
+            "the ends themselves are exact"
+        );
+        let (before, after) = (time_at(-(1i64 << 40), 0), time_at(1i64 << 40, 0));
+        md.set_timestamps(before, after);
+        assert_eq!((md.created(), md.updated()), (first, last));
+    }
+
+    #[test]
+    fn metadata_takes_56_bytes() {
+        // A resource is its metadata and spec behind one `Arc`: 16 bytes more here put every
+        // small resource in the next allocation class.
+        assert_eq!(std::mem::size_of::<Metadata>(), 56);
+    }
+
+    #[test]
+    fn a_running_phase_set_on_fresh_metadata_adds_no_extras() {
+        let mut md = metadata();
+        md.set_phase(Phase::Running);
+        assert!(md.extras.is_none());
+        md.set_phase(Phase::TearingDown);
+        assert_eq!(md.phase(), Phase::TearingDown);
+        assert_ne!(md, metadata());
     }
 
     #[test]

@@ -352,8 +352,8 @@ fn non_empty_text() -> impl Strategy<Value = String> {
 }
 
 fn time() -> impl Strategy<Value = SystemTime> {
-    // Up to the last second of year 9999, with nanoseconds.
-    (0u64..253_402_300_800, 0u32..1_000_000_000)
+    // Up to 2262-04-11, the last second metadata keeps to the nanosecond, with nanoseconds.
+    (0u64..9_223_372_036, 0u32..1_000_000_000)
         .prop_map(|(secs, nanos)| UNIX_EPOCH + Duration::new(secs, nanos))
 }
 

@@ -217,7 +217,8 @@ mod tests {
             finalizers in proptest::collection::btree_set("\\PC{0,8}", 0..4),
             labels in proptest::collection::btree_map("\\PC{0,8}", "\\PC{0,8}", 0..4),
             annotations in proptest::collection::btree_map("\\PC{0,8}", "\\PC{0,8}", 0..4),
-            created in 0u64..u64::MAX,
+            // Up to 2262-04-11: the nanoseconds metadata keeps.
+            created in 0u64..i64::MAX as u64,
         ) {
             let mut md = Metadata::new(subject());
             md.set_version(cosi_core::Version::new(version));
