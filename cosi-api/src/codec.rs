@@ -515,7 +515,7 @@ fn metadata_from_view(md: &MetadataView<'_>) -> Result<Metadata> {
     let mut out = Metadata::new(Pointer::new(md.namespace, md.resource_type, md.id));
     out.set_version(version);
     out.set_phase(phase);
-    out.set_owner(Some(md.owner).filter(|o| !o.is_empty()).map(str::to_string));
+    out.set_owner(Some(md.owner).filter(|o| !o.is_empty()).map(Arc::from));
     out.set_timestamps(created, updated);
     if !md.finalizers.is_empty() {
         out.finalizers_mut()

@@ -94,7 +94,7 @@ impl Node {
         let store = Arc::new(MemoryState::default());
         let create = |r: SharedResource, owner: Option<&str>| {
             let store = store.clone();
-            let owner = owner.map(str::to_string);
+            let owner = owner.map(Arc::from);
             async move { store.create(r, CreateOptions { owner }).await.unwrap() }
         };
         create(

@@ -230,6 +230,12 @@ impl ControllerState {
         &self.shared.name
     }
 
+    /// The controller's name as the shared string its writes carry as their owner (an
+    /// ownership check that meets the same string compares addresses, not bytes).
+    pub fn owner(&self) -> &Arc<str> {
+        &self.shared.name
+    }
+
     /// The current inputs.
     pub fn inputs(&self) -> Vec<Input> {
         self.snapshot().inputs.clone()
@@ -277,7 +283,7 @@ impl ControllerState {
         resource: SharedResource,
         options: CreateOptions,
     ) -> Call<'_, SharedResource> {
-        let check = self.check_write(resource.metadata().pointer(), options.owner.as_deref());
+        let check = self.check_write(resource.metadata().pointer(), options.owner.as_ref());
         Call::after(check, |()| {
             let touched = self.to_touch(&*resource);
             self.touching(touched, self.shared.inner.create(resource, options))
@@ -292,7 +298,7 @@ impl ControllerState {
         options: UpdateOptions,
     ) -> Call<'_, SharedResource> {
         let is_output = self.is_output_type(resource.metadata().pointer().resource_type());
-        if is_output && options.owner.as_deref() == Some(&*self.shared.name) {
+        if is_output && self.is_self(options.owner.as_ref()) {
             let touched = self.to_touch(&*resource);
             return self.touching(touched, self.shared.inner.update(resource, options));
         }
@@ -326,7 +332,10 @@ impl ControllerState {
 
     /// Update options that write as this controller.
     pub fn owned(&self) -> UpdateOptions {
-        UpdateOptions::owned_by(Some(&self.shared.name))
+        UpdateOptions {
+            owner: Some(self.shared.name.clone()),
+            ..UpdateOptions::default()
+        }
     }
 
     /// Creates or updates an output owned by this controller through `change`, writing nothing
@@ -342,7 +351,7 @@ impl ControllerState {
         F: FnMut(&mut Resource<S>) -> Result<()> + Send,
     {
         let pointer = template.metadata.pointer().clone();
-        self.check_write(&pointer, self.owned().owner.as_deref())?;
+        self.check_write(&pointer, Some(self.owner()))?;
         let stored = self.modify(template, self.owned(), change).await?;
         self.touch(&pointer);
         Ok(stored)
@@ -513,7 +522,7 @@ impl ControllerState {
             .insert(self.shared.name.to_string());
         // Finalizers are not the owner's business: written as the stored owner, in any phase.
         let options = UpdateOptions {
-            owner: input.metadata.owner().map(str::to_string),
+            owner: input.metadata.shared_owner().cloned(),
             expected_phase: None,
         };
         match self.shared.inner.update(next.into_shared(), options).await {
@@ -528,7 +537,7 @@ impl ControllerState {
 
     fn destroy_options(&self) -> DestroyOptions {
         DestroyOptions {
-            owner: Some(self.shared.name.to_string()),
+            owner: Some(self.shared.name.clone()),
         }
     }
 
@@ -580,14 +589,20 @@ impl ControllerState {
         Err(self.denied(subject, "may not read it: not a declared input or output"))
     }
 
-    fn check_write(&self, pointer: &Pointer, owner: Option<&str>) -> Result<()> {
+    fn check_write(&self, pointer: &Pointer, owner: Option<&Arc<str>>) -> Result<()> {
         if !self.is_output_type(pointer.resource_type()) {
             return Err(self.denied(pointer, "may not write it: not a declared output"));
         }
-        if owner != Some(&*self.shared.name) {
-            return Err(self.owner_denied(pointer, owner));
+        if !self.is_self(owner) {
+            return Err(self.owner_denied(pointer, owner.map(|o| &**o)));
         }
         Ok(())
+    }
+
+    /// Whether `owner` names this controller: by address when it is the name's own string.
+    fn is_self(&self, owner: Option<&Arc<str>>) -> bool {
+        let name = &self.shared.name;
+        owner.is_some_and(|o| Arc::ptr_eq(o, name) || o == name)
     }
 
     fn owner_denied(&self, pointer: &Pointer, owner: Option<&str>) -> Error {
@@ -663,7 +678,7 @@ impl State for ControllerState {
     }
 
     fn destroy<'a>(&'a self, pointer: &'a Pointer, options: DestroyOptions) -> Call<'a, ()> {
-        Call::after(self.check_write(pointer, options.owner.as_deref()), |()| {
+        Call::after(self.check_write(pointer, options.owner.as_ref()), |()| {
             self.shared.inner.destroy(pointer, options)
         })
     }

@@ -591,7 +591,7 @@ async fn create_output<Out: ResourceSpec>(
     let pointer = settings.output_kind.pointer(id);
     let fresh = Resource::with_metadata(Metadata::new(pointer), spec);
     let options = CreateOptions {
-        owner: Some(settings.name.to_string()),
+        owner: Some(state.owner().clone()),
     };
     state.create(fresh.into_shared(), options).await
 }

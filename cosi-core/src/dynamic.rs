@@ -582,7 +582,7 @@ impl<'r> Decoder<'r> {
 
         let mut metadata = Metadata::new(Pointer::new(namespace, resource_type, md.id));
         metadata.set_version(Version::new(md.version));
-        metadata.set_owner(md.owner);
+        metadata.set_owner(md.owner.map(std::sync::Arc::from));
         metadata.set_phase(md.phase);
         let created = parse_timestamp(subject, "metadata.created", md.created)?;
         let updated = parse_timestamp(subject, "metadata.updated", md.updated)?;

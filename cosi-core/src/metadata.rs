@@ -167,7 +167,9 @@ fn at(nanos: i64) -> SystemTime {
 /// The rarely-set parts of [`Metadata`], kept behind one shared pointer.
 #[derive(Clone, Default, PartialEq)]
 struct MetadataExtras {
-    owner: Option<String>,
+    /// Shared: every output of a controller can hold its name, and an ownership check compares
+    /// addresses before bytes.
+    owner: Option<Arc<str>>,
     phase: Phase,
     finalizers: Finalizers,
     labels: Labels,
@@ -235,8 +237,33 @@ impl Metadata {
     pub fn owner(&self) -> Option<&str> {
         self.extras().owner.as_deref()
     }
+    /// The owner as it is kept: a shared string, which the values a controller writes share
+    /// with its name.
+    pub fn shared_owner(&self) -> Option<&Arc<str>> {
+        self.extras().owner.as_ref()
+    }
+    /// Whether `owner` is the owner (both `None` for a user-owned resource). The same shared
+    /// string answers without reading either.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use cosi_core::{Metadata, Pointer};
+    /// let mut md = Metadata::new(Pointer::new("ns", "Things.test.cosi.dev", "a"));
+    /// let name: Arc<str> = "ctrl".into();
+    /// md.set_owner(Some(name.clone()));
+    /// assert!(md.has_owner(Some(&name)));
+    /// assert!(md.has_owner(Some(&"ctrl".into())));
+    /// assert!(!md.has_owner(None) && !md.has_owner(Some(&"other".into())));
+    /// ```
+    pub fn has_owner(&self, owner: Option<&Arc<str>>) -> bool {
+        match (self.shared_owner(), owner) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+            _ => false,
+        }
+    }
     /// Sets the owner (the store sets it from the writer's options).
-    pub fn set_owner(&mut self, owner: Option<String>) {
+    pub fn set_owner(&mut self, owner: Option<Arc<str>>) {
         if owner.is_none() && self.extras.is_none() {
             return;
         }

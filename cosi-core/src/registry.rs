@@ -507,7 +507,7 @@ impl Registry {
                     .destroy(
                         metadata.pointer(),
                         crate::DestroyOptions {
-                            owner: Some(PUBLISHER.to_string()),
+                            owner: Some(PUBLISHER.into()),
                         },
                     )
                     .await?;

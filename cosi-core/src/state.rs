@@ -13,6 +13,8 @@
 //! - `watch` starts with the current state (`Created`) or a `Destroyed` tombstone when absent.
 //! - `watch_kind` follows the options in [`WatchKindOptions`].
 
+use std::sync::Arc;
+
 use crate::{Bookmark, Call, IdQuery, Kind, LabelQueries, Phase, Pointer, SharedResource, Watch};
 
 /// Options of [`State::list`].
@@ -28,14 +30,14 @@ pub struct ListOptions {
 #[derive(Clone, Debug, Default)]
 pub struct CreateOptions {
     /// The owning controller; `None` for user-owned resources.
-    pub owner: Option<String>,
+    pub owner: Option<Arc<str>>,
 }
 
 /// Options of [`State::update`].
 #[derive(Clone, Debug)]
 pub struct UpdateOptions {
     /// Must equal the stored owner.
-    pub owner: Option<String>,
+    pub owner: Option<Arc<str>>,
     /// The phase the stored resource must be in; `None` accepts any phase. Default: running.
     pub expected_phase: Option<Phase>,
 }
@@ -53,7 +55,7 @@ impl UpdateOptions {
     /// Options for `owner`, expecting the running phase.
     pub fn owned_by(owner: Option<&str>) -> Self {
         UpdateOptions {
-            owner: owner.map(str::to_string),
+            owner: owner.map(Arc::from),
             ..Self::default()
         }
     }
@@ -63,7 +65,7 @@ impl UpdateOptions {
 #[derive(Clone, Debug, Default)]
 pub struct DestroyOptions {
     /// Must equal the stored owner.
-    pub owner: Option<String>,
+    pub owner: Option<Arc<str>>,
 }
 
 /// Options of [`State::watch`].

@@ -202,7 +202,7 @@ pub trait StateExt: State {
                     }
                 }
                 let options = DestroyOptions {
-                    owner: owner.map(str::to_string),
+                    owner: owner.map(Arc::from),
                 };
                 match self.destroy(pointer, options).await {
                     Ok(()) => return Ok(()),
@@ -286,7 +286,7 @@ async fn change_finalizers<T: State + ?Sized>(
         }
         // Finalizers are not the owner's business: write as whoever owns it, in any phase.
         let options = UpdateOptions {
-            owner: stored.metadata().owner().map(str::to_string),
+            owner: stored.metadata().shared_owner().cloned(),
             expected_phase: None,
         };
         match state.update(next, options).await {

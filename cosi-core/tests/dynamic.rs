@@ -378,7 +378,7 @@ prop_compose! {
     ) -> Resource<Service> {
         let mut md = Metadata::new(Pointer::new(&namespace, Service::TYPE, id));
         md.set_version(Version::new(version));
-        md.set_owner(owner);
+        md.set_owner(owner.map(Into::into));
         md.set_phase(if tearing_down { Phase::TearingDown } else { Phase::Running });
         *md.labels_mut() = labels;
         *md.annotations_mut() = annotations;

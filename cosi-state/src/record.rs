@@ -7,6 +7,7 @@
 //! `docs/disk-format.md` and in the etcd module docs. This module knows nothing of keys, tables
 //! or transactions.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cosi_core::{Annotations, Error, Finalizers, Labels, Metadata, Phase, Pointer, Result};
@@ -55,7 +56,7 @@ impl StoredMetadata {
     pub(crate) fn into_metadata(self, pointer: Pointer) -> Metadata {
         let mut md = Metadata::new(pointer);
         md.set_version(cosi_core::Version::new(self.version));
-        md.set_owner(self.owner);
+        md.set_owner(self.owner.map(Arc::from));
         md.set_phase(self.phase);
         *md.finalizers_mut() = self.finalizers;
         *md.labels_mut() = self.labels;
@@ -222,7 +223,7 @@ mod tests {
         ) {
             let mut md = Metadata::new(subject());
             md.set_version(cosi_core::Version::new(version));
-            md.set_owner(owner);
+            md.set_owner(owner.map(Arc::from));
             md.set_phase(if tearing_down { Phase::TearingDown } else { Phase::Running });
             *md.finalizers_mut() = finalizers;
             *md.labels_mut() = labels;

@@ -119,7 +119,7 @@ mod suite_detects_broken_backends {
                 let stored = self.inner.get(resource.metadata().pointer()).await;
                 match (self.bug, stored) {
                     (Bug::UpdateIgnoresOwner, Ok(stored)) => {
-                        options.owner = stored.metadata().owner().map(str::to_string);
+                        options.owner = stored.metadata().shared_owner().cloned();
                     }
                     (Bug::UpdateIgnoresVersion, Ok(stored)) => {
                         let version = stored.metadata().version();

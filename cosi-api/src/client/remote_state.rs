@@ -269,11 +269,11 @@ impl State for RemoteState {
         StateCall::pending(async move {
             let pointer = resource.metadata().pointer().clone();
             let mut ctx = CallContext::new(Call::Create, pointer);
-            ctx.writer = options.owner.clone();
+            ctx.writer = options.owner.as_deref().map(str::to_string);
             let message = pb::CreateRequest {
                 resource: Some(self.encode(&*resource)?),
                 options: Some(pb::CreateOptions {
-                    owner: options.owner.unwrap_or_default(),
+                    owner: options.owner.as_deref().unwrap_or_default().to_string(),
                 }),
             };
             let response = self.client.clone().create(self.request(message)).await;
@@ -295,11 +295,11 @@ impl State for RemoteState {
             let mut ctx = CallContext::new(Call::Update, md.pointer().clone());
             ctx.version = md.version();
             ctx.expected_phase = options.expected_phase;
-            ctx.writer = options.owner.clone();
+            ctx.writer = options.owner.as_deref().map(str::to_string);
             let message = pb::UpdateRequest {
                 new_resource: Some(self.encode(&*resource)?),
                 options: Some(pb::UpdateOptions {
-                    owner: options.owner.unwrap_or_default(),
+                    owner: options.owner.as_deref().unwrap_or_default().to_string(),
                     expected_phase: options.expected_phase.map(|p| p.to_string()),
                 }),
             };
@@ -315,7 +315,7 @@ impl State for RemoteState {
     fn destroy<'a>(&'a self, pointer: &'a Pointer, options: DestroyOptions) -> StateCall<'a, ()> {
         StateCall::pending(async move {
             let mut ctx = CallContext::new(Call::Destroy, pointer.clone());
-            ctx.writer = options.owner.clone();
+            ctx.writer = options.owner.as_deref().map(str::to_string);
             let result = self
                 .client
                 .clone()
@@ -324,7 +324,7 @@ impl State for RemoteState {
                     r#type: pointer.resource_type().to_string(),
                     id: pointer.id().to_string(),
                     options: Some(pb::DestroyOptions {
-                        owner: options.owner.unwrap_or_default(),
+                        owner: options.owner.as_deref().unwrap_or_default().to_string(),
                     }),
                 }))
                 .await;

@@ -195,8 +195,8 @@ fn wants_yaml<T>(request: &Request<T>) -> bool {
     request.metadata().get(OMIT_YAML_HEADER).is_none()
 }
 
-fn owner(text: String) -> Option<String> {
-    Some(text).filter(|o| !o.is_empty())
+fn owner(text: String) -> Option<Arc<str>> {
+    Some(text).filter(|o| !o.is_empty()).map(Arc::from)
 }
 
 fn err(call: Call) -> impl Fn(Error) -> Status {

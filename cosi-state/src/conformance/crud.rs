@@ -1,6 +1,7 @@
 //! Rules of single writes and reads: create, get, list, update and destroy; versions, owners,
 //! phases, timestamps and typed access.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use cosi_core::{
@@ -540,7 +541,7 @@ pub async fn destroy_checks_owner(subject: &Subject) {
 
     for writer in [None, Some("other")] {
         let options = DestroyOptions {
-            owner: writer.map(str::to_string),
+            owner: writer.map(Arc::from),
         };
         let err = expect_err(
             RULE,

@@ -2,6 +2,7 @@
 //! event summaries the watch rules compare.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use cosi_core::{
@@ -74,7 +75,7 @@ pub(crate) async fn create_ok(
 ) -> SharedResource {
     let pointer = resource.metadata.pointer().clone();
     let options = CreateOptions {
-        owner: owner.map(str::to_string),
+        owner: owner.map(Arc::from),
     };
     state
         .create(resource.into_shared(), options)

@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::sync::Arc;
 
 use cosi_core::{
     downcast_ref, CreateOptions, DestroyOptions, Error, Event, LabelOp, LabelQueries, LabelQuery,
@@ -567,7 +568,7 @@ async fn apply_to_backend(state: &dyn State, model: &Model, op: &Op) -> Result<O
                     .insert(FINALIZERS[f].to_string());
             }
             let options = CreateOptions {
-                owner: OWNERS[owner].map(str::to_string),
+                owner: OWNERS[owner].map(Arc::from),
             };
             outcome(IDS[id], state.create(fresh.into_shared(), options).await)
         }
@@ -583,19 +584,20 @@ async fn apply_to_backend(state: &dyn State, model: &Model, op: &Op) -> Result<O
             next.metadata
                 .set_version(Version::new(carried_version(carried, stored)));
             if let Some(stored) = stored {
-                next.metadata.set_owner(stored.owner.clone());
+                next.metadata
+                    .set_owner(stored.owner.as_deref().map(Arc::from));
                 next.metadata.set_phase(stored.phase);
                 *next.metadata.finalizers_mut() = stored.finalizers.clone();
             }
             let options = UpdateOptions {
-                owner: owner_of(writer, stored),
+                owner: owner_of(writer, stored).map(Arc::from),
                 expected_phase: expected_phase(expect),
             };
             outcome(IDS[id], state.update(next.into_shared(), options).await)
         }
         Op::Destroy { id, writer } => {
             let options = DestroyOptions {
-                owner: owner_of(writer, model.resources.get(IDS[id])),
+                owner: owner_of(writer, model.resources.get(IDS[id])).map(Arc::from),
             };
             Ok(
                 match state.destroy(&widget_pointer(IDS[id]), options).await {

@@ -281,6 +281,38 @@ async fn update_bumps_version_and_keeps_created_and_owner() {
 }
 
 #[tokio::test]
+async fn a_stored_owner_is_the_writers_own_string_through_create_and_update() {
+    let state = MemoryState::default();
+    let owner: Arc<str> = "ctrl".into();
+    let created = state
+        .create(
+            counter("a", 1),
+            CreateOptions {
+                owner: Some(owner.clone()),
+            },
+        )
+        .await
+        .unwrap();
+    assert!(Arc::ptr_eq(
+        created.metadata().shared_owner().unwrap(),
+        &owner
+    ));
+    let mut next = cosi_core::downcast_ref::<Counter>(&*created)
+        .unwrap()
+        .clone();
+    next.spec.value = 2;
+    // The writer names itself with another string of the same text: still the owner.
+    let updated = state
+        .update(next.into_shared(), UpdateOptions::owned_by(Some("ctrl")))
+        .await
+        .unwrap();
+    assert!(Arc::ptr_eq(
+        updated.metadata().shared_owner().unwrap(),
+        &owner
+    ));
+}
+
+#[tokio::test]
 async fn update_with_stale_version_conflicts() {
     let state = MemoryState::default();
     let v1 = create(&state, "a", 1).await;

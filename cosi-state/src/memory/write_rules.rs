@@ -7,6 +7,7 @@
 //! The etcd backend applies them to the value it read and writes only if etcd still holds that
 //! value.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use cosi_core::{
@@ -20,7 +21,7 @@ use cosi_core::{
 /// The incoming value is copied only if someone else still holds it ([`make_mut`]).
 pub(crate) fn prepare_create(
     resource: &mut SharedResource,
-    owner: Option<String>,
+    owner: Option<Arc<str>>,
     now: SystemTime,
 ) -> Result<()> {
     check_identity(resource.metadata().pointer())?;
@@ -49,7 +50,7 @@ pub(crate) fn check_update(
             actual: stored_md.version(),
         });
     }
-    check_owner(stored, options.owner.as_deref())?;
+    check_owner(stored, options.owner.as_ref())?;
     if let Some(expected) = options.expected_phase {
         if stored_md.phase() != expected {
             return Err(Error::PhaseConflict {
@@ -73,8 +74,8 @@ pub(crate) fn stamp_update(
     let metadata = make_mut(resource).metadata_mut();
     metadata.set_version(stored_md.version().next());
     // A value read from the store already carries its owner: only a differing one costs a copy.
-    if metadata.owner() != stored_md.owner() {
-        metadata.set_owner(stored_md.owner().map(str::to_string));
+    if !metadata.has_owner(stored_md.shared_owner()) {
+        metadata.set_owner(stored_md.shared_owner().cloned());
     }
     metadata.set_updated_after(stored_md, now);
 }
@@ -82,7 +83,7 @@ pub(crate) fn stamp_update(
 /// Checks a destroy of `stored`: the writer must be the owner and no finalizer may be left.
 /// The phase does not matter: destroying does not require tearing down first.
 pub(crate) fn check_destroy(stored: &dyn AnyResource, options: &DestroyOptions) -> Result<()> {
-    check_owner(stored, options.owner.as_deref())?;
+    check_owner(stored, options.owner.as_ref())?;
     let finalizers = stored.metadata().finalizers();
     if !finalizers.is_empty() {
         return Err(Error::PendingFinalizers {
@@ -93,13 +94,13 @@ pub(crate) fn check_destroy(stored: &dyn AnyResource, options: &DestroyOptions) 
     Ok(())
 }
 
-fn check_owner(stored: &dyn AnyResource, writer: Option<&str>) -> Result<()> {
-    let owner = stored.metadata().owner();
-    if owner != writer {
+fn check_owner(stored: &dyn AnyResource, writer: Option<&Arc<str>>) -> Result<()> {
+    let metadata = stored.metadata();
+    if !metadata.has_owner(writer) {
         return Err(Error::OwnerConflict {
-            pointer: stored.metadata().pointer().clone(),
-            owner: owner.map(str::to_string),
-            writer: writer.map(str::to_string),
+            pointer: metadata.pointer().clone(),
+            owner: metadata.owner().map(str::to_string),
+            writer: writer.map(|w| w.to_string()),
         });
     }
     Ok(())

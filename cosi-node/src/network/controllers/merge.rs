@@ -106,7 +106,7 @@ impl Controller for AddressMergeController {
                     .destroy(
                         metadata.pointer(),
                         DestroyOptions {
-                            owner: Some(Self::NAME.to_string()),
+                            owner: Some(Self::NAME.into()),
                         },
                     )
                     .await
