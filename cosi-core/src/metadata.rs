@@ -147,7 +147,12 @@ impl Timestamps {
 /// time beyond it.
 fn nanos_since_epoch(time: SystemTime) -> i64 {
     match time.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),
+        // Every write stamps a time after the epoch: in `i64` arithmetic, not `u128`.
+        Ok(after) => i64::try_from(after.as_secs())
+            .ok()
+            .and_then(|secs| secs.checked_mul(1_000_000_000))
+            .and_then(|nanos| nanos.checked_add(i64::from(after.subsec_nanos())))
+            .unwrap_or(i64::MAX),
         Err(before) => i64::try_from(before.duration().as_nanos()).map_or(i64::MIN, |n| -n),
     }
 }
