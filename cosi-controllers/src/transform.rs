@@ -40,12 +40,13 @@ struct Settings {
     shared_output: bool,
 }
 
-impl Settings {
-    /// Whether this transform owns `resource` (wrote it as its output).
-    fn owns(&self, resource: &dyn AnyResource) -> bool {
-        resource.metadata().owner() == Some(&*self.name)
-    }
+/// Whether the controller `state` serves owns `resource` (wrote it as its output): its outputs
+/// share the controller's name, so this compares addresses, not the owner's bytes.
+fn owns(state: &ControllerState, resource: &dyn AnyResource) -> bool {
+    resource.metadata().has_owner(Some(state.owner()))
+}
 
+impl Settings {
     fn new<In: ResourceSpec, Out: ResourceSpec>(name: &str) -> Self {
         Settings {
             name: name.into(),
@@ -249,8 +250,8 @@ impl Outputs {
     }
 
     /// The output `id` if `settings`' transform owns it.
-    fn find_owned(&mut self, id: &Arc<str>, settings: &Settings) -> Option<usize> {
-        self.find(id).filter(|&at| settings.owns(&*self.sorted[at]))
+    fn find_owned(&mut self, id: &Arc<str>, state: &ControllerState) -> Option<usize> {
+        self.find(id).filter(|&at| owns(state, &*self.sorted[at]))
     }
 }
 
@@ -336,7 +337,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
             let running = input.metadata.phase() == Phase::Running;
             match (self.map)(input) {
                 Some((out_id, spec)) if running => {
-                    let existing = match outputs.find_owned(&out_id, settings) {
+                    let existing = match outputs.find_owned(&out_id, state) {
                         Some(at) => {
                             outputs.kept[at] = true;
                             Some(downcast::<Out>(outputs.sorted[at].clone())?)
@@ -350,7 +351,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
                 }
                 Some((out_id, _)) => {
                     // The input is tearing down: its output goes first, then our finalizer.
-                    let gone = match outputs.find_owned(&out_id, settings) {
+                    let gone = match outputs.find_owned(&out_id, state) {
                         Some(at) => {
                             outputs.kept[at] = true;
                             state
@@ -372,7 +373,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> Controller for Transform<In, Out> {
         }
         // Outputs whose input is gone (or maps elsewhere now).
         for (output, kept) in outputs.sorted.iter().zip(&outputs.kept) {
-            if !kept && settings.owns(&**output) {
+            if !kept && owns(state, &**output) {
                 state.teardown_output(output.metadata().pointer()).await?;
             }
         }
@@ -494,7 +495,7 @@ async fn owned_output<Out: ResourceSpec>(
     id: &Arc<str>,
 ) -> Result<Option<Arc<Resource<Out>>>> {
     match state.get(&settings.output_kind.pointer(id.clone())).await {
-        Ok(output) if settings.owns(&*output) => downcast::<Out>(output).map(Some),
+        Ok(output) if owns(state, &*output) => downcast::<Out>(output).map(Some),
         Ok(_) => Ok(None),
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(e),
@@ -681,7 +682,7 @@ impl<In: ResourceSpec, Out: ResourceSpec> QueueController for QueueTransform<In,
             Ok(input) => input,
             Err(e) if e.is_not_found() => {
                 let output_pointer = settings.output_kind.pointer(item.shared_id().clone());
-                teardown_owned(state, settings, &output_pointer).await?;
+                teardown_owned(state, &output_pointer).await?;
                 return Ok(Reconciled::Done);
             }
             Err(e) => return Err(e),
@@ -719,13 +720,9 @@ impl<In: ResourceSpec, Out: ResourceSpec> QueueController for QueueTransform<In,
     }
 }
 
-async fn teardown_owned(
-    state: &ControllerState,
-    settings: &Settings,
-    pointer: &Pointer,
-) -> Result<()> {
+async fn teardown_owned(state: &ControllerState, pointer: &Pointer) -> Result<()> {
     match state.get(pointer).await {
-        Ok(output) if settings.owns(&*output) => state.teardown_output(pointer).await.map(drop),
+        Ok(output) if owns(state, &*output) => state.teardown_output(pointer).await.map(drop),
         Ok(_) => Ok(()),
         Err(e) if e.is_not_found() => Ok(()),
         Err(e) => Err(e),
