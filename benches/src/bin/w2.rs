@@ -216,8 +216,10 @@ async fn store_fan_out(state: Arc<dyn State>, items: usize) -> Result<StoreRun, 
     // Ids before the clock; the writer formats the labels inside it.
     let ids = item_ids(items);
     let start = Instant::now();
-    let writer = tokio::spawn(write_rounds(Arc::clone(&state), ids));
     let outcomes = tokio::time::timeout(DEADLINE, async {
+        // The writer runs on this thread (the main thread, in `block_on`), the watchers on the
+        // runtime's workers, as the other workloads run theirs.
+        write_rounds(Arc::clone(&state), ids).await?;
         let mut outcomes = Vec::with_capacity(WATCHERS);
         for watcher in watchers {
             outcomes.push(join(watcher).await?);
@@ -227,10 +229,10 @@ async fn store_fan_out(state: Arc<dyn State>, items: usize) -> Result<StoreRun, 
     .await
     .map_err(|_| {
         WorkloadError::new(format!(
-            "watchers did not all see value {ROUNDS} on {items} resources within {DEADLINE:?}"
+            "the writer did not finish or the watchers did not all see value {ROUNDS} on {items} \
+             resources within {DEADLINE:?}"
         ))
     })??;
-    join(writer).await?;
 
     let finished = outcomes.iter().map(|o| o.finished).max().unwrap_or(start);
     let caught_up_watchers = outcomes
@@ -437,7 +439,8 @@ async fn broadcast_fan_out(items: usize) -> Result<Duration, WorkloadError> {
     let kind = BenchItem::kind();
     let ids = item_ids(items);
     let start = Instant::now();
-    let writer = tokio::spawn(async move {
+    // The writer runs on this thread, as in the store's run.
+    let writer = async move {
         let mut stored = Vec::with_capacity(items);
         for (i, id) in ids.iter().enumerate() {
             let mut item = item_with_id(&kind, id, i, 0, bench_item);
@@ -456,8 +459,9 @@ async fn broadcast_fan_out(items: usize) -> Result<Duration, WorkloadError> {
             }
         }
         Ok::<_, WorkloadError>(())
-    });
+    };
     let finished = tokio::time::timeout(DEADLINE, async {
+        writer.await?;
         let mut finished = start;
         for receiver in receivers {
             finished = finished.max(join(receiver).await?);
@@ -468,7 +472,6 @@ async fn broadcast_fan_out(items: usize) -> Result<Duration, WorkloadError> {
     .map_err(|_| {
         WorkloadError::new(format!("broadcast receivers not done within {DEADLINE:?}"))
     })??;
-    join(writer).await?;
     Ok(finished - start)
 }
 
