@@ -2,7 +2,9 @@
 //! it carries the identity (tonic puts a connection's `ConnectInfo` into each request's
 //! extensions). Handshakes run in their own tasks under a timeout, so a slow or silent client
 //! delays nobody else; a failed handshake (wrong CA, expired or missing certificate) is logged
-//! and the connection dropped before any request is read.
+//! and the connection dropped before any request is read. An accept that fails for want of a
+//! resource (file descriptors, memory) is retried after a growing wait ([`AcceptBackoff`]), not
+//! at once in a busy loop.
 
 use std::collections::HashMap;
 use std::io;
@@ -208,6 +210,46 @@ impl Acceptor {
     }
 }
 
+/// The first wait after an accept fails for want of a resource.
+pub(crate) const ACCEPT_RETRY_FIRST: Duration = Duration::from_millis(10);
+/// The longest wait between two such tries.
+pub(crate) const ACCEPT_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// How long the accept loop waits after a failed accept.
+///
+/// An error that belongs to one queued connection (it was reset or aborted before it was
+/// taken) costs nothing to retry. Any other — out of file descriptors (`EMFILE`, `ENFILE`) or
+/// memory (`ENOBUFS`, `ENOMEM`) — repeats until something is freed, so the loop waits
+/// [`ACCEPT_RETRY_FIRST`], doubling up to [`ACCEPT_RETRY_MAX`], and starts again from the first
+/// wait after an accept succeeds.
+#[derive(Debug, Default)]
+pub(crate) struct AcceptBackoff {
+    next: Option<Duration>,
+}
+
+impl AcceptBackoff {
+    /// After a failed accept: `None` to try again at once, or how long to wait first.
+    pub(crate) fn failed(&mut self, error: &io::Error) -> Option<Duration> {
+        if matches!(
+            error.kind(),
+            io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::Interrupted
+                | io::ErrorKind::WouldBlock
+        ) {
+            return None;
+        }
+        let delay = self.next.unwrap_or(ACCEPT_RETRY_FIRST);
+        self.next = Some((delay * 2).min(ACCEPT_RETRY_MAX));
+        Some(delay)
+    }
+
+    /// After an accepted connection: the next failure waits the first delay again.
+    pub(crate) fn succeeded(&mut self) {
+        self.next = None;
+    }
+}
+
 /// Accepts connections until `shutdown` turns true, handing secured ones to `out`.
 pub(crate) async fn accept_loop(
     listener: TcpListener,
@@ -217,6 +259,7 @@ pub(crate) async fn accept_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+    let mut backoff = AcceptBackoff::default();
     loop {
         let permit = tokio::select! {
             permit = handshakes.clone().acquire_owned() => match permit {
@@ -227,11 +270,24 @@ pub(crate) async fn accept_loop(
         };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
+                Ok(accepted) => {
+                    backoff.succeeded();
+                    accepted
+                }
                 Err(e) => {
-                    // Out of file descriptors and the like: keep serving the others.
-                    tracing::warn!("accept failed: {e}");
-                    continue;
+                    let Some(delay) = backoff.failed(&e) else {
+                        // That connection is gone; the next one may be fine.
+                        tracing::debug!("accept failed for one connection: {e}");
+                        continue;
+                    };
+                    // Out of file descriptors or memory: the queued connection stays queued
+                    // and retrying at once would fail at once, a busy loop. Open connections
+                    // are served meanwhile, and closing them frees what the next try needs.
+                    tracing::warn!("accept failed: {e}; retrying in {delay:?}");
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => continue,
+                        _ = crate::server::stopped(&mut shutdown) => return,
+                    }
                 }
             },
             _ = crate::server::stopped(&mut shutdown) => return,
@@ -249,5 +305,60 @@ pub(crate) async fn accept_loop(
                 Err(_) => tracing::info!(%peer, "connection refused: handshake timed out"),
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os_error(code: i32) -> io::Error {
+        io::Error::from_raw_os_error(code)
+    }
+
+    #[test]
+    fn a_failed_accept_for_want_of_a_resource_waits_doubling_up_to_a_second() {
+        let mut backoff = AcceptBackoff::default();
+        let emfile = os_error(24);
+        let waits: Vec<Duration> = (0..9).map(|_| backoff.failed(&emfile).unwrap()).collect();
+        let ms = |ms| Duration::from_millis(ms);
+        assert_eq!(
+            waits,
+            [
+                ms(10),
+                ms(20),
+                ms(40),
+                ms(80),
+                ms(160),
+                ms(320),
+                ms(640),
+                ms(1000),
+                ms(1000)
+            ]
+        );
+    }
+
+    #[test]
+    fn an_accepted_connection_resets_the_wait_to_the_first() {
+        let mut backoff = AcceptBackoff::default();
+        let enfile = os_error(23);
+        backoff.failed(&enfile);
+        backoff.failed(&enfile);
+        backoff.succeeded();
+        assert_eq!(backoff.failed(&enfile), Some(ACCEPT_RETRY_FIRST));
+    }
+
+    #[test]
+    fn an_error_of_one_queued_connection_is_retried_at_once() {
+        let mut backoff = AcceptBackoff::default();
+        for kind in [
+            io::ErrorKind::ConnectionAborted,
+            io::ErrorKind::ConnectionReset,
+            io::ErrorKind::Interrupted,
+        ] {
+            assert_eq!(backoff.failed(&io::Error::from(kind)), None, "{kind:?}");
+        }
+        // Nor do they count towards the next wait.
+        assert_eq!(backoff.failed(&os_error(105)), Some(ACCEPT_RETRY_FIRST));
     }
 }

@@ -122,13 +122,21 @@ async fn serve(flags: Flags) -> Result<(), String> {
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                if let Ok((stream, _)) = accepted {
-                    tokio::spawn(async move {
-                        let service = hyper::service::service_fn(answer);
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
+                match accepted {
+                    Ok((stream, _)) => {
+                        tokio::spawn(async move {
+                            let service = hyper::service::service_fn(answer);
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
+                        });
+                    }
+                    // Out of descriptors, say: the queued connection stays queued, so an
+                    // immediate retry would fail the same way in a busy loop.
+                    Err(e) => {
+                        eprintln!("demo-kubelet: accept failed: {e}; retrying in 100 ms");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    }
                 }
             }
             _ = sync.tick() => {
