@@ -47,7 +47,10 @@ fn run() -> Result<(), WorkloadError> {
     for run in 1..=args.runs {
         let rss_reset = peak_rss::reset();
         let rss_before = peak_rss::peak_rss_mib()?;
-        let store = runtime.block_on(async {
+        let StoreSteps {
+            times: store,
+            page_faults,
+        } = runtime.block_on(async {
             let state = memory_state();
             store_steps(&*state, n).await
         })?;
@@ -72,6 +75,12 @@ fn run() -> Result<(), WorkloadError> {
         report.record_ms("w1.list", store.list);
         report.record_rate("w1.destroy", n, store.destroy, "ops/s");
         report.record("w1.peak_rss", peak, "MiB");
+        for (step, faults) in ["create", "update", "list", "destroy"]
+            .iter()
+            .zip(page_faults)
+        {
+            report.record(&format!("w1.page_faults.{step}"), faults as f64, "faults");
+        }
         let construct = construct_only(n);
         report.record_rate("w1.construct", n, construct, "ops/s");
         report.record_rate("w1.map.insert", n, map.create, "ops/s");
@@ -88,6 +97,10 @@ fn run() -> Result<(), WorkloadError> {
     println!(
         "# w1.construct: building the N resources alone (included in w1.create and w1.map.insert)"
     );
+    println!(
+        "# w1.page_faults.*: minor page faults of the process during the step (fresh pages \
+         touched; the first run of a process pays them, later runs reuse freed memory)"
+    );
     report.print();
     Ok(())
 }
@@ -100,6 +113,13 @@ struct StepTimes {
     destroy: Duration,
 }
 
+/// The store's steps: their wall times and the minor page faults of each (create, update,
+/// list, destroy).
+struct StoreSteps {
+    times: StepTimes,
+    page_faults: [u64; 4],
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -108,12 +128,14 @@ fn ratio(store: Duration, map: Duration) -> f64 {
     store.as_secs_f64() / map.as_secs_f64()
 }
 
-async fn store_steps(state: &dyn State, n: usize) -> Result<StepTimes, WorkloadError> {
+async fn store_steps(state: &dyn State, n: usize) -> Result<StoreSteps, WorkloadError> {
     let kind = BenchItem::kind();
     // Ids before the clock (the stored resources share these `Arc`s, so the harness adds 16
     // bytes per item to the peak RSS, not a second copy of every id); labels inside it.
     let ids = item_ids(n);
+    let mut page_faults = [0; 4];
 
+    let faults = benches::cpu::minor_faults()?;
     let start = Instant::now();
     for (i, id) in ids.iter().enumerate() {
         let item = item_with_id(&kind, id, i, i as i64, bench_item);
@@ -129,8 +151,10 @@ async fn store_steps(state: &dyn State, n: usize) -> Result<StepTimes, WorkloadE
         })?;
     }
     let create = start.elapsed();
+    page_faults[0] = benches::cpu::minor_faults()? - faults;
     let pointer = |i: usize| kind.pointer(Arc::clone(&ids[i]));
 
+    let faults = benches::cpu::minor_faults()?;
     let start = Instant::now();
     for i in 0..n {
         let pointer = pointer(i);
@@ -150,10 +174,13 @@ async fn store_steps(state: &dyn State, n: usize) -> Result<StepTimes, WorkloadE
         })?;
     }
     let update = start.elapsed();
+    page_faults[1] = benches::cpu::minor_faults()? - faults;
 
+    let faults = benches::cpu::minor_faults()?;
     let start = Instant::now();
     let listed = state.list(&kind, &ListOptions::default()).await?;
     let list = start.elapsed();
+    page_faults[2] = benches::cpu::minor_faults()? - faults;
     ensure(listed.len() == n, || {
         format!("list returned {} resources, expected {n}", listed.len())
     })?;
@@ -178,6 +205,7 @@ async fn store_steps(state: &dyn State, n: usize) -> Result<StepTimes, WorkloadE
     }
     drop(listed);
 
+    let faults = benches::cpu::minor_faults()?;
     let start = Instant::now();
     for i in 0..n {
         state
@@ -185,6 +213,7 @@ async fn store_steps(state: &dyn State, n: usize) -> Result<StepTimes, WorkloadE
             .await?;
     }
     let destroy = start.elapsed();
+    page_faults[3] = benches::cpu::minor_faults()? - faults;
     let left = state.list(&kind, &ListOptions::default()).await?;
     ensure(left.is_empty(), || {
         format!("{} resources left after destroying all", left.len())
@@ -199,11 +228,14 @@ async fn store_steps(state: &dyn State, n: usize) -> Result<StepTimes, WorkloadE
         }
     }
 
-    Ok(StepTimes {
-        create,
-        update,
-        list,
-        destroy,
+    Ok(StoreSteps {
+        times: StepTimes {
+            create,
+            update,
+            list,
+            destroy,
+        },
+        page_faults,
     })
 }
 
