@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use cosi_api::client::RemoteState;
 use cosi_core::{Error, ResourceSpec, State};
+use cosi_state::conformance::Widget;
 use nix::sys::resource::{getrlimit, setrlimit, Resource as Limit};
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
 use tracing::field::{Field, Visit};
@@ -38,19 +38,8 @@ fn alone<F: std::future::Future<Output = ()>>(test: impl FnOnce() -> F) {
     runtime.block_on(test());
 }
 
-#[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
-struct Note {
-    text: String,
-}
-impl ResourceSpec for Note {
-    const TYPE: &'static str = "Notes.test.cosi.dev";
-    const DEFAULT_NAMESPACE: &'static str = "test";
-}
-
 fn codec() -> cosi_api::codec::Codec {
-    let mut registry = cosi_core::Registry::new();
-    registry.register::<Note>().unwrap();
-    cosi_api::codec::Codec::new(Arc::new(registry))
+    cosi_api::codec::Codec::new(Arc::new(support::conformance_registry()))
 }
 
 /// Records, in the runtime's (paused) clock, when the server logged a failed accept that it
@@ -143,7 +132,7 @@ async fn starved_server() -> Starved {
     let exhausted = Exhausted::leaving(1);
     let get = tokio::spawn(async move {
         let client: RemoteState = client;
-        client.get(&Note::kind().pointer("absent")).await
+        client.get(&Widget::kind().pointer("absent")).await
     });
     Starved {
         _server: server,
@@ -206,7 +195,7 @@ async fn served_once_free() {
         .expect("the queued call is answered");
     match served.unwrap() {
         Err(Error::NotFound { pointer }) => {
-            assert_eq!(pointer, Note::kind().pointer("absent"))
+            assert_eq!(pointer, Widget::kind().pointer("absent"))
         }
         other => panic!("expected NotFound from the server, got {other:?}"),
     }
