@@ -39,8 +39,54 @@ fn encode_term(term: &LabelTerm) -> pb::LabelTerm {
     }
 }
 
+/// The most label queries one request may carry (a resource matches if any matches).
+pub const MAX_LABEL_QUERIES: usize = 64;
+/// The most terms one label query may have.
+pub const MAX_LABEL_TERMS: usize = 64;
+/// The most values one term may list (`in`).
+pub const MAX_LABEL_VALUES: usize = 1024;
+
 /// Messages back into label queries. `subject` names the request in errors.
+///
+/// A query is evaluated against every resource of the kind (for a watch, against every change,
+/// for as long as it runs), so its size is bounded: at most [`MAX_LABEL_QUERIES`] queries of
+/// [`MAX_LABEL_TERMS`] terms, each listing at most [`MAX_LABEL_VALUES`] values.
 pub fn decode_labels(subject: &str, queries: Vec<pb::LabelQuery>) -> Result<LabelQueries> {
+    let too_many = |field: String, count: usize, limit: usize, what: &str| {
+        Error::invalid(
+            subject,
+            field,
+            format!("{count} {what}, more than the {limit} allowed"),
+        )
+    };
+    if queries.len() > MAX_LABEL_QUERIES {
+        return Err(too_many(
+            "label_query".to_string(),
+            queries.len(),
+            MAX_LABEL_QUERIES,
+            "queries",
+        ));
+    }
+    for (i, query) in queries.iter().enumerate() {
+        if query.terms.len() > MAX_LABEL_TERMS {
+            return Err(too_many(
+                format!("label_query[{i}].terms"),
+                query.terms.len(),
+                MAX_LABEL_TERMS,
+                "terms",
+            ));
+        }
+        for (j, term) in query.terms.iter().enumerate() {
+            if term.value.len() > MAX_LABEL_VALUES {
+                return Err(too_many(
+                    format!("label_query[{i}].terms[{j}].value"),
+                    term.value.len(),
+                    MAX_LABEL_VALUES,
+                    "values",
+                ));
+            }
+        }
+    }
     let mut out = Vec::with_capacity(queries.len());
     for (i, query) in queries.into_iter().enumerate() {
         let mut terms = Vec::with_capacity(query.terms.len());
@@ -127,10 +173,29 @@ pub fn decode_ids(subject: &str, query: Option<pb::IdQuery>) -> Result<Option<Id
     }
 }
 
+/// The pattern of the id query that selects exactly `id`: the id, escaped, between anchors.
+pub fn exact_id_pattern(id: &str) -> String {
+    format!("^{}$", regex::escape(id))
+}
+
 /// The id query that selects exactly `id` (a single-resource watch served as a kind watch).
-pub fn exact_id(id: &str) -> IdQuery {
-    // Invariant: an escaped literal between anchors is always a valid pattern.
-    IdQuery::new(&format!("^{}$", regex::escape(id))).expect("an escaped id is a valid regex")
+/// An id too long to make a pattern of is an invalid argument, as any overlong pattern.
+pub fn exact_id(subject: &str, id: &str) -> Result<IdQuery> {
+    let pattern = exact_id_pattern(id);
+    if pattern.len() > cosi_core::id_query::MAX_PATTERN_BYTES {
+        return Err(Error::invalid(
+            subject,
+            "id",
+            format!(
+                "{} bytes: a watch of one resource from a bookmark or with tail events selects \
+                 it by a pattern, and that would be {} bytes, more than the {} a pattern may have",
+                id.len(),
+                pattern.len(),
+                cosi_core::id_query::MAX_PATTERN_BYTES
+            ),
+        ));
+    }
+    IdQuery::new(&pattern)
 }
 
 /// A bookmark as opaque wire bytes.
@@ -222,7 +287,7 @@ mod tests {
 
     #[test]
     fn exact_id_matches_only_that_id() {
-        let q = exact_id("a.b+c");
+        let q = exact_id("test", "a.b+c").unwrap();
         assert!(q.matches("a.b+c"));
         assert!(!q.matches("aXb+c"));
         assert!(!q.matches("a.b+cd"));
@@ -235,5 +300,66 @@ mod tests {
         // A peer's bookmark (the reference's are 16 bytes) comes back byte for byte.
         let theirs = [1u8; 16];
         assert_eq!(encode_bookmark(&decode_bookmark(&theirs)), theirs);
+    }
+
+    fn exists_terms(n: usize) -> Vec<pb::LabelTerm> {
+        (0..n)
+            .map(|_| pb::LabelTerm {
+                key: String::new(),
+                op: Operation::Exists as i32,
+                value: Vec::new(),
+                invert: true,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_label_query_with_more_terms_than_the_limit_is_refused_naming_the_field() {
+        let ok = vec![pb::LabelQuery {
+            terms: exists_terms(MAX_LABEL_TERMS),
+        }];
+        assert_eq!(decode_labels("list", ok).unwrap().0[0].terms.len(), 64);
+        let over = vec![pb::LabelQuery {
+            terms: exists_terms(MAX_LABEL_TERMS + 1),
+        }];
+        assert_eq!(
+            decode_labels("list", over).unwrap_err().to_string(),
+            "list: invalid label_query[0].terms: 65 terms, more than the 64 allowed"
+        );
+    }
+
+    #[test]
+    fn more_label_queries_than_the_limit_are_refused() {
+        let over = vec![pb::LabelQuery::default(); MAX_LABEL_QUERIES + 1];
+        assert_eq!(
+            decode_labels("list", over).unwrap_err().to_string(),
+            "list: invalid label_query: 65 queries, more than the 64 allowed"
+        );
+    }
+
+    #[test]
+    fn a_term_listing_more_values_than_the_limit_is_refused() {
+        let term = pb::LabelTerm {
+            key: "k".to_string(),
+            op: Operation::In as i32,
+            value: vec!["v".to_string(); MAX_LABEL_VALUES + 1],
+            invert: false,
+        };
+        let over = vec![pb::LabelQuery { terms: vec![term] }];
+        assert_eq!(
+            decode_labels("watch", over).unwrap_err().to_string(),
+            "watch: invalid label_query[0].terms[0].value: 1025 values, more than the 1024 allowed"
+        );
+    }
+
+    #[test]
+    fn an_id_too_long_for_an_exact_pattern_is_an_invalid_id_not_a_panic() {
+        let id = "a".repeat(5000);
+        let refused = exact_id("test/Widgets/aaa", &id).unwrap_err();
+        assert!(
+            matches!(&refused, Error::InvalidArgument { field, .. } if field == "id"),
+            "{refused}"
+        );
+        assert!(refused.to_string().len() < 400, "{refused}");
     }
 }

@@ -133,3 +133,126 @@ async fn unregistered_type_is_refused_by_name_for_every_call() {
         .unwrap_err();
     assert!(matches!(watch, Error::InvalidArgument { .. }), "{watch:?}");
 }
+
+/// A raw client of the State service on `server`.
+async fn raw_client(
+    server: &cosi_api::server::ServerHandle,
+) -> cosi_api::proto::resource::state_client::StateClient<tonic::transport::Channel> {
+    cosi_api::proto::resource::state_client::StateClient::connect(format!(
+        "http://{}",
+        server.local_addr()
+    ))
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_of_one_resource_by_an_id_too_long_for_a_pattern_is_refused_and_the_server_serves_on(
+) {
+    use cosi_api::proto::resource as pb;
+    let store = Arc::new(cosi_state::MemoryState::default());
+    let server = support::plaintext_server(store, server_codec(), support::any_port()).await;
+    let mut raw = raw_client(&server).await;
+    // Tail events make the server select the one id by a pattern of the escaped id.
+    let id = "a".repeat(2 << 20);
+    let status = raw
+        .watch(pb::WatchRequest {
+            namespace: "test".into(),
+            r#type: Blob::TYPE.into(),
+            id: Some(id),
+            options: Some(pb::WatchOptions {
+                tail_events: 1,
+                ..pb::WatchOptions::default()
+            }),
+            api_version: 2,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("invalid id: 2097152 bytes: a watch of one resource"),
+        "{}",
+        status.message()
+    );
+    assert!(status.message().len() < 400, "{}", status.message());
+    // The same connection still serves.
+    let listed = raw
+        .list(pb::ListRequest {
+            namespace: "test".into(),
+            r#type: Blob::TYPE.into(),
+            options: None,
+        })
+        .await
+        .unwrap();
+    let mut listed = listed.into_inner();
+    assert!(listed.message().await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_with_more_label_terms_than_the_limit_is_refused_before_it_reads_the_store() {
+    use cosi_api::proto::resource as pb;
+    let store = Arc::new(cosi_state::MemoryState::default());
+    let server = support::plaintext_server(store, server_codec(), support::any_port()).await;
+    let mut raw = raw_client(&server).await;
+    // Each term is a few bytes on the wire: a 32 MiB message could carry millions.
+    let terms = vec![
+        pb::LabelTerm {
+            key: String::new(),
+            op: pb::label_term::Operation::Exists as i32,
+            value: Vec::new(),
+            invert: true,
+        };
+        100_000
+    ];
+    let status = raw
+        .list(pb::ListRequest {
+            namespace: "test".into(),
+            r#type: Blob::TYPE.into(),
+            options: Some(pb::ListOptions {
+                label_query: vec![pb::LabelQuery { terms }],
+                id_query: None,
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("invalid label_query[0].terms: 100000 terms, more than the 64 allowed"),
+        "{}",
+        status.message()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_query_pattern_longer_than_the_limit_is_refused_quoting_only_its_start() {
+    use cosi_api::proto::resource as pb;
+    let store = Arc::new(cosi_state::MemoryState::default());
+    let server = support::plaintext_server(store, server_codec(), support::any_port()).await;
+    let mut raw = raw_client(&server).await;
+    let status = raw
+        .list(pb::ListRequest {
+            namespace: "test".into(),
+            r#type: Blob::TYPE.into(),
+            options: Some(pb::ListOptions {
+                label_query: Vec::new(),
+                id_query: Some(pb::IdQuery {
+                    regexp: "a".repeat(20 << 20),
+                }),
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("(20971520 bytes) is longer than the 4096 bytes"),
+        "{}",
+        status.message()
+    );
+    assert!(status.message().len() < 400, "{}", status.message());
+}

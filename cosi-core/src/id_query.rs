@@ -1,8 +1,29 @@
 //! Id queries: a regular expression over resource ids.
 
-use regex::Regex;
+use regex::{Regex, RegexBuilder};
 
 use crate::{Error, Result};
+
+/// The longest id query pattern accepted, in bytes.
+pub const MAX_PATTERN_BYTES: usize = 4 * 1024;
+
+/// The most memory an id query's compiled program (and each of its lazy DFAs) may take.
+pub const MAX_COMPILED_BYTES: usize = 4 * 1024 * 1024;
+
+/// How much of a pattern an error quotes.
+const QUOTED_BYTES: usize = 64;
+
+/// The pattern, quoted; past [`QUOTED_BYTES`], its start and an ellipsis.
+fn quoted_start(pattern: &str) -> String {
+    if pattern.len() <= QUOTED_BYTES {
+        return format!("{pattern:?}");
+    }
+    let mut end = QUOTED_BYTES;
+    while !pattern.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}…", &pattern[..end])
+}
 
 /// A regex that ids must match (anywhere, unless anchored with `^`/`$`).
 ///
@@ -18,10 +39,55 @@ pub struct IdQuery(Regex);
 
 impl IdQuery {
     /// Compiles the pattern; an invalid one is an invalid-argument error naming the pattern.
+    ///
+    /// Patterns come from remote callers, so both the text and what it compiles to are bounded:
+    /// a pattern longer than [`MAX_PATTERN_BYTES`], or one whose compiled program would exceed
+    /// [`MAX_COMPILED_BYTES`], is refused before it takes the memory and time to build it. An
+    /// error quotes a long pattern by its start only.
+    ///
+    /// ```
+    /// use cosi_core::id_query::{IdQuery, MAX_PATTERN_BYTES};
+    /// let long = "a".repeat(MAX_PATTERN_BYTES + 1);
+    /// let refused = IdQuery::new(&long).unwrap_err().to_string();
+    /// assert!(refused.contains("4097 bytes"), "{refused}");
+    /// assert!(IdQuery::new("a{1000}{1000}").is_err()); // compiles too large
+    /// ```
     pub fn new(pattern: &str) -> Result<Self> {
-        Regex::new(pattern)
+        if pattern.len() > MAX_PATTERN_BYTES {
+            return Err(Error::invalid(
+                "id query",
+                "pattern",
+                format!(
+                    "{} ({} bytes) is longer than the {MAX_PATTERN_BYTES} bytes a pattern may have",
+                    quoted_start(pattern),
+                    pattern.len()
+                ),
+            ));
+        }
+        RegexBuilder::new(pattern)
+            .size_limit(MAX_COMPILED_BYTES)
+            .dfa_size_limit(MAX_COMPILED_BYTES)
+            .build()
             .map(IdQuery)
-            .map_err(|e| Error::invalid("id query", "pattern", format!("{pattern:?}: {e}")))
+            .map_err(|e| {
+                let reason = match &e {
+                    // The parser's message repeats the whole pattern with a marker under it:
+                    // for a long pattern, keep only its last line (what is wrong).
+                    regex::Error::Syntax(message) if pattern.len() > QUOTED_BYTES => message
+                        .lines()
+                        .rev()
+                        .find(|line| !line.trim().is_empty())
+                        .unwrap_or(message)
+                        .trim()
+                        .to_string(),
+                    other => other.to_string(),
+                };
+                Error::invalid(
+                    "id query",
+                    "pattern",
+                    format!("{}: {reason}", quoted_start(pattern)),
+                )
+            })
     }
 
     /// Whether `id` matches.
@@ -38,5 +104,49 @@ impl IdQuery {
 impl PartialEq for IdQuery {
     fn eq(&self, other: &Self) -> bool {
         self.as_str() == other.as_str()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pattern_of_the_limit_compiles_and_one_byte_more_is_refused() {
+        let literal = "a".repeat(MAX_PATTERN_BYTES);
+        assert!(IdQuery::new(&literal).unwrap().matches(&literal));
+        let refused = IdQuery::new(&format!("{literal}a"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("(4097 bytes) is longer than the 4096 bytes"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_pattern_that_compiles_beyond_the_memory_limit_is_refused() {
+        // Short text, a program of millions of states.
+        let refused = IdQuery::new("[a-z]{100000}").unwrap_err().to_string();
+        assert!(refused.contains("exceeds size limit"), "{refused}");
+    }
+
+    #[test]
+    fn an_error_quotes_a_long_pattern_by_its_start_and_says_what_is_wrong() {
+        let pattern = format!("({}", "x".repeat(1_000));
+        let refused = IdQuery::new(&pattern).unwrap_err().to_string();
+        assert!(refused.len() < 300, "{} bytes: {refused}", refused.len());
+        assert!(
+            refused.contains(&format!("\"({}\"…", "x".repeat(63))),
+            "{refused}"
+        );
+        assert!(refused.contains("unclosed group"), "{refused}");
+    }
+
+    #[test]
+    fn an_error_quotes_a_short_pattern_whole() {
+        let refused = IdQuery::new("(").unwrap_err().to_string();
+        assert!(refused.contains("\"(\""), "{refused}");
+        assert!(refused.contains("unclosed group"), "{refused}");
     }
 }

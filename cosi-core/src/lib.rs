@@ -49,7 +49,7 @@ mod definition;
 pub mod dynamic;
 mod error;
 mod event;
-mod id_query;
+pub mod id_query;
 mod label_query;
 mod label_syntax;
 mod metadata;

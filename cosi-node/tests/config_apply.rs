@@ -579,6 +579,46 @@ async fn try_rolls_back_after_its_timeout() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_try_longer_than_a_day_is_refused_and_changes_nothing() {
+    let node = Node::with_base().await;
+    let before = node.snapshot().await;
+    // A day is accepted (and left to roll back)...
+    node.applier
+        .apply(
+            ApplyRequest::patches([LIVE_PATCH], ApplyMode::Try, "admin")
+                .dry_run()
+                .try_timeout(Duration::from_secs(24 * 60 * 60)),
+        )
+        .await
+        .unwrap();
+    // ...a second more is not; the far end of the range is no panic either.
+    for timeout in [
+        Duration::from_secs(24 * 60 * 60 + 1),
+        Duration::new(u64::MAX, 999_999_999),
+    ] {
+        let err = node
+            .applier
+            .apply(
+                ApplyRequest::patches([LIVE_PATCH], ApplyMode::Try, "admin").try_timeout(timeout),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("MachineConfig: invalid try_timeout: "),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("longer than the 86400s a try may last"),
+            "{err}"
+        );
+    }
+    assert_eq!(node.snapshot().await, before);
+    assert!(node.applier.pending_try().is_none());
+}
+
+#[tokio::test(start_paused = true)]
 async fn try_rolls_back_after_one_minute_by_default() {
     let node = Node::with_base().await;
     node.applier

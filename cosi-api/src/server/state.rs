@@ -506,7 +506,7 @@ impl StateService {
                 let options = WatchKindOptions {
                     since,
                     tail,
-                    ids: Some(exact_id(&id)),
+                    ids: Some(exact_id(subject.as_str(), &id).map_err(|e| to_status(&e, call))?),
                     strict,
                     ..Default::default()
                 };

@@ -60,6 +60,10 @@ use super::validate::{validate, Validation};
 /// How long a `try` apply stays before it is rolled back, unless the request says otherwise.
 pub const DEFAULT_TRY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The longest `try` timeout accepted: a try is a trial, rolled back unless confirmed; a config
+/// meant to stay is applied with `no-reboot`.
+pub const MAX_TRY_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// The most patches one apply takes.
 pub const MAX_PATCHES: usize = 64;
 
@@ -480,6 +484,15 @@ impl ConfigApplier {
         };
         let diff = ConfigDiff::between(base.map(|b| b.spec.config()), new.config());
         let timeout = request.try_timeout.unwrap_or(DEFAULT_TRY_TIMEOUT);
+        if mode == ApplyMode::Try && timeout > MAX_TRY_TIMEOUT {
+            return Err(ApplyError::Invalid(ConfigErrors::one(
+                "try_timeout",
+                format!(
+                    "{timeout:?} is longer than the {MAX_TRY_TIMEOUT:?} a try may last; to keep a \
+                     config, apply it with no-reboot"
+                ),
+            )));
+        }
         let mut outcome = ApplyOutcome {
             mode,
             dry_run: request.dry_run,
