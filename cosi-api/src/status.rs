@@ -139,7 +139,54 @@ fn is_bookmark_field(field: &str) -> bool {
     field == "since" || field.ends_with("bookmark")
 }
 
+/// The most bytes of text a status carries in its message, and in each text field of its
+/// detail: a status travels in HTTP/2 trailers, which clients refuse past a few KiB (16 KiB of
+/// headers by default), and text quoting what a caller sent (an id, a pattern) may be megabytes.
+pub const MAX_STATUS_TEXT: usize = 1024;
+
+/// `text`, cut at [`MAX_STATUS_TEXT`] bytes (on a character boundary) with an ellipsis.
+fn clipped(text: &str) -> String {
+    if text.len() <= MAX_STATUS_TEXT {
+        return text.to_string();
+    }
+    let mut end = MAX_STATUS_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// `detail` with every text clipped; a pointer too long to carry is left out (empty), and the
+/// client reads the pointer of its own call in its place.
+fn clipped_detail(detail: &ErrorDetail) -> ErrorDetail {
+    let mut d = detail.clone();
+    if d.namespace.len() + d.r#type.len() + d.id.len() > MAX_STATUS_TEXT {
+        d.namespace.clear();
+        d.r#type.clear();
+        d.id.clear();
+    }
+    for text in [
+        &mut d.subject,
+        &mut d.field,
+        &mut d.message,
+        &mut d.expected,
+        &mut d.actual,
+    ] {
+        if text.len() > MAX_STATUS_TEXT {
+            *text = clipped(text);
+        }
+    }
+    for text in [&mut d.owner, &mut d.writer].into_iter().flatten() {
+        if text.len() > MAX_STATUS_TEXT {
+            *text = clipped(text);
+        }
+    }
+    d
+}
+
 fn with_detail(code: Code, message: String, detail: &ErrorDetail) -> Status {
+    let message = clipped(&message);
+    let detail = &clipped_detail(detail);
     let status = rpc::Status {
         code: code as i32,
         message: message.clone(),
@@ -320,8 +367,17 @@ pub fn from_detail(detail: &ErrorDetail) -> Option<Error> {
 /// The error a client reports for `status`: the exact one from the detail when the server sent
 /// one, otherwise the original client's reading of the code for this call.
 pub fn from_status(status: &Status, context: &CallContext) -> Error {
-    if let Some(error) = detail_of(status).as_ref().and_then(from_detail) {
-        return error;
+    if let Some(mut detail) = detail_of(status) {
+        // A pointer too long for a status is left out by the server: it is this call's own.
+        if detail.namespace.is_empty() && detail.r#type.is_empty() && detail.id.is_empty() {
+            let pointer = &context.pointer;
+            detail.namespace = pointer.namespace().to_string();
+            detail.r#type = pointer.resource_type().to_string();
+            detail.id = pointer.id().to_string();
+        }
+        if let Some(error) = from_detail(&detail) {
+            return error;
+        }
     }
     let pointer = context.pointer.clone();
     let mut message = status.message().to_string();

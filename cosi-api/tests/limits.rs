@@ -256,3 +256,16 @@ async fn an_id_query_pattern_longer_than_the_limit_is_refused_quoting_only_its_s
     );
     assert!(status.message().len() < 400, "{}", status.message());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_about_an_overlong_id_reaches_the_client_as_that_error_not_a_transport_failure() {
+    let store = Arc::new(cosi_state::MemoryState::default());
+    let server = support::plaintext_server(store, server_codec(), support::any_port()).await;
+    let client = support::plaintext_client(server.local_addr(), client_codec());
+    // The status would quote the id several times: far beyond what HTTP/2 trailers carry.
+    let pointer = Blob::kind().pointer("x".repeat(100 << 10));
+    match client.get(&pointer).await {
+        Err(Error::NotFound { pointer: missing }) => assert_eq!(missing, pointer),
+        other => panic!("expected NotFound for the long id, got {other:?}"),
+    }
+}
