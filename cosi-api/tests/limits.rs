@@ -269,3 +269,56 @@ async fn an_error_about_an_overlong_id_reaches_the_client_as_that_error_not_a_tr
         other => panic!("expected NotFound for the long id, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_bootstrap_larger_in_sum_than_a_message_arrives_whole() {
+    let store = Arc::new(cosi_state::MemoryState::default());
+    // 300 resources of 200 KB: 60 MB in all, one batch of the store's events (256) alone
+    // 51 MB, past the 32 MiB message limit if sent as one aggregated response.
+    let count = 300;
+    for i in 0..count {
+        let blob = Resource::new(
+            format!("b{i:03}"),
+            Blob {
+                data: "x".repeat(200_000),
+            },
+        );
+        store
+            .create(blob.into_shared(), CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    let server =
+        support::plaintext_server(store.clone(), server_codec(), support::any_port()).await;
+    let client = support::plaintext_client(server.local_addr(), client_codec());
+    let mut watch = client
+        .watch_kind(
+            &Blob::kind(),
+            WatchKindOptions {
+                bootstrap: true,
+                ..WatchKindOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    loop {
+        match watch.recv().await {
+            Some(cosi_core::Event::Created { resource, .. }) => {
+                assert_eq!(
+                    cosi_core::downcast_ref::<Blob>(&*resource)
+                        .unwrap()
+                        .spec
+                        .data
+                        .len(),
+                    200_000
+                );
+                ids.push(resource.metadata().id().to_string());
+            }
+            Some(cosi_core::Event::Bootstrapped { .. }) => break,
+            other => panic!("after {} resources: {other:?}", ids.len()),
+        }
+    }
+    let expected: Vec<String> = (0..count).map(|i| format!("b{i:03}")).collect();
+    assert_eq!(ids, expected);
+}

@@ -41,6 +41,11 @@ pub const OMIT_YAML_HEADER: &str = "cosi-omit-yaml";
 /// Events read from the backend per batch (and per response of an aggregated watch), by
 /// default.
 pub const WATCH_BATCH: usize = 256;
+
+/// The most encoded bytes of events an aggregated watch response gathers before it is sent: a
+/// batch of large resources goes out in several responses, each well under the 32 MiB message
+/// limit (a single event over the limit still cannot be sent).
+pub const AGGREGATE_BYTES: usize = 4 * 1024 * 1024;
 /// Responses buffered per watch before the server waits for the client (HTTP/2 flow control
 /// does the rest), so a slow client cannot grow the server's memory.
 const WATCH_BUFFER: usize = 1;
@@ -627,6 +632,9 @@ impl WatchFeed {
 
     async fn send(&mut self, batch: &[Event]) -> Step {
         let mut events = Vec::with_capacity(if self.aggregated { batch.len() } else { 1 });
+        // Encoded bytes of `events`: an aggregated response is sent before it would pass
+        // AGGREGATE_BYTES, so that large resources never make it exceed the message limit.
+        let mut pending_bytes = 0;
         let mut step = Step::Continue;
         let mut end = None;
         let Shared {
@@ -637,36 +645,49 @@ impl WatchFeed {
             encodings.get_or_encode(r, yaml, || codec.encode_bytes(&**r, yaml))
         };
         for event in batch {
-            match encode_event_with(&self.kind, event, self.api, &mut encode) {
-                Outgoing::Send(e) => events.push(e),
+            let outgoing = match encode_event_with(&self.kind, event, self.api, &mut encode) {
+                Outgoing::Send(e) => Some(e),
                 Outgoing::Last(e) => {
-                    events.push(e);
                     step = Step::Stop;
+                    Some(e)
                 }
-                Outgoing::Skip => {}
+                Outgoing::Skip => None,
                 Outgoing::End(status) => {
                     end = Some(status);
                     step = Step::Stop;
+                    None
                 }
-            }
-            if !self.aggregated {
-                for event in events.drain(..) {
-                    if self
-                        .tx
-                        .send(Ok(encoded::WatchResponse { event: vec![event] }))
-                        .await
-                        .is_err()
-                    {
+            };
+            if let Some(event) = outgoing {
+                let size = prost::Message::encoded_len(&event);
+                let full = !self.aggregated
+                    || (!events.is_empty() && pending_bytes + size > AGGREGATE_BYTES);
+                if full && !events.is_empty() {
+                    let response = encoded::WatchResponse {
+                        event: std::mem::take(&mut events),
+                    };
+                    if self.tx.send(Ok(response)).await.is_err() {
                         return Step::Stop;
                     }
+                    pending_bytes = 0;
+                }
+                pending_bytes += size;
+                events.push(event);
+                if !self.aggregated {
+                    let response = encoded::WatchResponse {
+                        event: std::mem::take(&mut events),
+                    };
+                    if self.tx.send(Ok(response)).await.is_err() {
+                        return Step::Stop;
+                    }
+                    pending_bytes = 0;
                 }
             }
             if matches!(step, Step::Stop) {
                 break;
             }
         }
-        if self.aggregated
-            && !events.is_empty()
+        if !events.is_empty()
             && self
                 .tx
                 .send(Ok(encoded::WatchResponse { event: events }))
