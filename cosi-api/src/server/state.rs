@@ -233,7 +233,12 @@ impl state_server::State for StateService {
         }))
     }
 
-    type ListStream = tokio_stream::Iter<std::vec::IntoIter<Result<encoded::ListResponse, Status>>>;
+    /// Encodes each listed resource as the stream is read: a caller that does not read holds
+    /// the listed values (shared with the store) and what HTTP/2 buffers, not the whole kind
+    /// encoded.
+    type ListStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<encoded::ListResponse, Status>> + Send>,
+    >;
 
     async fn list(
         &self,
@@ -259,21 +264,17 @@ impl state_server::State for StateService {
             .list(&kind, &options)
             .await
             .map_err(err(Call::List))?;
-        let responses = listed
-            .iter()
-            .map(|r| {
-                let bytes = self
-                    .codec()
-                    .encode_bytes(&**r, yaml)
-                    .map_err(err(Call::List))?;
-                Ok(encoded::ListResponse {
-                    resource: Some(bytes),
-                })
+        let shared = Arc::clone(&self.shared);
+        let responses = tokio_stream::StreamExt::map(tokio_stream::iter(listed), move |r| {
+            let bytes = shared
+                .codec
+                .encode_bytes(&*r, yaml)
+                .map_err(err(Call::List))?;
+            Ok(encoded::ListResponse {
+                resource: Some(bytes),
             })
-            .collect::<Result<Vec<_>, Status>>()?;
-        Ok(Response::new(tokio_stream::iter(
-            responses.into_iter().map(Ok).collect::<Vec<_>>(),
-        )))
+        });
+        Ok(Response::new(Box::pin(responses)))
     }
 
     async fn create(
