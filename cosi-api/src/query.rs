@@ -173,15 +173,18 @@ pub fn decode_ids(subject: &str, query: Option<pb::IdQuery>) -> Result<Option<Id
     }
 }
 
-/// The pattern of the id query that selects exactly `id`: the id, escaped, between anchors.
-pub fn exact_id_pattern(id: &str) -> String {
-    format!("^{}$", regex::escape(id))
+/// The id query message that selects exactly `id` (what a client sends to watch one resource
+/// as a kind watch).
+pub fn exact_id_message(id: &str) -> pb::IdQuery {
+    pb::IdQuery {
+        regexp: IdQuery::exact_pattern(id),
+    }
 }
 
 /// The id query that selects exactly `id` (a single-resource watch served as a kind watch).
 /// An id too long to make a pattern of is an invalid argument, as any overlong pattern.
 pub fn exact_id(subject: &str, id: &str) -> Result<IdQuery> {
-    let pattern = exact_id_pattern(id);
+    let pattern = IdQuery::exact_pattern(id);
     if pattern.len() > cosi_core::id_query::MAX_PATTERN_BYTES {
         return Err(Error::invalid(
             subject,

@@ -266,7 +266,7 @@ async fn relist<Q: QueueController>(
     for input in &inputs {
         let options = ListOptions {
             ids: match &input.id {
-                Some(id) => Some(exact_id(id)?),
+                Some(id) => Some(IdQuery::exact(id)?),
                 None => None,
             },
             ..ListOptions::default()
@@ -287,19 +287,6 @@ async fn relist<Q: QueueController>(
         }
     }
     Ok(())
-}
-
-fn exact_id(id: &str) -> Result<IdQuery> {
-    let mut escaped = String::with_capacity(id.len() + 2);
-    escaped.push('^');
-    for c in id.chars() {
-        if "\\.+*?()|[]{}^$#&-~".contains(c) {
-            escaped.push('\\');
-        }
-        escaped.push(c);
-    }
-    escaped.push('$');
-    IdQuery::new(&escaped)
 }
 
 async fn map<Q: QueueController>(

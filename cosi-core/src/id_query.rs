@@ -90,6 +90,29 @@ impl IdQuery {
             })
     }
 
+    /// The pattern that selects exactly `id`: the id, escaped, between anchors.
+    ///
+    /// ```
+    /// use cosi_core::IdQuery;
+    /// assert_eq!(IdQuery::exact_pattern("a.b"), r"^a\.b$");
+    /// ```
+    pub fn exact_pattern(id: &str) -> String {
+        format!("^{}$", regex::escape(id))
+    }
+
+    /// The query that selects exactly `id` (refused, as any pattern, if the escaped id is longer
+    /// than [`MAX_PATTERN_BYTES`]).
+    ///
+    /// ```
+    /// use cosi_core::IdQuery;
+    /// let q = IdQuery::exact("eth0.1").unwrap();
+    /// assert!(q.matches("eth0.1"));
+    /// assert!(!q.matches("eth0x1"));
+    /// ```
+    pub fn exact(id: &str) -> Result<Self> {
+        Self::new(&Self::exact_pattern(id))
+    }
+
     /// Whether `id` matches.
     pub fn matches(&self, id: &str) -> bool {
         self.0.is_match(id)

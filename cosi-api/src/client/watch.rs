@@ -32,7 +32,7 @@ use crate::events::{decode_event, API_EXTENDED};
 use crate::proto::encoded;
 use crate::proto::resource as pb;
 use crate::proto::resource::state_client::StateClient;
-use crate::query::{encode_bookmark, encode_ids, encode_labels, exact_id_pattern};
+use crate::query::{encode_bookmark, encode_ids, encode_labels, exact_id_message};
 use crate::status::{from_status, is_transient, Call, CallContext};
 use tonic::transport::Channel;
 
@@ -134,16 +134,12 @@ fn request(target: &WatchTarget, start: &Start) -> pb::WatchRequest {
             match start {
                 Start::Original => request.id = Some(pointer.id().to_string()),
                 Start::After(bookmark) => {
-                    options.id_query = Some(pb::IdQuery {
-                        regexp: exact_id_pattern(pointer.id()),
-                    });
+                    options.id_query = Some(exact_id_message(pointer.id()));
                     options.start_from_bookmark = Some(bookmark.clone());
                     options.aggregated = true;
                 }
                 Start::Resync => {
-                    options.id_query = Some(pb::IdQuery {
-                        regexp: exact_id_pattern(pointer.id()),
-                    });
+                    options.id_query = Some(exact_id_message(pointer.id()));
                     options.bootstrap_contents = true;
                     options.aggregated = true;
                 }

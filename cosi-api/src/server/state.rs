@@ -660,28 +660,24 @@ impl WatchFeed {
                 }
             };
             if let Some(event) = outgoing {
-                let size = prost::Message::encoded_len(&event);
-                let full = !self.aggregated
-                    || (!events.is_empty() && pending_bytes + size > AGGREGATE_BYTES);
-                if full && !events.is_empty() {
-                    let response = encoded::WatchResponse {
-                        event: std::mem::take(&mut events),
-                    };
-                    if self.tx.send(Ok(response)).await.is_err() {
-                        return Step::Stop;
-                    }
-                    pending_bytes = 0;
-                }
-                pending_bytes += size;
-                events.push(event);
                 if !self.aggregated {
-                    let response = encoded::WatchResponse {
-                        event: std::mem::take(&mut events),
-                    };
+                    let response = encoded::WatchResponse { event: vec![event] };
                     if self.tx.send(Ok(response)).await.is_err() {
                         return Step::Stop;
                     }
-                    pending_bytes = 0;
+                } else {
+                    let size = prost::Message::encoded_len(&event);
+                    if !events.is_empty() && pending_bytes + size > AGGREGATE_BYTES {
+                        let response = encoded::WatchResponse {
+                            event: std::mem::take(&mut events),
+                        };
+                        if self.tx.send(Ok(response)).await.is_err() {
+                            return Step::Stop;
+                        }
+                        pending_bytes = 0;
+                    }
+                    pending_bytes += size;
+                    events.push(event);
                 }
             }
             if matches!(step, Step::Stop) {
