@@ -13,13 +13,14 @@
 //!    caller may call `ApplyConfiguration` and nothing else.
 //! 3. **Resource rules** ([`StatePolicy`], applied by the State service): sensitive types are
 //!    read by admins only (their definitions stay listable); State writes are admin-only, never
-//!    to the types only `ApplyConfiguration` writes (the machine config), and never to a
-//!    resource a controller owns.
+//!    to the types only `ApplyConfiguration` writes (the machine config), never to a type a
+//!    controller writes (its outputs: a resource created there by hand would block or be taken
+//!    over by the controller), and never to a resource a controller owns.
 //!
 //! Every refusal is `PermissionDenied` "not authorized" with a detail
 //! ([`crate::status::not_authorized`]), distinguishable from an owner conflict.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -262,6 +263,12 @@ pub struct StatePolicy {
     pub apply_only_types: BTreeSet<String>,
     /// Which owners are controllers.
     pub controller_owners: ControllerOwners,
+    /// The types controllers write (their outputs, exclusive or shared), each with the names
+    /// of the controllers that write it: the State service refuses every write of them, since
+    /// a resource an admin creates there meets the controller's own (an `AlreadyExists` or an
+    /// owner conflict in the controller's loop) and one it destroys comes back. Empty by
+    /// default; a node passes its engine's outputs.
+    pub controller_outputs: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl StatePolicy {
@@ -274,12 +281,37 @@ impl StatePolicy {
         StatePolicy {
             apply_only_types: apply_only_types.into_iter().map(Into::into).collect(),
             controller_owners: ControllerOwners::Any,
+            controller_outputs: BTreeMap::new(),
         }
     }
 
     /// Sets which owners are controllers.
     pub fn with_controller_owners(mut self, owners: ControllerOwners) -> Self {
         self.controller_owners = owners;
+        self
+    }
+
+    /// Sets the types controllers write, each with its writers' names (see
+    /// [`StatePolicy::controller_outputs`]).
+    ///
+    /// ```
+    /// use cosi_api::auth::{Caller, StatePolicy};
+    /// let policy = StatePolicy::new(["MachineConfigs.config.cosi.dev"]).with_controller_outputs([(
+    ///     "Addresses.net.cosi.dev".to_string(),
+    ///     ["AddressController".to_string()].into(),
+    /// )]);
+    /// let admin = Caller::from_certificate("admin", ["os:admin"]);
+    /// let refused = policy
+    ///     .check_write(&admin, "net/Addresses.net.cosi.dev/eth0", "Addresses.net.cosi.dev", None, None)
+    ///     .unwrap_err();
+    /// assert!(cosi_api::status::is_not_authorized(&refused));
+    /// assert!(policy.check_write(&admin, "test/Notes/a", "Notes.test.cosi.dev", None, None).is_ok());
+    /// ```
+    pub fn with_controller_outputs<I>(mut self, outputs: I) -> Self
+    where
+        I: IntoIterator<Item = (String, BTreeSet<String>)>,
+    {
+        self.controller_outputs = outputs.into_iter().collect();
         self
     }
 
@@ -325,6 +357,17 @@ impl StatePolicy {
             return Err(not_authorized(
                 subject,
                 &format!("{resource_type} is written only by ApplyConfiguration"),
+            ));
+        }
+        if let Some(writers) = self.controller_outputs.get(resource_type) {
+            let names: Vec<&str> = writers.iter().map(String::as_str).collect();
+            return Err(not_authorized(
+                subject,
+                &format!(
+                    "{resource_type} is written by controller {}; change what it reads (the \
+                     machine config, through ApplyConfiguration) instead",
+                    names.join(", ")
+                ),
             ));
         }
         for owner in [owner, stored_owner].into_iter().flatten() {
@@ -486,6 +529,20 @@ mod tests {
         assert!(policy
             .check_write(&cert("os:operator"), "x", "Notes.test.cosi.dev", None, None)
             .is_err());
+        let policy = policy.with_controller_outputs([(
+            "Addresses.net.cosi.dev".to_string(),
+            ["AddressController".to_string()].into(),
+        )]);
+        let w = |t: &str, o: Option<&str>, s: Option<&str>| {
+            policy.check_write(&admin, "x", t, o, s).is_ok()
+        };
+        assert!(!w("Addresses.net.cosi.dev", None, None));
+        assert!(!w(
+            "Addresses.net.cosi.dev",
+            Some("someone"),
+            Some("someone")
+        ));
+        assert!(w("Notes.test.cosi.dev", None, None));
         assert!(policy
             .check_write(
                 &Caller::trusted(),

@@ -553,6 +553,47 @@ async fn admin_writing_a_controller_owned_resource_is_refused() {
 }
 
 #[tokio::test]
+async fn admin_writing_a_type_a_controller_outputs_is_refused() {
+    // Notes are NoteController's output: even a resource it does not own yet (or never will)
+    // is not the admin's to create, change or remove, since the controller would meet it.
+    let policy = StatePolicy::new([MACHINE_CONFIG_TYPE])
+        .with_controller_owners(ControllerOwners::Named([CONTROLLER.to_string()].into()))
+        .with_controller_outputs([(Note::TYPE.to_string(), [CONTROLLER.to_string()].into())]);
+    let node = Node::start_with(policy).await;
+    let before = node.snapshot().await;
+    let (state, _) = node.client(Role::Admin);
+    assert_not_authorized(
+        "create where the controller writes",
+        state
+            .create(
+                Resource::new("pre-empted", Note::default()).into_shared(),
+                CreateOptions::default(),
+            )
+            .await,
+    );
+    let user = Note::kind().pointer("user");
+    let stored = state.get(&user).await.unwrap();
+    assert_not_authorized(
+        "update an unowned resource of the type",
+        state.update(stored, UpdateOptions::default()).await,
+    );
+    assert_not_authorized(
+        "destroy an unowned resource of the type",
+        state.destroy(&user, DestroyOptions::default()).await,
+    );
+    assert_not_authorized("teardown", state.teardown_remote(&user, None).await);
+    assert_eq!(node.snapshot().await, before);
+    // Types no controller writes stay the admin's.
+    state
+        .create(
+            Resource::new("admin", Secret { key: "new".into() }).into_shared(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
 async fn writing_the_machine_config_through_the_state_service_is_refused_for_everyone() {
     let node = Node::start().await;
     let before = node.snapshot().await;

@@ -8,9 +8,11 @@ use cosi_api::auth::Role;
 use cosi_api::client::ClientSecurity;
 use cosi_api::machine::{ApplyMode, ApplyRequest, ServiceAction};
 use cosi_api::pki::{CertificateAuthority, CERT_VALIDITY};
-use cosi_core::{Error, ListOptions, ResourceSpec, State, StateExt};
+use cosi_core::{
+    CreateOptions, DestroyOptions, Error, ListOptions, Resource, ResourceSpec, State, StateExt,
+};
 use cosi_node::config::{MachineConfig, ACTIVE};
-use cosi_node::services::ServiceStatus;
+use cosi_node::services::{Program, ServiceSpec, ServiceStatus};
 use node_support::*;
 
 /// An apply of a node label, in auto mode.
@@ -149,6 +151,55 @@ async fn a_configured_node_grants_what_each_role_may_do() {
     assert_eq!(active.metadata.version().get(), 1);
     let applied = admin.machine.apply_configuration(label()).await.unwrap();
     assert_eq!((applied.mode, applied.version), (ApplyMode::NoReboot, 2));
+}
+
+#[tokio::test]
+async fn a_configured_node_refuses_admin_writes_to_what_its_controllers_write() {
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+    let node = configured(&pki, state.path(), &config("node-1", "worker"), &[]).await;
+    let admin = mtls(&pki, node.address(), Role::Admin);
+    running_pid(&admin, "kubelet").await;
+    let specs = || async {
+        admin
+            .state
+            .list(&ServiceSpec::kind(), &ListOptions::default())
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.metadata().id().to_string(), r.metadata().version()))
+            .collect::<Vec<_>>()
+    };
+    let before = specs().await;
+    // A service spec made by hand would run a process the config never named: services come
+    // from the config alone, through its controller.
+    let rogue = Resource::new(
+        "rogue",
+        ServiceSpec::new(Program::Command("/bin/sleep".into())),
+    );
+    assert_not_authorized(
+        "admin create of a controller's output type",
+        admin
+            .state
+            .create(rogue.into_shared(), CreateOptions::default())
+            .await,
+    );
+    assert_not_authorized(
+        "admin destroy of a controller's output",
+        admin
+            .state
+            .destroy(
+                &ServiceSpec::kind().pointer("kubelet"),
+                DestroyOptions::default(),
+            )
+            .await,
+    );
+    assert_eq!(specs().await, before);
+    assert_eq!(
+        admin.machine.services().await.unwrap().len(),
+        1,
+        "no service was added"
+    );
 }
 
 #[tokio::test]

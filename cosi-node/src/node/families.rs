@@ -1,19 +1,20 @@
 //! Every family on one engine: the types a node stores ([`register_types`]), the controllers
 //! one start of the node runtime runs ([`register_controllers`]), and what the API's resource
-//! rules need to know about them ([`APPLY_ONLY_TYPES`], [`controller_owners`]).
+//! rules need to know about them ([`APPLY_ONLY_TYPES`], [`controller_owners`],
+//! [`controller_outputs`]).
 //!
 //! The families know nothing of each other beyond the resources they read; this is the one
 //! place that puts them side by side. What outlives a restart of the runtime (the network
 //! backend — the "kernel" — and the member registries) comes in as [`NodeParts`]; the
 //! supervisor is the runtime's own.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use cosi_controllers::{
     ControllerStatus, DependencyGraph, Engine, RegistrationError, STATUS_OWNER,
 };
-use cosi_core::{Registry, ResourceSpec};
+use cosi_core::{Registry, ResourceDefinition, ResourceSpec};
 
 use super::status::{MachineStatus, MachineStatusController};
 use crate::cluster::{self, AffiliateRegistry, LocalNodeController};
@@ -103,6 +104,38 @@ pub fn controller_owners(engine: &Engine) -> BTreeSet<String> {
             cosi_core::registry::PUBLISHER.to_string(),
         ])
         .collect()
+}
+
+/// Every type the runtime writes, with its writers: each controller's outputs (exclusive or
+/// shared), the engine's controller statuses and the published definitions. The API writes
+/// none of them: a resource an admin put there would meet the controller's own.
+pub fn controller_outputs(engine: &Engine) -> BTreeMap<String, BTreeSet<String>> {
+    let graph = engine.graph();
+    let mut outputs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let runtime = [
+        (ControllerStatus::TYPE, STATUS_OWNER),
+        (ResourceDefinition::TYPE, cosi_core::registry::PUBLISHER),
+    ];
+    let declared = graph.controllers().into_iter().flat_map(|name| {
+        graph
+            .outputs(&name)
+            .unwrap_or_default()
+            .into_iter()
+            .map(move |output| (output.resource_type, Arc::clone(&name)))
+    });
+    for (resource_type, writer) in declared {
+        outputs
+            .entry(resource_type.to_string())
+            .or_default()
+            .insert(writer.to_string());
+    }
+    for (resource_type, writer) in runtime {
+        outputs
+            .entry(resource_type.to_string())
+            .or_default()
+            .insert(writer.to_string());
+    }
+    outputs
 }
 
 /// The controller graph of a node with these parts, without running anything (an engine over

@@ -13,7 +13,7 @@
 //! reads the state keeps working across it: the store is not restarted, so a watch goes on
 //! and sees the old runtime's services go and the new one's come.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use cosi_core::{downcast_ref, Event, Registry, ResourceSpec, State, Watch, WatchKindOptions};
@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 
 use super::error::NodeError;
 use super::events::{NodeEventKind, NodeEventReader, NodeEvents};
-use super::families::{controller_owners, NodeParts};
+use super::families::{controller_outputs, controller_owners, NodeParts};
 use super::runtime::Runtime;
 use crate::config::restart::{RestartRequest, RestartSignal};
 use crate::config::ConfigHistory;
@@ -47,6 +47,7 @@ pub struct Node {
     requests: watch::Receiver<Option<RestartRequest>>,
     boots: u64,
     owners: BTreeSet<String>,
+    outputs: BTreeMap<String, BTreeSet<String>>,
     history: JoinHandle<()>,
 }
 
@@ -98,6 +99,7 @@ impl Node {
             }
         };
         let owners = controller_owners(runtime.engine());
+        let outputs = controller_outputs(runtime.engine());
         Ok(Node {
             state,
             options,
@@ -107,6 +109,7 @@ impl Node {
             requests,
             boots: 1,
             owners,
+            outputs,
             history,
         })
     }
@@ -128,6 +131,12 @@ impl Node {
     /// start.
     pub fn controller_owners(&self) -> &BTreeSet<String> {
         &self.owners
+    }
+
+    /// The types the runtime writes, with their writers ([`controller_outputs`]); the same at
+    /// every start.
+    pub fn controller_outputs(&self) -> &BTreeMap<String, BTreeSet<String>> {
+        &self.outputs
     }
 
     /// How many times the runtime started in this process.

@@ -11,7 +11,8 @@
 //!   in memory.
 //! - [`register_types`], [`register_controllers`], [`graph`] ([`families`]): every type in
 //!   one registry, every controller on one engine, and the graph without running it; with
-//!   [`APPLY_ONLY_TYPES`] and [`controller_owners`] for the API's resource rules.
+//!   [`APPLY_ONLY_TYPES`], [`controller_owners`] and [`controller_outputs`] for the API's
+//!   resource rules.
 //! - [`Runtime`] ([`runtime`]): one start — the persisted config made active, the supervisor
 //!   (which first kills what a killed daemon left running), the engine, the applier.
 //! - [`Node`] and [`NodeHandle`] ([`lifecycle`]): the process's life — the definitions
@@ -81,8 +82,8 @@ pub use events::{
     NodeEvent, NodeEventItem, NodeEventKind, NodeEventReader, NodeEvents, NODE_EVENT_RING,
 };
 pub use families::{
-    controller_owners, graph, register_controllers, register_types, GraphError, NodeParts,
-    APPLY_ONLY_TYPES,
+    controller_outputs, controller_owners, graph, register_controllers, register_types, GraphError,
+    NodeParts, APPLY_ONLY_TYPES,
 };
 pub use lifecycle::{Node, NodeHandle, NodeOptions};
 pub use runtime::Runtime;

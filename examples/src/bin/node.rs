@@ -535,9 +535,11 @@ async fn run(flags: Flags) -> Result<(), String> {
                 state: StateService::new(
                     store.state(),
                     Codec::new(registry),
-                    StatePolicy::new(APPLY_ONLY_TYPES).with_controller_owners(
-                        ControllerOwners::Named(node.controller_owners().clone()),
-                    ),
+                    StatePolicy::new(APPLY_ONLY_TYPES)
+                        .with_controller_owners(ControllerOwners::Named(
+                            node.controller_owners().clone(),
+                        ))
+                        .with_controller_outputs(node.controller_outputs().clone()),
                 ),
                 machine: Arc::new(NodeMachine::new(node.handle())),
                 tls,
