@@ -453,10 +453,49 @@ impl Pump {
     }
 }
 
-/// Whether a broken stream is worth reconnecting: the transient codes, and the `Internal`
-/// status tonic reports for an HTTP/2 stream reset or a connection that died mid-stream (its
-/// message names h2), which is the network failing, not the server refusing.
+/// Whether a broken stream is worth reconnecting: the transient codes, and any status the
+/// client's own transport made (an HTTP/2 stream reset or a connection that died mid-stream,
+/// which tonic may report as `Internal`): the network failing, not the server refusing. A
+/// status the server sent arrives in trailers and carries no source, whatever its text says.
 fn retryable(status: &Status) -> bool {
-    is_transient(status.code())
-        || status.code() == Code::Internal && status.message().contains("h2")
+    is_transient(status.code()) || made_by_transport(status)
+}
+
+/// Whether `status` wraps an error of the connection (hyper's, h2's or an I/O error) rather than
+/// one the server sent.
+fn made_by_transport(status: &Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if error.is::<hyper::Error>() || error.is::<h2::Error>() || error.is::<std::io::Error>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_the_server_sent_is_retried_by_its_code_not_its_text() {
+        // An error about a resource whose name says "h2" is the server's answer, not a
+        // broken connection.
+        assert!(!retryable(&Status::internal(
+            "backend failure reading config/Files.cosi.dev/h2-settings"
+        )));
+        assert!(!retryable(&Status::permission_denied("h2")));
+        assert!(retryable(&Status::unavailable("shutting down")));
+        assert!(retryable(&Status::unknown("anything")));
+    }
+
+    #[test]
+    fn a_status_the_transport_made_is_retried_whatever_its_code() {
+        let mut reset = Status::internal("h2 protocol error: stream no longer needed");
+        reset.set_source(Arc::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionReset,
+        )));
+        assert!(retryable(&reset));
+    }
 }
