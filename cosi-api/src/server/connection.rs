@@ -4,7 +4,9 @@
 //! delays nobody else; a failed handshake (wrong CA, expired or missing certificate) is logged
 //! and the connection dropped before any request is read. An accept that fails for want of a
 //! resource (file descriptors, memory) is retried after a growing wait ([`AcceptBackoff`]), not
-//! at once in a busy loop.
+//! at once in a busy loop. At most [`Limits::connections`] connections are open at once; at
+//! the limit the loop stops accepting until one closes, so callers queue in the kernel's listen
+//! queue instead of taking the process's last descriptors.
 
 use std::collections::HashMap;
 use std::io;
@@ -15,7 +17,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tonic::transport::server::Connected;
@@ -27,11 +29,20 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections handshaking at once; more wait in the kernel's accept queue.
 const MAX_HANDSHAKES: usize = 64;
 
+/// What the accept loop holds to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// Connections open at once, handshaking ones included.
+    pub(crate) connections: usize,
+}
+
 /// One accepted connection.
 pub(crate) struct Connection {
     stream: Stream,
     caller: Caller,
     _registered: Registered,
+    /// Its place among the open connections, given back when it closes.
+    _slot: OwnedSemaphorePermit,
 }
 
 /// The sockets of the open connections, so that [`OpenConnections::sever_all`] can cut them
@@ -173,7 +184,12 @@ impl Acceptor {
         Acceptor::Maintenance(TlsAcceptor::from(Arc::new(config)))
     }
 
-    async fn accept(&self, tcp: TcpStream, open: &OpenConnections) -> io::Result<Connection> {
+    async fn accept(
+        &self,
+        tcp: TcpStream,
+        open: &OpenConnections,
+        slot: OwnedSemaphorePermit,
+    ) -> io::Result<Connection> {
         let _ = tcp.set_nodelay(true);
         let registered = open.register(&tcp);
         match self {
@@ -181,6 +197,7 @@ impl Acceptor {
                 stream: Stream::Plain(tcp),
                 caller: Caller::trusted(),
                 _registered: registered,
+                _slot: slot,
             }),
             Acceptor::Mutual(acceptor) => {
                 let tls = acceptor.accept(tcp).await?;
@@ -196,6 +213,7 @@ impl Acceptor {
                     stream: Stream::Tls(Box::new(tls)),
                     caller,
                     _registered: registered,
+                    _slot: slot,
                 })
             }
             Acceptor::Maintenance(acceptor) => {
@@ -204,6 +222,7 @@ impl Acceptor {
                     stream: Stream::Tls(Box::new(tls)),
                     caller: Caller::maintenance(),
                     _registered: registered,
+                    _slot: slot,
                 })
             }
         }
@@ -254,13 +273,31 @@ impl AcceptBackoff {
 pub(crate) async fn accept_loop(
     listener: TcpListener,
     acceptor: Acceptor,
+    limits: Limits,
     open: OpenConnections,
     out: mpsc::Sender<io::Result<Connection>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+    let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    let slots = Arc::new(Semaphore::new(limits.connections));
     let mut backoff = AcceptBackoff::default();
     loop {
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                tracing::warn!(
+                    "at the limit of {} open connections: new callers wait until one closes",
+                    limits.connections
+                );
+                tokio::select! {
+                    slot = slots.clone().acquire_owned() => match slot {
+                        Ok(slot) => slot,
+                        Err(_) => return,
+                    },
+                    _ = crate::server::stopped(&mut shutdown) => return,
+                }
+            }
+        };
         let permit = tokio::select! {
             permit = handshakes.clone().acquire_owned() => match permit {
                 Ok(permit) => permit,
@@ -297,7 +334,7 @@ pub(crate) async fn accept_loop(
         let open = open.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp, &open)).await {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp, &open, slot)).await {
                 Ok(Ok(connection)) => {
                     let _ = out.send(Ok(connection)).await;
                 }

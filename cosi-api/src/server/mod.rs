@@ -28,7 +28,7 @@ use crate::proto::machine::machine_service_server::MachineServiceServer;
 use crate::proto::resource::state_server::StateServer;
 use crate::tls::TlsError;
 
-use connection::{accept_loop, Acceptor, OpenConnections};
+use connection::{accept_loop, Acceptor, Limits, OpenConnections};
 pub use encodings::DEFAULT_BUDGET as DEFAULT_SHARED_ENCODINGS;
 pub use machine::{MachineService, MAX_LOG_CHUNK};
 pub use state::{StateService, OMIT_YAML_HEADER, WATCH_BATCH};
@@ -37,6 +37,10 @@ pub use state::{StateService, OMIT_YAML_HEADER, WATCH_BATCH};
 pub const MAX_MESSAGE_SIZE: usize = 32 * 1024 * 1024;
 /// Concurrent HTTP/2 streams per connection.
 pub const MAX_CONCURRENT_STREAMS: u32 = 1024;
+/// Open connections (handshaking ones included) a server holds at once by default
+/// ([`ApiServer::with_max_connections`]): half of the 1,024 descriptors a process gets by
+/// default, so callers cannot take the ones the node needs for its own files and services.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
 /// How the server secures connections.
 #[derive(Clone)]
@@ -87,6 +91,7 @@ pub struct ApiServer {
     state: Option<StateService>,
     machine: Option<MachineService>,
     security: Security,
+    max_connections: usize,
 }
 
 impl ApiServer {
@@ -96,7 +101,22 @@ impl ApiServer {
             state: None,
             machine: None,
             security,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
+    }
+
+    /// Holds at most `max` connections open at once (at least 1; default
+    /// [`DEFAULT_MAX_CONNECTIONS`]). At the limit the server accepts no more: new callers wait
+    /// in the kernel's listen queue, and the first of them is taken when a connection closes.
+    ///
+    /// ```
+    /// use cosi_api::server::{ApiServer, Security};
+    /// let server = ApiServer::new(Security::Plaintext).with_max_connections(64);
+    /// # let _ = server;
+    /// ```
+    pub fn with_max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max.max(1);
+        self
     }
 
     /// Serves the State service.
@@ -130,6 +150,9 @@ impl ApiServer {
         let accept = tokio::spawn(accept_loop(
             listener,
             acceptor,
+            Limits {
+                connections: self.max_connections,
+            },
             open.clone(),
             connections,
             stop_signal.clone(),
