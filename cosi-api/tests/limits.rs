@@ -313,3 +313,145 @@ async fn a_watch_bootstrap_larger_in_sum_than_a_message_arrives_whole() {
     let expected: Vec<String> = (0..count).map(|i| format!("b{i:03}")).collect();
     assert_eq!(ids, expected);
 }
+
+/// A watch of blobs from our client (which asks for no YAML) on `server`.
+async fn blob_watch(server: &cosi_api::server::ServerHandle) -> cosi_core::Watch {
+    support::plaintext_client(server.local_addr(), client_codec())
+        .watch_kind(&Blob::kind(), WatchKindOptions::default())
+        .await
+        .unwrap()
+}
+
+async fn put_blob(store: &cosi_state::MemoryState, id: &str, data: String) {
+    let pointer = Blob::kind().pointer(id);
+    match store.get(&pointer).await {
+        Ok(stored) => {
+            let mut next = cosi_core::downcast_ref::<Blob>(&*stored).unwrap().clone();
+            next.spec.data = data;
+            store
+                .update(next.into_shared(), cosi_core::UpdateOptions::default())
+                .await
+                .unwrap();
+        }
+        Err(_) => {
+            store
+                .create(
+                    Resource::new(id, Blob { data }).into_shared(),
+                    CreateOptions::default(),
+                )
+                .await
+                .unwrap();
+        }
+    }
+}
+
+fn blob_data(resource: &cosi_core::SharedResource) -> &str {
+    &cosi_core::downcast_ref::<Blob>(&**resource)
+        .unwrap()
+        .spec
+        .data
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_too_large_to_carry_both_copies_reaches_watchers_without_the_old_one() {
+    let store = Arc::new(cosi_state::MemoryState::default());
+    let server =
+        support::plaintext_server(store.clone(), server_codec(), support::any_port()).await;
+    put_blob(&store, "big", "x".repeat(20 << 20)).await;
+    let mut watch = blob_watch(&server).await;
+    // Old and new together: 40 MiB, past the 32 MiB message limit.
+    put_blob(&store, "big", "y".repeat(20 << 20)).await;
+    put_blob(&store, "small", "s".into()).await;
+    match watch.recv().await {
+        Some(cosi_core::Event::Updated { old, resource, .. }) => {
+            assert!(old.is_none(), "the old copy does not fit");
+            assert_eq!(resource.metadata().id(), "big");
+            assert_eq!(blob_data(&resource), "y".repeat(20 << 20));
+        }
+        other => panic!("expected the update of big, got {other:?}"),
+    }
+    // The watch goes on.
+    match watch.recv().await {
+        Some(cosi_core::Event::Created { resource, .. }) => {
+            assert_eq!(resource.metadata().id(), "small")
+        }
+        other => panic!("expected the creation of small, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_too_large_with_yaml_copies_reaches_watchers_without_them() {
+    use cosi_api::proto::resource as pb;
+    let store = Arc::new(cosi_state::MemoryState::default());
+    let server =
+        support::plaintext_server(store.clone(), server_codec(), support::any_port()).await;
+    put_blob(&store, "big", "x".repeat(10 << 20)).await;
+    // The original's client: specs as bytes and as YAML, 20 MiB a copy here.
+    let mut raw = raw_client(&server)
+        .await
+        .max_decoding_message_size(64 << 20);
+    let mut stream = raw
+        .watch(pb::WatchRequest {
+            namespace: "test".into(),
+            r#type: Blob::TYPE.into(),
+            options: Some(pb::WatchOptions {
+                bootstrap_contents: false,
+                ..Default::default()
+            }),
+            api_version: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let established = stream.message().await.unwrap().unwrap();
+    assert!(established.event.is_empty());
+    put_blob(&store, "big", "y".repeat(10 << 20)).await;
+    put_blob(&store, "small", "s".into()).await;
+    let update = &stream.message().await.unwrap().unwrap().event[0];
+    assert_eq!(update.event_type, pb::EventType::Updated as i32);
+    let yaml_of = |bytes: &prost::bytes::Bytes| {
+        let resource = <pb::Resource as prost::Message>::decode(&bytes[..]).unwrap();
+        resource.spec.unwrap().yaml_spec.len()
+    };
+    assert_eq!(yaml_of(update.resource.as_ref().unwrap()), 0);
+    assert_eq!(
+        yaml_of(update.old.as_ref().unwrap()),
+        0,
+        "the old copy fits without YAML"
+    );
+    let created = &stream.message().await.unwrap().unwrap().event[0];
+    assert_eq!(created.event_type, pb::EventType::Created as i32);
+    assert_eq!(
+        yaml_of(created.resource.as_ref().unwrap()),
+        "data: s\n".len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_too_large_for_any_event_ends_the_watch_with_an_error_naming_it() {
+    let store = Arc::new(cosi_state::MemoryState::default());
+    let server =
+        support::plaintext_server(store.clone(), server_codec(), support::any_port()).await;
+    let mut watch = blob_watch(&server).await;
+    // Written in process: the API itself takes no request this large.
+    put_blob(&store, "huge", "x".repeat(33 << 20)).await;
+    match watch.recv().await {
+        Some(cosi_core::Event::Errored {
+            error:
+                Error::Backend {
+                    subject,
+                    message,
+                    retryable: false,
+                    ..
+                },
+        }) => {
+            assert_eq!(subject, Blob::kind().pointer("huge").to_string());
+            assert!(
+                message.contains("more than a watch event can carry"),
+                "{message}"
+            );
+        }
+        other => panic!("expected an error naming the resource, got {other:?}"),
+    }
+}

@@ -31,7 +31,7 @@ use crate::tls::TlsError;
 use connection::{accept_loop, Acceptor, Limits, OpenConnections};
 pub use encodings::DEFAULT_BUDGET as DEFAULT_SHARED_ENCODINGS;
 pub use machine::{MachineService, MAX_LOG_CHUNK};
-pub use state::{StateService, OMIT_YAML_HEADER, WATCH_BATCH};
+pub use state::{StateService, MAX_EVENT_BYTES, OMIT_YAML_HEADER, WATCH_BATCH};
 
 /// The message size limit, both directions (Talos uses the same).
 pub const MAX_MESSAGE_SIZE: usize = 32 * 1024 * 1024;

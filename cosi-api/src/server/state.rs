@@ -8,7 +8,9 @@
 //! watch filtered to that id, which every backend supports. `bootstrap_bookmark` is served by
 //! reading the kind's head position first (the initial event of a watch on an id that is never
 //! stored) and resuming after it. A server shutting down ends every watch with `Unavailable`,
-//! which clients treat as "reconnect and resume".
+//! which clients treat as "reconnect and resume". An event larger than one message (an update
+//! of a resource over half the limit carries two copies) goes without its YAML copies, then
+//! without its old resource; a resource too large alone ends the watch with an error naming it.
 //!
 //! Lists and watches send each resource as its encoded bytes (the `cosi_rs.encoded` twins of
 //! the responses, the same on the wire), and the watches of one service share those bytes
@@ -646,7 +648,8 @@ impl WatchFeed {
             encodings.get_or_encode(r, yaml, || codec.encode_bytes(&**r, yaml))
         };
         for event in batch {
-            let outgoing = match encode_event_with(&self.kind, event, self.api, &mut encode) {
+            let outgoing = encode_event_with(&self.kind, event, self.api, &mut encode);
+            let outgoing = match self.fit(event, outgoing) {
                 Outgoing::Send(e) => Some(e),
                 Outgoing::Last(e) => {
                     step = Step::Stop;
@@ -698,4 +701,70 @@ impl WatchFeed {
         }
         step
     }
+
+    /// `outgoing`, made to fit one message: an event larger than [`MAX_EVENT_BYTES`] (an
+    /// update of a resource of more than half the limit carries two copies) goes without the
+    /// YAML copies of its specs, then without its old resource (as a catch-up's update does),
+    /// and if its resource alone is too large, the watch ends with an error naming it, rather
+    /// than a transport error every watcher of the kind would meet again on resuming.
+    fn fit(&self, event: &Event, outgoing: Outgoing) -> Outgoing {
+        let too_large = |e: &encoded::Event| prost::Message::encoded_len(e) > MAX_EVENT_BYTES;
+        let (mut encoded, last) = match outgoing {
+            Outgoing::Send(e) if too_large(&e) => (e, false),
+            Outgoing::Last(e) if too_large(&e) => (e, true),
+            other => return other,
+        };
+        if self.yaml {
+            let codec = &self.shared.codec;
+            let mut without_yaml = |r: &cosi_core::SharedResource| codec.encode_bytes(&**r, false);
+            if let Outgoing::Send(e) | Outgoing::Last(e) =
+                encode_event_with(&self.kind, event, self.api, &mut without_yaml)
+            {
+                encoded = e;
+            }
+        }
+        if too_large(&encoded) {
+            encoded.old = None;
+        }
+        if !too_large(&encoded) {
+            return if last {
+                Outgoing::Last(encoded)
+            } else {
+                Outgoing::Send(encoded)
+            };
+        }
+        let subject = event.resource().map_or_else(
+            || self.kind.to_string(),
+            |r| r.metadata().pointer().to_string(),
+        );
+        let error = Error::Backend {
+            subject,
+            message: format!(
+                "the resource encodes to {} bytes, more than a watch event can carry ({} \
+                 bytes): read it in process or make it smaller",
+                prost::Message::encoded_len(&encoded),
+                MAX_EVENT_BYTES
+            ),
+            retryable: false,
+            source: None,
+        };
+        encode_event_with(
+            &self.kind,
+            &Event::Errored { error },
+            self.api,
+            &mut encode_nothing,
+        )
+    }
+}
+
+/// The largest event a watch response carries: the message limit, less room for the
+/// response's own framing.
+pub const MAX_EVENT_BYTES: usize = crate::server::MAX_MESSAGE_SIZE - 1024;
+
+/// The encoder for events that carry no resource.
+fn encode_nothing(r: &cosi_core::SharedResource) -> cosi_core::Result<prost::bytes::Bytes> {
+    Err(Error::Unsupported {
+        subject: r.metadata().pointer().to_string(),
+        message: "an error event carries no resource".into(),
+    })
 }
