@@ -149,11 +149,7 @@ fn clipped(text: &str) -> String {
     if text.len() <= MAX_STATUS_TEXT {
         return text.to_string();
     }
-    let mut end = MAX_STATUS_TEXT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    format!("{}…", cosi_core::text::prefix_within(text, MAX_STATUS_TEXT))
 }
 
 /// `detail` with every text clipped; a pointer too long to carry is left out (empty), and the

@@ -18,11 +18,7 @@ fn quoted_start(pattern: &str) -> String {
     if pattern.len() <= QUOTED_BYTES {
         return format!("{pattern:?}");
     }
-    let mut end = QUOTED_BYTES;
-    while !pattern.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{:?}…", &pattern[..end])
+    format!("{:?}…", crate::text::prefix_within(pattern, QUOTED_BYTES))
 }
 
 /// A regex that ids must match (anywhere, unless anchored with `^`/`$`).

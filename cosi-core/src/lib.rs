@@ -62,6 +62,7 @@ mod state;
 mod state_ext;
 #[cfg(feature = "table")]
 pub mod table;
+pub mod text;
 pub mod yaml;
 
 pub use bookmark::Bookmark;

@@ -737,14 +737,7 @@ fn describe_exit(
 }
 
 fn quote(line: &str) -> &str {
-    if line.len() <= QUOTE_LIMIT {
-        return line;
-    }
-    let mut end = QUOTE_LIMIT;
-    while !line.is_char_boundary(end) {
-        end -= 1;
-    }
-    &line[..end]
+    cosi_core::text::prefix_within(line, QUOTE_LIMIT)
 }
 
 /// An OS error without the `(os error N)` suffix: `No such file or directory`.
