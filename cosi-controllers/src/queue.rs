@@ -11,7 +11,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cosi_core::{IdQuery, ListOptions, Pointer, Result, SharedResource};
+use cosi_core::{ListOptions, Pointer, Result, SharedResource};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -264,21 +264,17 @@ async fn relist<Q: QueueController>(
     let inputs = cx.state.inputs();
     let primary = controller.primary();
     for input in &inputs {
-        let options = ListOptions {
-            ids: match &input.id {
-                Some(id) => Some(IdQuery::exact(id)?),
-                None => None,
+        // Read through the raw state: a single-id input is read by a get (any id, however
+        // long), a kind by a list.
+        let resources = match &input.id {
+            Some(id) => match cx.raw.get(&input.kind.pointer(id.clone())).await {
+                Ok(resource) => vec![resource],
+                Err(e) if e.is_not_found() => Vec::new(),
+                Err(e) => return Err(e),
             },
-            ..ListOptions::default()
+            None => cx.raw.list(&input.kind, &ListOptions::default()).await?,
         };
-        // Read through the raw state: listing a single-id input is allowed too.
-        let resources = cx.raw.list(&input.kind, &options).await?;
         for resource in resources {
-            if let Some(id) = &input.id {
-                if resource.metadata().id() != &**id {
-                    continue;
-                }
-            }
             if *input == primary {
                 queue.add(resource.metadata().pointer().clone());
             } else {

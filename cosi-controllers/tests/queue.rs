@@ -638,3 +638,46 @@ async fn a_feed_reads_no_further_while_its_work_queue_has_items_ready_then_deliv
     h.settle().await;
     assert_eq!(*seen.lock().unwrap(), ["a1", "a2", "a3"]);
 }
+
+/// Watches one A by an id of 5,000 bytes, longer than an id query pattern may be.
+struct OneLongId {
+    id: Arc<str>,
+    log: Arc<Log>,
+}
+
+impl QueueController for OneLongId {
+    fn name(&self) -> &str {
+        "OneLongId"
+    }
+    fn primary(&self) -> Input {
+        Input::weak_of::<A>().with_id(self.id.clone())
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&self, _state: &ControllerState, item: &Pointer) -> Result<Reconciled> {
+        self.log.count(item.id());
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_single_id_primary_present_at_start_is_queued_however_long_its_id() {
+    let id: Arc<str> = "x".repeat(5_000).into();
+    let h = Harness::new();
+    let log = Arc::new(Log::default());
+    h.register_queue(OneLongId {
+        id: id.clone(),
+        log: log.clone(),
+    })
+    .unwrap();
+    let state = h.state();
+    create(&state, &id, A { value: 1 }).await;
+    create(&state, "other", A { value: 2 }).await;
+    h.start().await;
+    h.settle().await;
+    assert_eq!(log.runs(&id), 1);
+    assert_eq!(log.runs("other"), 0);
+    let status = h.status("OneLongId").await;
+    assert_eq!((status.reconciles, status.errors), (1, 0));
+}
