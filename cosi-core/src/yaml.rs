@@ -14,7 +14,8 @@
 //!    [`Limits::max_depth`] is refused at that character, before the library sees the text.
 //! 3. **Nesting and values**: one walk of what the library reads, document by document, counts
 //!    every value the way a decoder would meet it — an alias counts as everything it stands
-//!    for — and stops at [`Limits::max_depth`] levels or [`Limits::max_nodes`] values.
+//!    for — and stops at [`Limits::max_depth`] levels, [`Limits::max_nodes`] values or
+//!    [`Limits::max_scalar_bytes`] bytes of strings.
 //!
 //! Text the library cannot read at all passes the check: decoding it then fails on the same
 //! syntax error, at the same place, no later than the check would have.
@@ -56,6 +57,9 @@ pub struct Limits {
     /// The most values (scalars, lists, maps; a map entry is its key and its value) in the
     /// whole text, with every alias counted as all the values it stands for.
     pub max_nodes: usize,
+    /// The most bytes of strings (keys and values) in the whole text, with every alias
+    /// counted as all it stands for: a few aliases of one long string stand for gigabytes.
+    pub max_scalar_bytes: usize,
 }
 
 /// The default longest text: 1 MiB, the size of the largest machine config a node accepts.
@@ -65,6 +69,9 @@ pub const MAX_DEPTH: usize = 64;
 /// The default most values: 1 Mi, more than a text of [`MAX_BYTES`] can hold without
 /// aliases (a value takes at least two bytes), so only alias expansion ever reaches it.
 pub const MAX_NODES: usize = 1 << 20;
+/// The default most bytes of strings: 4 MiB, four times [`MAX_BYTES`], so only alias
+/// expansion reaches it (a text's strings are no longer than the text).
+pub const MAX_SCALAR_BYTES: usize = 4 << 20;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -72,6 +79,7 @@ impl Default for Limits {
             max_bytes: MAX_BYTES,
             max_depth: MAX_DEPTH,
             max_nodes: MAX_NODES,
+            max_scalar_bytes: MAX_SCALAR_BYTES,
         }
     }
 }
@@ -180,6 +188,7 @@ impl Limits {
         let budget = Budget {
             limits: *self,
             nodes_left: Cell::new(self.max_nodes),
+            scalar_bytes_left: Cell::new(self.max_scalar_bytes),
             exceeded: Cell::new(None),
         };
         // The library goes on yielding documents after an error: stop at the first.
@@ -249,6 +258,7 @@ const REPETITION_LIMIT: &str = "repetition limit exceeded";
 struct Budget {
     limits: Limits,
     nodes_left: Cell<usize>,
+    scalar_bytes_left: Cell<usize>,
     /// Set when a limit stops the walk (the library's error then carries the location).
     exceeded: Cell<Option<Exceeded>>,
 }
@@ -277,6 +287,21 @@ impl Walk<'_> {
             ))));
         }
         self.budget.nodes_left.set(left - 1);
+        Ok(())
+    }
+
+    /// Counts a string of `bytes` bytes: one value, and its text.
+    fn count_text<E: de::Error>(self, bytes: usize) -> Result<(), E> {
+        self.count()?;
+        let left = self.budget.scalar_bytes_left.get();
+        if bytes > left {
+            return Err(self.stop(Exceeded::Nodes(format!(
+                "more than {} bytes of strings once aliases are expanded (an alias counts as \
+                 all it stands for)",
+                self.budget.limits.max_scalar_bytes
+            ))));
+        }
+        self.budget.scalar_bytes_left.set(left - bytes);
         Ok(())
     }
 
@@ -333,11 +358,11 @@ impl<'de> Visitor<'de> for Walk<'_> {
     fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
         self.count()
     }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
-        self.count()
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<(), E> {
+        self.count_text(text.len())
     }
-    fn visit_bytes<E: de::Error>(self, _: &[u8]) -> Result<(), E> {
-        self.count()
+    fn visit_bytes<E: de::Error>(self, bytes: &[u8]) -> Result<(), E> {
+        self.count_text(bytes.len())
     }
     fn visit_unit<E: de::Error>(self) -> Result<(), E> {
         self.count()

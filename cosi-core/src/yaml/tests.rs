@@ -186,6 +186,44 @@ fn aliases_count_as_everything_they_stand_for() {
 }
 
 #[test]
+fn aliases_of_a_string_count_as_all_its_bytes() {
+    // One 10-byte string and three aliases of it: 40 bytes of strings, plus the keys a, b,
+    // c, d (4 bytes).
+    let text = "a: &s 0123456789\nb: *s\nc: *s\nd: *s\n";
+    let exact = Limits {
+        max_scalar_bytes: 44,
+        ..Limits::default()
+    };
+    assert!(exact.check(text).is_ok());
+    let one_less = Limits {
+        max_scalar_bytes: 43,
+        ..Limits::default()
+    };
+    let err = one_less.check(text).unwrap_err();
+    assert_eq!(
+        err.message,
+        "more than 43 bytes of strings once aliases are expanded (an alias counts as all it \
+         stands for), reached at d"
+    );
+}
+
+#[test]
+fn the_default_refuses_a_long_string_aliased_thousands_of_times() {
+    let mut text = format!("a: &s {}\nl:\n", "x".repeat(100_000));
+    for _ in 0..2_000 {
+        text.push_str("- *s\n");
+    }
+    assert!(text.len() < MAX_BYTES);
+    let err = check(&text).unwrap_err();
+    assert!(
+        err.message
+            .starts_with("more than 4194304 bytes of strings"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
 fn a_document_that_is_not_yaml_passes_the_check() {
     assert!(check("a: [1").is_ok());
     assert!(check("a: *nowhere").is_ok());
