@@ -501,7 +501,31 @@ fn rejections() -> Vec<(&'static str, ApplyRequest, &'static str)> {
         ("restart required", patch(RESTART_PATCH, ApplyMode::NoReboot), "machine.type"),
         ("restart required in try", patch(RESTART_PATCH, ApplyMode::Try), "machine.type"),
         ("version conflict", patch(LIVE_PATCH, ApplyMode::NoReboot).expect_version(Version::new(99)), "active"),
+        ("patched config over the size limit", patch(&aliased_sysctls(), ApplyMode::NoReboot), "patches: the patched config would not be accepted"),
+        ("patched config over the document limit", patch(&many_services(300), ApplyMode::NoReboot), "patches: the patched config would not be accepted"),
     ]
+}
+
+/// A 60 KB patch whose 40 sysctls are one 60 KB value, anchored once and aliased 39 times:
+/// 2.4 MB once merged, more than a config text may be.
+fn aliased_sysctls() -> String {
+    let mut text = format!("machine:\n  sysctls:\n    s0: &v {}\n", "x".repeat(60_000));
+    for i in 1..40 {
+        text.push_str(&format!("    s{i}: *v\n"));
+    }
+    text
+}
+
+/// A JSON patch adding `count` service documents, more than a config text may hold.
+fn many_services(count: usize) -> String {
+    let ops: Vec<String> = (0..count)
+        .map(|i| {
+            format!(
+                r#"{{"op": "add", "path": "/$docs/ServiceConfig/s{i}", "value": {{"command": "/bin/true"}}}}"#
+            )
+        })
+        .collect();
+    format!("[{}]", ops.join(","))
 }
 
 #[tokio::test(start_paused = true)]

@@ -246,3 +246,72 @@ fn a_patched_config_encodes_canonically() {
     let config = ok(&["machine:\n  nodeLabels:\n    tier: gold\n"]);
     assert_eq!(decode(encode(&config).as_bytes()).unwrap(), config);
 }
+
+fn ops_text(ops: &[String]) -> String {
+    format!("[{}]", ops.join(","))
+}
+
+fn op(op: &str, path: &str, rest: &str) -> String {
+    format!(r#"{{"op": "{op}", "path": "{path}"{rest}}}"#)
+}
+
+#[test]
+fn a_json_patch_nesting_the_config_past_the_depth_limit_is_refused() {
+    // Each round nests /x one level deeper under a fresh /w, with moves only.
+    let mut ops = vec![op("add", "/x", r#", "value": {}"#)];
+    for _ in 0..100 {
+        ops.push(op("add", "/w", r#", "value": {}"#));
+        ops.push(op("move", "/w/k", r#", "from": "/x""#));
+        ops.push(op("move", "/x", r#", "from": "/w""#));
+    }
+    let error = err(&[&ops_text(&ops)]);
+    assert!(
+        error.starts_with("patches[0][")
+            && error.ends_with("]: the patched config would be nested more than 64 levels deep"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_json_patch_copying_the_config_past_the_size_limit_is_refused() {
+    // Each round doubles /x: a 1 KB string becomes 4 MiB after 12 rounds.
+    let mut ops = vec![op(
+        "add",
+        "/x",
+        &format!(r#", "value": ["{}"]"#, "x".repeat(1024)),
+    )];
+    for _ in 0..30 {
+        ops.push(op("add", "/t", r#", "value": []"#));
+        ops.push(op("copy", "/t/-", r#", "from": "/x""#));
+        ops.push(op("copy", "/t/-", r#", "from": "/x""#));
+        ops.push(op("move", "/x", r#", "from": "/t""#));
+    }
+    let error = err(&[&ops_text(&ops)]);
+    assert!(
+        error.ends_with("]: the patched config would hold more than 4194304 bytes of strings"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_json_patch_of_more_operations_than_the_limit_is_refused() {
+    let ops = vec![op("test", "/machine/type", r#", "value": "worker""#); 1025];
+    assert_eq!(
+        err(&[&ops_text(&ops)]),
+        "patches[0]: 1025 operations are more than the 1024 a JSON patch may have"
+    );
+}
+
+#[test]
+fn a_move_that_fails_after_other_operations_is_an_error_not_a_panic() {
+    let ops = [
+        op("add", "/a", r#", "value": {}"#),
+        op("add", "/a/k", r#", "value": 1"#),
+        op("add", "/arr", r#", "value": []"#),
+        op("move", "/arr/5", r#", "from": "/a""#),
+    ];
+    assert_eq!(
+        err(&[&ops_text(&ops)]),
+        "patches[0][3]: move at \"/arr/5\" failed: path is invalid"
+    );
+}

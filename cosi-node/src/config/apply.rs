@@ -768,10 +768,22 @@ fn new_config(
             }
             let patched = patch::apply(base.config(), &parsed).map_err(ApplyError::Invalid)?;
             if patched == *base.config() {
-                Ok(base.clone())
-            } else {
-                Ok(MachineConfig::from_config(patched))
+                return Ok(base.clone());
             }
+            let config = MachineConfig::from_config(patched);
+            // What is stored must read back at the next start under the limits of a config
+            // text (its size, documents, nesting): patches are bounded one by one, not in sum.
+            if let Err(unreadable) = document::decode(config.text().as_bytes()) {
+                let reasons: Vec<String> = unreadable.0.iter().map(ToString::to_string).collect();
+                return Err(ApplyError::Invalid(ConfigErrors::one(
+                    "patches",
+                    format!(
+                        "the patched config would not be accepted as a config: {}",
+                        reasons.join("; ")
+                    ),
+                )));
+            }
+            Ok(config)
         }
     }
 }

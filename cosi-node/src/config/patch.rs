@@ -27,6 +27,13 @@
 //! from the path when left out) and removing it deletes one. So JSON patches work on
 //! multi-document configs too.
 //!
+//! A JSON patch is applied one operation at a time under the bounds a config text is read
+//! under ([`MAX_OPERATIONS`] operations; values, nesting and string bytes as
+//! [`cosi_core::yaml::Limits`] counts them): each operation's value is measured before it is
+//! placed, so a few hundred `copy` operations cannot double the config into gigabytes, nor
+//! `move`s nest it thousands of levels deep (which the recursive readers of the result would
+//! not survive).
+//!
 //! The result is decoded strictly: a patch that makes the config ill-formed is rejected with
 //! the offending field's path.
 
@@ -44,6 +51,11 @@ use super::yaml;
 const DIRECTIVE: &str = "$patch";
 /// The key under which JSON patches see the named documents.
 pub const NAMED_DOCUMENTS_KEY: &str = "$docs";
+/// The most operations one JSON patch may have.
+pub const MAX_OPERATIONS: usize = 1024;
+/// The deepest nesting JSON patches may leave in the combined document: a named document sits
+/// three levels down (`/$docs/Kind/name`), and may be as deep as a text's documents.
+const MAX_COMBINED_DEPTH: usize = cosi_core::yaml::MAX_DEPTH + 3;
 
 /// One parsed patch.
 #[derive(Clone, PartialEq, Debug)]
@@ -469,15 +481,147 @@ fn json_patch_documents(
     ops: &[PatchOperation],
     subject: &str,
 ) -> Result<Documents, ConfigErrors> {
+    if ops.len() > MAX_OPERATIONS {
+        return Err(ConfigErrors::one(
+            subject,
+            format!(
+                "{} operations are more than the {MAX_OPERATIONS} a JSON patch may have",
+                ops.len()
+            ),
+        ));
+    }
     let mut combined = combined_json(documents);
-    json_patch::patch(&mut combined, ops).map_err(|e| {
-        let op = ops.get(e.operation).map(op_name).unwrap_or("operation");
-        ConfigErrors::one(
-            join_index(subject, e.operation),
-            format!("{op} at {:?} failed: {}", e.path.as_str(), e.kind),
-        )
-    })?;
+    let mut budget = PatchBudget::new(&combined);
+    for (index, op) in ops.iter().enumerate() {
+        budget
+            .admit(&combined, op)
+            .map_err(|message| ConfigErrors::one(join_index(subject, index), message))?;
+        // Without undo: on an error the whole document is dropped. (The library's undo of
+        // earlier operations after a failed `move` can itself fail, and panics when it does.)
+        json_patch::patch_unsafe(&mut combined, std::slice::from_ref(op)).map_err(|e| {
+            ConfigErrors::one(
+                join_index(subject, index),
+                format!(
+                    "{} at {:?} failed: {}",
+                    op_name(op),
+                    e.path.as_str(),
+                    e.kind
+                ),
+            )
+        })?;
+    }
     split_combined(combined, subject)
+}
+
+/// What a JSON patch may still add to the combined document: its values and string bytes
+/// (counted as placed; what operations remove is not given back), and an upper bound of its
+/// depth.
+struct PatchBudget {
+    nodes: usize,
+    bytes: usize,
+    depth_bound: usize,
+}
+
+/// The values, nesting depth (a scalar 0, a collection one more than its deepest item) and
+/// string bytes (keys and values) of `value`, counted without recursion.
+fn measure(value: &serde_json::Value) -> (usize, usize, usize) {
+    let (mut nodes, mut depth, mut bytes) = (0, 0, 0);
+    let mut stack = vec![(value, 0)];
+    while let Some((value, level)) = stack.pop() {
+        nodes += 1;
+        match value {
+            serde_json::Value::Array(items) => {
+                depth = depth.max(level + 1);
+                stack.extend(items.iter().map(|item| (item, level + 1)));
+            }
+            serde_json::Value::Object(map) => {
+                depth = depth.max(level + 1);
+                for (key, item) in map {
+                    nodes += 1;
+                    bytes += key.len();
+                    stack.push((item, level + 1));
+                }
+            }
+            serde_json::Value::String(text) => {
+                depth = depth.max(level);
+                bytes += text.len();
+            }
+            _ => depth = depth.max(level),
+        }
+    }
+    (nodes, depth, bytes)
+}
+
+impl PatchBudget {
+    fn new(combined: &serde_json::Value) -> Self {
+        let (nodes, depth_bound, bytes) = measure(combined);
+        PatchBudget {
+            nodes,
+            bytes,
+            depth_bound,
+        }
+    }
+
+    /// Whether `op` may be applied to `combined`: the error says which bound it passes.
+    fn admit(&mut self, combined: &serde_json::Value, op: &PatchOperation) -> Result<(), String> {
+        let (placed, at) = match op {
+            PatchOperation::Add(op) => (Some(&op.value), op.path.count()),
+            PatchOperation::Replace(op) => (Some(&op.value), op.path.count()),
+            // A missing source: the operation itself fails, with the library's message.
+            PatchOperation::Copy(op) => match combined.pointer(op.from.as_str()) {
+                Some(value) => (Some(value), op.path.count()),
+                None => return Ok(()),
+            },
+            PatchOperation::Move(op) => {
+                let (from, to) = (op.from.count(), op.path.count());
+                // The moved value was at most `depth_bound - from` deep: measure it only when
+                // that bound no longer proves the move harmless.
+                let bound = self.depth_bound + to.saturating_sub(from);
+                if bound <= MAX_COMBINED_DEPTH {
+                    self.depth_bound = bound;
+                    return Ok(());
+                }
+                match combined.pointer(op.from.as_str()) {
+                    Some(value) => {
+                        let (_, depth, _) = measure(value);
+                        self.deepen(to + depth)?;
+                    }
+                    None => return Ok(()),
+                }
+                return Ok(());
+            }
+            PatchOperation::Remove(_) | PatchOperation::Test(_) => return Ok(()),
+        };
+        let Some(value) = placed else { return Ok(()) };
+        let (nodes, depth, bytes) = measure(value);
+        self.deepen(at + depth)?;
+        self.nodes += nodes;
+        if self.nodes > cosi_core::yaml::MAX_NODES {
+            return Err(format!(
+                "the patched config would hold more than {} values",
+                cosi_core::yaml::MAX_NODES
+            ));
+        }
+        self.bytes += bytes;
+        if self.bytes > cosi_core::yaml::MAX_SCALAR_BYTES {
+            return Err(format!(
+                "the patched config would hold more than {} bytes of strings",
+                cosi_core::yaml::MAX_SCALAR_BYTES
+            ));
+        }
+        Ok(())
+    }
+
+    fn deepen(&mut self, depth: usize) -> Result<(), String> {
+        if depth > MAX_COMBINED_DEPTH {
+            return Err(format!(
+                "the patched config would be nested more than {} levels deep",
+                cosi_core::yaml::MAX_DEPTH
+            ));
+        }
+        self.depth_bound = self.depth_bound.max(depth);
+        Ok(())
+    }
 }
 
 fn op_name(op: &PatchOperation) -> &'static str {
