@@ -221,6 +221,20 @@ fn pod_and_service_subnets_do_not_overlap() {
 }
 
 #[test]
+fn a_service_subnet_overlapping_several_pod_subnets_is_one_error_naming_the_first() {
+    let errors = errors(
+        "cluster:\n  network:\n    podSubnets: [10.0.0.0/8, 10.1.0.0/16, 10.2.0.0/16]\n    serviceSubnets: [0.0.0.0/0, 10.1.0.0/24]\n",
+    );
+    assert_eq!(
+        errors,
+        [
+            "cluster.network.serviceSubnets[0]: 0.0.0.0/0 overlaps pod subnet 10.0.0.0/8 (cluster.network.podSubnets[0])",
+            "cluster.network.serviceSubnets[1]: 10.1.0.0/24 overlaps pod subnet 10.0.0.0/8 (cluster.network.podSubnets[0])",
+        ]
+    );
+}
+
+#[test]
 fn a_service_depending_on_an_unknown_service_is_invalid() {
     let errors =
         errors("apiVersion: v1alpha1\nkind: ServiceConfig\nname: web\ndependsOn: [db, kubelet]\n");

@@ -45,14 +45,23 @@ impl ConfigErrors {
     }
 
     /// The paths of the problems, in order, without repeats.
+    ///
+    /// ```
+    /// use cosi_node::config::{ConfigErrors, FieldError};
+    /// let errors = ConfigErrors(vec![
+    ///     FieldError::new("machine.type", "required"),
+    ///     FieldError::new("cluster.name", "required"),
+    ///     FieldError::new("machine.type", "unknown"),
+    /// ]);
+    /// assert_eq!(errors.paths(), ["machine.type", "cluster.name"]);
+    /// ```
     pub fn paths(&self) -> Vec<&str> {
-        let mut paths: Vec<&str> = Vec::new();
-        for e in &self.0 {
-            if !paths.contains(&e.path.as_str()) {
-                paths.push(&e.path);
-            }
-        }
-        paths
+        let mut seen = std::collections::HashSet::with_capacity(self.0.len());
+        self.0
+            .iter()
+            .map(|e| e.path.as_str())
+            .filter(|path| seen.insert(*path))
+            .collect()
     }
 
     /// As the runtime's invalid-argument error: the field is every path (comma-separated), the

@@ -215,16 +215,14 @@ fn cluster(config: &Config, v: &mut Validation) {
         "cluster.network.serviceSubnets",
         v,
     );
-    for (i, pod) in &pods {
-        for (j, service) in &services {
-            if pod.overlaps(service) {
-                v.error(
-                    join_index("cluster.network.serviceSubnets", *j),
-                    format!(
-                        "{service} overlaps pod subnet {pod} (cluster.network.podSubnets[{i}])"
-                    ),
-                );
-            }
+    // One error per service subnet, naming the first pod subnet it overlaps: every pair would
+    // be as many errors as the product of the two lists.
+    for (j, service) in &services {
+        if let Some((i, pod)) = pods.iter().find(|(_, pod)| pod.overlaps(service)) {
+            v.error(
+                join_index("cluster.network.serviceSubnets", *j),
+                format!("{service} overlaps pod subnet {pod} (cluster.network.podSubnets[{i}])"),
+            );
         }
     }
     if let Some(cni) = &c.network.cni {
