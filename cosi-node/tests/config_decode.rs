@@ -268,3 +268,22 @@ fn the_token_is_not_shown_by_debug() {
     let debug = format!("{config:?}");
     assert!(!debug.contains("s3cr3t") && debug.contains("<redacted>"));
 }
+
+#[test]
+fn a_config_whose_aliases_stand_for_megabytes_of_text_is_refused_before_it_is_read() {
+    // 106 KB as written; 200 MB of strings once its 2,001 aliases are expanded.
+    let mut text = format!(
+        "version: v1alpha1\nmachine:\n  sysctls:\n    anchor: &v {}\n",
+        "x".repeat(100_000)
+    );
+    for i in 0..2_001 {
+        text.push_str(&format!("    k{i}: *v\n"));
+    }
+    let errors = errors(&text);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("more than 4194304 bytes of strings once aliases are expanded"),
+        "{}",
+        &errors[0][..errors[0].len().min(300)]
+    );
+}
