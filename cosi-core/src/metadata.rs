@@ -36,6 +36,9 @@ impl Version {
     pub const UNSET: Version = Version(0);
     /// The version a create stores.
     pub const FIRST: Version = Version(1);
+    /// The highest version: a store refuses to update a resource stored at it (only a record
+    /// written outside the store can carry it).
+    pub const LAST: Version = Version(u64::MAX);
 
     /// Wraps a raw version number.
     pub const fn new(v: u64) -> Self {
@@ -47,9 +50,15 @@ impl Version {
         self.0
     }
 
-    /// The version after this one.
+    /// The version after this one; [`Version::LAST`] stays itself (stores refuse to update a
+    /// resource stored at it, so they never ask).
+    ///
+    /// ```
+    /// use cosi_core::Version;
+    /// assert_eq!(Version::LAST.next(), Version::LAST);
+    /// ```
     pub const fn next(self) -> Self {
-        Version(self.0 + 1)
+        Version(self.0.saturating_add(1))
     }
 }
 

@@ -50,6 +50,19 @@ pub(crate) fn check_update(
             actual: stored_md.version(),
         });
     }
+    if stored_md.version() == Version::LAST {
+        // Only a record written outside this store (another etcd writer, a tampered file) can
+        // get here: the store never counts that far.
+        return Err(Error::invalid(
+            stored_md.pointer().to_string(),
+            "metadata.version",
+            format!(
+                "the stored version {} is the last a resource can have: it cannot change \
+                 again; destroy and create it",
+                Version::LAST
+            ),
+        ));
+    }
     check_owner(stored, options.owner.as_ref())?;
     if let Some(expected) = options.expected_phase {
         if stored_md.phase() != expected {
@@ -123,4 +136,33 @@ fn check_identity(pointer: &Pointer) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cosi_core::{DynamicResource, Metadata};
+
+    fn resource_at(version: Version) -> SharedResource {
+        let mut metadata = Metadata::new(Pointer::new("ns", "Things.test.cosi.dev", "a"));
+        metadata.set_version(version);
+        Arc::new(DynamicResource {
+            metadata,
+            spec: serde_json::Value::Null,
+        })
+    }
+
+    #[test]
+    fn a_resource_stored_at_the_last_version_cannot_be_updated() {
+        let stored = resource_at(Version::LAST);
+        let error = check_update(&*stored, &*stored, &UpdateOptions::default()).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "ns/Things.test.cosi.dev/a: invalid metadata.version: the stored version {} is \
+                 the last a resource can have: it cannot change again; destroy and create it",
+                u64::MAX
+            )
+        );
+    }
 }
