@@ -89,6 +89,19 @@ fn interface_addresses_must_be_cidrs() {
 }
 
 #[test]
+fn a_prefix_length_with_a_sign_or_leading_zero_is_invalid_where_it_is_written() {
+    // The network layer (ipnet) would drop these addresses with only a warning.
+    let errors = errors("machine:\n  network:\n    interfaces:\n    - interface: eth0\n      addresses: [192.0.2.11/+24, 192.0.2.12/024]\n");
+    assert_eq!(
+        errors,
+        [
+            "machine.network.interfaces[0].addresses[1]: not an address in CIDR form: \"+24\" is not a prefix length: write it in decimal digits, without a sign or leading zeros",
+            "machine.network.interfaces[0].addresses[2]: not an address in CIDR form: \"024\" is not a prefix length: write it in decimal digits, without a sign or leading zeros",
+        ]
+    );
+}
+
+#[test]
 fn an_address_listed_twice_is_invalid() {
     let errors = errors("machine:\n  network:\n    interfaces:\n    - interface: eth0\n      addresses: [192.0.2.10/24]\n");
     assert_eq!(

@@ -12,7 +12,8 @@
 //!   kubelet knows the flag cannot be known here: an unknown flag is accepted (the service
 //!   will say so when it runs);
 //! - `machine.network`: the hostname is an RFC 1123 name; interface names are unique; addresses
-//!   are CIDRs (`192.0.2.10/24`), each once per interface; the MTU is within 68..=65535;
+//!   are CIDRs (`192.0.2.10/24`, only in the form the network layer reads: see [`Cidr`]), each
+//!   once per interface; the MTU is within 68..=65535;
 //! - `machine.sysctls`: keys are dotted kernel parameter names, values non-empty;
 //! - `cluster.controlPlane.endpoint`: an `https://host[:port]` URL;
 //! - `cluster.network`: pod and service subnets are network CIDRs (no host bits) and pod
