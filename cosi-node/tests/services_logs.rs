@@ -1,11 +1,15 @@
 //! Output capture with real processes: line by line per stream, tail then follow, a slow
-//! follower that cannot slow the service, and the capped, rotated log file.
+//! follower that cannot slow the service, the capped, rotated log file, and a process that
+//! left the service's group holding its output open.
 
 mod services_support;
 
+use std::path::PathBuf;
+
 use cosi_node::services::{
-    LineSplitter, LogFileOptions, LogItem, LogStream, RestartPolicy, RotatingFile, ServiceSpec,
-    ServiceState, Supervisor, SupervisorOptions, FOLLOW_BUFFER, MAX_LINE, TRUNCATED_MARK,
+    LineSplitter, LogFileOptions, LogItem, LogReader, LogStream, RestartPolicy, RotatingFile,
+    ServiceSpec, ServiceState, Supervisor, SupervisorOptions, FOLLOW_BUFFER, MAX_LINE,
+    TRUNCATED_MARK,
 };
 use proptest::prelude::*;
 use services_support::*;
@@ -186,6 +190,96 @@ async fn a_line_without_end_is_cut_at_the_limit() {
     assert_eq!(lines[0].text.len(), MAX_LINE + TRUNCATED_MARK.len());
     assert!(lines[0].text.ends_with(TRUNCATED_MARK));
     assert_eq!(lines[1].text, "next");
+    supervisor.shutdown().await;
+}
+
+/// A service that starts a lingerer: a process in its own session (out of the service's
+/// group, so not killed with it) that prints its pid once it is there, and keeps the
+/// service's stdout and stderr open. The service runs until it is stopped.
+fn leaves_a_lingerer() -> ServiceSpec {
+    once("setsid sh -c 'echo lingerer $$; exec sleep 600' & exec sleep 600")
+}
+
+/// The grandchild of [`leaves_a_lingerer`], killed when dropped.
+struct Lingerer(u32);
+
+impl Lingerer {
+    /// Reads the pid the service printed.
+    async fn from_log(follow: &mut LogReader) -> Self {
+        let pid = wait_line_prefix(follow, "lingerer ").await;
+        let pid = pid.parse().unwrap();
+        assert!(running(pid), "the lingerer {pid} runs");
+        Lingerer(pid)
+    }
+
+    /// The pipes it holds as stdout and stderr (`pipe:[inode]`).
+    fn output_pipes(&self) -> Vec<PathBuf> {
+        [1, 2]
+            .iter()
+            .map(|fd| std::fs::read_link(format!("/proc/{}/fd/{fd}", self.0)).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Lingerer {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0 as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// Which of `pipes` this process (the supervisor) still has an end of.
+fn held_by_this_process(pipes: &[PathBuf]) -> Vec<PathBuf> {
+    let mut held: Vec<PathBuf> = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| pipes.contains(target))
+        .collect();
+    held.sort();
+    held
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_ends_when_its_service_is_removed_though_a_process_that_left_the_group_holds_its_output(
+) {
+    // Given a service whose lingerer holds its output open, followed
+    let supervisor = supervisor();
+    supervisor.apply("lingering", leaves_a_lingerer()).unwrap();
+    let mut follow = supervisor.logs("lingering", 100, true).unwrap();
+    let _lingerer = Lingerer::from_log(&mut follow).await;
+
+    // When the service is removed
+    supervisor.remove("lingering").unwrap();
+
+    // Then the follow ends (the timeout only fails the test)
+    let end = tokio::time::timeout(PATIENCE, follow.next()).await;
+    assert_eq!(
+        end,
+        Ok(None),
+        "the follow is open after the service was removed"
+    );
+    supervisor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_leaves_no_output_reader_behind_though_a_process_that_left_the_group_holds_its_output(
+) {
+    // Given a service whose lingerer holds its output open
+    let supervisor = supervisor();
+    let mut events = supervisor.events(0);
+    supervisor.apply("lingering", leaves_a_lingerer()).unwrap();
+    let mut follow = supervisor.logs("lingering", 100, true).unwrap();
+    let lingerer = Lingerer::from_log(&mut follow).await;
+    let pipes = lingerer.output_pipes();
+
+    // When the run is over
+    supervisor.stop("lingering").unwrap();
+    wait_state(&mut events, "lingering", ServiceState::Finished).await;
+
+    // Then the supervisor holds no end of its output pipes: their readers are gone
+    assert_eq!(held_by_this_process(&pipes), Vec::<PathBuf>::new());
     supervisor.shutdown().await;
 }
 

@@ -17,7 +17,7 @@ use nix::sys::signal::Signal;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::events::{Health, ServiceState};
@@ -32,7 +32,9 @@ const SERVICE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 /// The longest stderr line quoted in an exit event.
 const QUOTE_LIMIT: usize = 1024;
 /// How long output is read after the main process exited and its group was killed. Only a
-/// process that left the group (setsid) can keep the pipes open that long.
+/// process that left the group (setsid) can keep the pipes open that long; then the readers
+/// are aborted, closing the supervisor's ends of the pipes, so no reader (nor its hold on the
+/// service's [`LogBook`]) outlives the run. What such a process writes later is not captured.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
 /// Runs the service `id` until it is removed.
@@ -95,7 +97,8 @@ struct Runner {
 struct Running {
     child: Child,
     pid: u32,
-    readers: Vec<JoinHandle<()>>,
+    /// The tasks reading stdout and stderr; dropping the set aborts them.
+    readers: JoinSet<()>,
     last_stderr: Arc<Mutex<Option<String>>>,
     record: Option<GroupRecord>,
     started: Instant,
@@ -457,7 +460,7 @@ impl Runner {
         Ok(Running {
             child,
             pid,
-            readers: Vec::new(),
+            readers: JoinSet::new(),
             last_stderr: Arc::new(Mutex::new(None)),
             record,
             started: Instant::now(),
@@ -470,7 +473,7 @@ impl Runner {
     /// (until then the output waits in the pipes).
     fn capture_output(&self, running: &mut Running) {
         if let Some(stdout) = running.child.stdout.take() {
-            running.readers.push(read_output(
+            running.readers.spawn(read_output(
                 stdout,
                 LogStream::Stdout,
                 self.logs.clone(),
@@ -478,7 +481,7 @@ impl Runner {
             ));
         }
         if let Some(stderr) = running.child.stderr.take() {
-            running.readers.push(read_output(
+            running.readers.spawn(read_output(
                 stderr,
                 LogStream::Stderr,
                 self.logs.clone(),
@@ -598,11 +601,12 @@ impl Runner {
     }
 
     /// After the main process is gone: kill what is left of its group, read the rest of its
-    /// output, drop its record. Returns its last stderr line.
+    /// output (for at most [`DRAIN_LIMIT`]), drop its record. Returns its last stderr line.
+    /// When it returns, the output readers are gone.
     async fn finish(&mut self, running: Running) -> Option<String> {
         let Running {
             pid,
-            readers,
+            mut readers,
             last_stderr,
             record,
             health,
@@ -611,9 +615,11 @@ impl Runner {
         drop(health);
         let _ = process::signal_group(pid, Signal::SIGKILL);
         reaper::forget(pid);
-        let drain = futures::future::join_all(readers);
+        let drain = async { while readers.join_next().await.is_some() {} };
         if tokio::time::timeout(DRAIN_LIMIT, drain).await.is_err() {
-            tracing::warn!(service = %self.id, pid, "output pipes still open after the process group was killed (a process left the group)");
+            tracing::warn!(service = %self.id, pid, "output pipes still open after the process group was killed (a process left the group); no longer reading them");
+            // Aborts the readers and waits until they are dropped, with their pipes.
+            readers.shutdown().await;
         }
         if let Some(record) = record {
             self.sup.ledger.release(&record);
@@ -668,33 +674,32 @@ fn start_health(check: HealthCheck) -> HealthTask {
     HealthTask { results, task }
 }
 
-fn read_output(
+/// Reads one pipe into the service's logs until its end (or until aborted).
+async fn read_output(
     mut pipe: impl AsyncRead + Unpin + Send + 'static,
     stream: LogStream,
     logs: Arc<LogBook>,
     last: Option<Arc<Mutex<Option<String>>>>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut lines = LineSplitter::default();
-        let mut buffer = vec![0u8; 8192];
-        let record = |line: String| {
-            if let Some(last) = &last {
-                if !line.trim().is_empty() {
-                    *last.lock().unwrap_or_else(|e| e.into_inner()) = Some(line.clone());
-                }
-            }
-            logs.push(stream, line);
-        };
-        loop {
-            match pipe.read(&mut buffer).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => lines.push(&buffer[..n]).into_iter().for_each(&record),
+) {
+    let mut lines = LineSplitter::default();
+    let mut buffer = vec![0u8; 8192];
+    let record = |line: String| {
+        if let Some(last) = &last {
+            if !line.trim().is_empty() {
+                *last.lock().unwrap_or_else(|e| e.into_inner()) = Some(line.clone());
             }
         }
-        if let Some(line) = lines.finish() {
-            record(line);
+        logs.push(stream, line);
+    };
+    loop {
+        match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => lines.push(&buffer[..n]).into_iter().for_each(&record),
         }
-    })
+    }
+    if let Some(line) = lines.finish() {
+        record(line);
+    }
 }
 
 /// An exit status in the words of an event: state, message, and whether it is a failure.

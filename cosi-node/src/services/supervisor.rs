@@ -29,6 +29,10 @@
 //! - Nothing a service does can block the supervisor: output is read continuously into bounded
 //!   buffers ([`super::logs`]), every wait is a `select!` with the service's control channel, and
 //!   the shared table's lock is never held across an `.await`.
+//! - A process that left a service's group cannot pin the supervisor's output readers: a
+//!   run's output is read for at most 2 s after its main process exited and its group was
+//!   killed (only such a process can hold the pipes that long), then the readers are aborted
+//!   and the pipes closed, so no reader outlives the run.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
