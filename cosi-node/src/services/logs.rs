@@ -1,6 +1,9 @@
 //! A service's captured output: lines cut from its stdout and stderr, the last N kept in memory,
 //! a follow stream, and (through [`super::log_file`]) a size-capped file.
 //!
+//! A follow stream ends when the service is removed: its runner closes the book
+//! ([`LogBook::close`]) as it retires, whoever else still holds it.
+//!
 //! Nothing here may slow the service down or grow without bound because of a reader:
 //! - lines are cut at [`MAX_LINE`] bytes (a program that never prints a newline costs one
 //!   line's worth of memory);
@@ -140,10 +143,18 @@ fn text_of(bytes: &[u8]) -> String {
 /// queue to its log file. Cheap to share (`Arc`).
 #[derive(Debug)]
 pub struct LogBook {
-    ring: Mutex<VecDeque<Arc<LogLine>>>,
+    lines: Mutex<Lines>,
     capacity: usize,
-    live: broadcast::Sender<Arc<LogLine>>,
     file: Option<FileFeed>,
+}
+
+/// The ring and the followers' channel, under one lock: a follower's tail and its live lines
+/// neither overlap nor leave a gap.
+#[derive(Debug)]
+struct Lines {
+    ring: VecDeque<Arc<LogLine>>,
+    /// `None` once the book is closed: followers have read their last line.
+    live: Option<broadcast::Sender<Arc<LogLine>>>,
 }
 
 /// The bounded queue to a log file writer, and what it had to drop.
@@ -171,11 +182,17 @@ impl LogBook {
     pub(crate) fn with_file(capacity: usize, file: Option<FileFeed>) -> Self {
         let (live, _) = broadcast::channel(FOLLOW_BUFFER);
         LogBook {
-            ring: Mutex::new(VecDeque::with_capacity(capacity.min(1024))),
+            lines: Mutex::new(Lines {
+                ring: VecDeque::with_capacity(capacity.min(1024)),
+                live: Some(live),
+            }),
             capacity: capacity.max(1),
-            live,
             file,
         }
+    }
+
+    fn lines(&self) -> std::sync::MutexGuard<'_, Lines> {
+        self.lines.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records a line. Never waits.
@@ -186,14 +203,15 @@ impl LogBook {
             text,
         });
         {
-            let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
-            if ring.len() == self.capacity {
-                ring.pop_front();
+            let mut lines = self.lines();
+            if lines.ring.len() == self.capacity {
+                lines.ring.pop_front();
             }
-            ring.push_back(line.clone());
-            // Under the ring's lock, so a follower's tail and its live lines neither overlap
-            // nor leave a gap. No receiver is not an error.
-            let _ = self.live.send(line.clone());
+            lines.ring.push_back(line.clone());
+            // No receiver is not an error.
+            if let Some(live) = &lines.live {
+                let _ = live.send(line.clone());
+            }
         }
         if let Some(file) = &self.file {
             if file.queue.try_send(FileCommand::Line(line)).is_err() {
@@ -204,19 +222,30 @@ impl LogBook {
 
     /// The last `n` lines, oldest first.
     pub fn tail(&self, n: usize) -> Vec<Arc<LogLine>> {
-        let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
-        let skip = ring.len().saturating_sub(n);
-        ring.iter().skip(skip).cloned().collect()
+        let lines = self.lines();
+        let skip = lines.ring.len().saturating_sub(n);
+        lines.ring.iter().skip(skip).cloned().collect()
     }
 
     /// A reader: the last `tail` lines, then (with `follow`) every new line until the book is
-    /// dropped (the service was removed) or the reader is.
+    /// closed or dropped (the service was removed), or the reader is dropped.
     pub fn read(&self, tail: usize, follow: bool) -> LogReader {
-        let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
-        let skip = ring.len().saturating_sub(tail);
-        let backlog = ring.iter().skip(skip).cloned().collect();
-        let live = follow.then(|| self.live.subscribe());
+        let lines = self.lines();
+        let skip = lines.ring.len().saturating_sub(tail);
+        let backlog = lines.ring.iter().skip(skip).cloned().collect();
+        let live = if follow {
+            lines.live.as_ref().map(broadcast::Sender::subscribe)
+        } else {
+            None
+        };
         LogReader { backlog, live }
+    }
+
+    /// Ends every follow: each follower reads the lines it has not read yet, then the end.
+    /// A reader made later gets its tail only. Lines pushed after this are kept in the ring
+    /// and the file, not followed.
+    pub fn close(&self) {
+        self.lines().live = None;
     }
 
     /// Waits until every line recorded so far is in the log file (at once without a file).
@@ -285,6 +314,39 @@ mod tests {
         assert_eq!(out[0].len(), MAX_LINE + TRUNCATED_MARK.len());
         assert!(out[0].ends_with(TRUNCATED_MARK));
         assert_eq!(lines.push(b"yyy\nnext\n"), vec!["next".to_string()]);
+    }
+
+    /// Every line a reader yields, until its end. On a paused clock, a reader that waits for
+    /// lines nobody will push fails at once (the clock skips to the timeout).
+    async fn read_to_end(mut reader: LogReader) -> Vec<String> {
+        let mut read = Vec::new();
+        loop {
+            let next = tokio::time::timeout(std::time::Duration::from_secs(60), reader.next());
+            match next.await.expect("the reader ended") {
+                Some(LogItem::Line(line)) => read.push(line.text.clone()),
+                Some(LogItem::Skipped(n)) => panic!("skipped {n}"),
+                None => return read,
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_reads_what_it_has_not_read_then_ends_when_the_book_is_closed() {
+        let book = LogBook::new(10);
+        book.push(LogStream::Stdout, "before".into());
+        let follower = book.read(10, true);
+        book.push(LogStream::Stdout, "pending".into());
+        book.close();
+        assert_eq!(read_to_end(follower).await, ["before", "pending"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follow_asked_for_after_the_book_is_closed_gets_its_tail_only() {
+        let book = LogBook::new(10);
+        book.push(LogStream::Stdout, "one".into());
+        book.push(LogStream::Stdout, "two".into());
+        book.close();
+        assert_eq!(read_to_end(book.read(1, true)).await, ["two"]);
     }
 
     #[test]

@@ -33,6 +33,8 @@
 //!   run's output is read for at most 2 s after its main process exited and its group was
 //!   killed (only such a process can hold the pipes that long), then the readers are aborted
 //!   and the pipes closed, so no reader outlives the run.
+//! - Every follow of a removed service's logs ends as the service leaves the table (the runner
+//!   closes its [`LogBook`] as it retires), whoever still holds the book.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

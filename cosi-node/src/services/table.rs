@@ -12,7 +12,8 @@
 //!   record (dependencies, dependents). The supervisor creates records and only reads them.
 //! - [`Table`]: the records and desired senders by id, behind one lock that is never held
 //!   across an `.await`. The supervisor adds entries; a runner removes its own, once, through
-//!   [`Shared::retire`] when it was asked to stop and forget the service.
+//!   [`Shared::retire`] when it was asked to stop and forget the service; that closes the
+//!   service's [`LogBook`], so its log follows end.
 //! - [`Shared`]: the table with what every runner reads (the options, the process group
 //!   ledger) and the two signals out: the change counter (dependency waits and the status
 //!   mirror follow it) and the event stream.
@@ -196,7 +197,8 @@ impl Shared {
         self.changes.send_modify(|g| *g = g.wrapping_add(1));
     }
 
-    /// The runner of `id` is done: forget the service if it was removed (and not re-added).
+    /// The runner of `id` is done: forget the service if it was removed (and not re-added),
+    /// and close its log book, so whoever follows its logs reads the end.
     pub(super) fn retire(&self, id: &str) -> bool {
         let mut table = self.table();
         let removed = table
@@ -204,7 +206,9 @@ impl Shared {
             .get(id)
             .is_some_and(|e| e.desired.borrow().removed);
         if removed {
-            table.services.remove(id);
+            if let Some(entry) = table.services.remove(id) {
+                entry.logs.close();
+            }
         }
         drop(table);
         self.bump();
