@@ -5,6 +5,10 @@
 //! The node also scans the directory every `refresh` — expiry is a matter of time, so this
 //! registry is time-driven by nature — and removes its own file when it withdraws or stops.
 //! Writes go through a temporary file and a rename, so a reader never sees half a file.
+//!
+//! The peers sharing the directory may be other machines, and anything in it may be theirs:
+//! the temporary file has a random name and is created exclusively, never through a link, so
+//! a planted link cannot redirect this node's write.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -153,10 +157,12 @@ fn round(
         let _ = std::fs::remove_file(previous);
     }
     if let (Some(path), Some(affiliate)) = (&path, &published) {
-        let temporary = directory.join(format!(".{}.json.tmp", affiliate.node_id));
-        std::fs::write(&temporary, encode_remote(affiliate))
-            .map_err(|e| describe("cannot write", &temporary, e))?;
-        std::fs::rename(&temporary, path).map_err(|e| describe("cannot rename to", path, e))?;
+        write_own_file(
+            directory,
+            &affiliate.node_id,
+            path,
+            &encode_remote(affiliate),
+        )?;
     }
     let now = SystemTime::now();
     let mut affiliates = std::collections::BTreeMap::new();
@@ -191,4 +197,114 @@ fn round(
         }
     }
     Ok((path, affiliates))
+}
+
+/// Writes this node's file: into a new temporary file of a random name — created exclusively
+/// and never through a link, so a peer cannot make this node write anywhere else — synced,
+/// then renamed into place (which replaces whatever has the file's name, a link included,
+/// rather than following it). The temporary file is removed if any step fails.
+fn write_own_file(
+    directory: &Path,
+    node_id: &str,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|e| format!("cannot name a temporary file: {e}"))?;
+    let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let temporary = directory.join(format!(".{node_id}.{suffix}.tmp"));
+    let describe = |what: &str, path: &Path, e: std::io::Error| {
+        format!("cannot {what} {}: {e}", path.display())
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&temporary)
+        .map_err(|e| describe("create", &temporary, e))?;
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| describe("write", &temporary, e))
+        .and_then(|()| {
+            std::fs::rename(&temporary, path).map_err(|e| describe("rename to", path, e))
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    //! Rounds on a real directory planted with what a hostile peer could put there.
+
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+    use crate::cluster::encode_node_id;
+
+    const TTL: Duration = Duration::from_secs(30);
+
+    fn affiliate(n: u8) -> Affiliate {
+        Affiliate {
+            node_id: encode_node_id(&[n; 32]),
+            addresses: vec!["192.0.2.1".parse().unwrap()],
+            hostname: format!("node-{n}"),
+            nodename: format!("node-{n}"),
+            operating_system: "cosi-node (test)".into(),
+            machine_type: "worker".into(),
+            conditions: vec![],
+        }
+    }
+
+    fn file_of(directory: &Path, affiliate: &Affiliate) -> PathBuf {
+        directory.join(format!("{}.json", affiliate.node_id))
+    }
+
+    #[test]
+    fn the_own_file_is_not_written_through_a_link_at_a_temporary_name() {
+        let directory = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let mine = affiliate(1);
+        symlink(
+            &victim,
+            directory.path().join(format!(".{}.json.tmp", mine.node_id)),
+        )
+        .unwrap();
+
+        round(directory.path(), None, Some(mine.clone()), TTL).unwrap();
+
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let own = file_of(directory.path(), &mine);
+        assert!(std::fs::symlink_metadata(&own)
+            .unwrap()
+            .file_type()
+            .is_file());
+        assert_eq!(std::fs::read(&own).unwrap(), encode_remote(&mine));
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_temporary_file() {
+        let directory = tempfile::tempdir().unwrap();
+        let mine = affiliate(1);
+        // A directory in the way of the rename
+        let own = file_of(directory.path(), &mine);
+        std::fs::create_dir(&own).unwrap();
+        std::fs::write(own.join("inside"), b"x").unwrap();
+
+        let error = round(directory.path(), None, Some(mine), TTL).unwrap_err();
+
+        assert!(error.starts_with("cannot rename to"), "{error}");
+        let names: Vec<_> = std::fs::read_dir(directory.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [own.file_name().unwrap()]);
+    }
 }
