@@ -8,7 +8,9 @@
 //!
 //! The peers sharing the directory may be other machines, and anything in it may be theirs:
 //! the temporary file has a random name and is created exclusively, never through a link, so
-//! a planted link cannot redirect this node's write.
+//! a planted link cannot redirect this node's write. Reading, only regular files named
+//! `<nodeId>.json` count: each is opened without following a link or waiting on a FIFO, and
+//! read no further than [`MAX_AFFILIATE_BYTES`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -177,6 +179,7 @@ fn round(
         if validate_node_id(node_id).is_err() {
             continue;
         }
+        // The entry's own metadata (it does not follow a link)
         let Ok(metadata) = entry.metadata() else {
             continue;
         };
@@ -185,11 +188,20 @@ fn round(
             .ok()
             .and_then(|m| now.duration_since(m).ok())
             .unwrap_or(Duration::ZERO);
-        if age > ttl || metadata.len() > MAX_AFFILIATE_BYTES as u64 {
+        if age > ttl {
             continue;
         }
-        let Ok(bytes) = std::fs::read(entry.path()) else {
+        // Only regular files are opened: a device node could do anything when opened
+        if !metadata.file_type().is_file() {
+            tracing::warn!(?name, "skipping an affiliate file: not a regular file");
             continue;
+        }
+        let bytes = match read_affiliate_file(&entry.path()) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                tracing::warn!(?name, %error, "skipping an affiliate file");
+                continue;
+            }
         };
         match decode_remote(node_id, &bytes) {
             Ok(affiliate) => insert_bounded("directory", &mut affiliates, affiliate),
@@ -238,15 +250,52 @@ fn write_own_file(
     written
 }
 
+/// Reads an affiliate file, whatever a peer put in its place since it was listed: opened
+/// without following a link and without blocking (a FIFO opens at once), then checked on the
+/// open handle — a regular file of at most [`MAX_AFFILIATE_BYTES`] — and read no further than
+/// one byte past that bound, so a file that grows is refused too.
+fn read_affiliate_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
+        .open(path)?;
+    let metadata = file.metadata()?;
+    if !metadata.file_type().is_file() {
+        return Err(Error::new(ErrorKind::InvalidData, "not a regular file"));
+    }
+    let too_long = || {
+        Error::new(
+            ErrorKind::InvalidData,
+            format!("longer than {MAX_AFFILIATE_BYTES} bytes"),
+        )
+    };
+    if metadata.len() > MAX_AFFILIATE_BYTES as u64 {
+        return Err(too_long());
+    }
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    file.take(MAX_AFFILIATE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() > MAX_AFFILIATE_BYTES {
+        return Err(too_long());
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     //! Rounds on a real directory planted with what a hostile peer could put there.
 
     use std::os::unix::fs::symlink;
+    use std::sync::mpsc;
 
     use super::*;
     use crate::cluster::encode_node_id;
 
+    /// Bounds the wait on a scan that must not block; only a broken system takes this long.
+    const EVENT_TIMEOUT: Duration = Duration::from_secs(30);
     const TTL: Duration = Duration::from_secs(30);
 
     fn affiliate(n: u8) -> Affiliate {
@@ -263,6 +312,35 @@ mod tests {
 
     fn file_of(directory: &Path, affiliate: &Affiliate) -> PathBuf {
         directory.join(format!("{}.json", affiliate.node_id))
+    }
+
+    /// Writes `affiliate`'s file as its node would, last modified at `modified`.
+    fn plant(directory: &Path, affiliate: &Affiliate, modified: SystemTime) -> PathBuf {
+        let path = file_of(directory, affiliate);
+        std::fs::write(&path, encode_remote(affiliate)).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(modified)
+            .unwrap();
+        path
+    }
+
+    /// The node ids one round of a node that publishes nothing sees.
+    fn scan_ids(directory: &Path) -> Vec<String> {
+        let (_, affiliates) = round(directory, None, None, TTL).unwrap();
+        affiliates.into_keys().collect()
+    }
+
+    /// Runs `work` on another thread and waits for its end (an event), so a call that blocks
+    /// fails the test instead of hanging it.
+    fn in_time<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+        let (done, finished) = mpsc::channel();
+        std::thread::spawn(move || done.send(work()));
+        finished
+            .recv_timeout(EVENT_TIMEOUT)
+            .expect("the call returned without blocking")
     }
 
     #[test]
@@ -306,5 +384,66 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, [own.file_name().unwrap()]);
+    }
+
+    #[test]
+    fn a_link_named_like_an_affiliate_file_is_not_followed() {
+        let directory = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let other = affiliate(2);
+        let target = plant(outside.path(), &other, SystemTime::now());
+        symlink(&target, file_of(directory.path(), &other)).unwrap();
+
+        assert_eq!(scan_ids(directory.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_fifo_named_like_an_affiliate_file_does_not_block_the_scan() {
+        let directory = tempfile::tempdir().unwrap();
+        let live = affiliate(2);
+        plant(directory.path(), &live, SystemTime::now());
+        nix::unistd::mkfifo(
+            &file_of(directory.path(), &affiliate(3)),
+            nix::sys::stat::Mode::S_IRWXU,
+        )
+        .unwrap();
+
+        let path = directory.path().to_path_buf();
+        assert_eq!(in_time(move || scan_ids(&path)), [live.node_id]);
+    }
+
+    #[test]
+    fn the_reader_opens_a_fifo_without_blocking_and_refuses_it() {
+        let directory = tempfile::tempdir().unwrap();
+        let fifo = file_of(directory.path(), &affiliate(3));
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+
+        let error = in_time(move || read_affiliate_file(&fifo)).unwrap_err();
+
+        assert_eq!(error.to_string(), "not a regular file");
+    }
+
+    #[test]
+    fn the_reader_does_not_follow_a_link() {
+        let directory = tempfile::tempdir().unwrap();
+        let other = affiliate(2);
+        let target = plant(directory.path(), &other, SystemTime::now());
+        let link = directory.path().join("link.json");
+        symlink(&target, &link).unwrap();
+
+        let error = read_affiliate_file(&link).unwrap_err();
+
+        assert_eq!(error.raw_os_error(), Some(nix::libc::ELOOP));
+    }
+
+    #[test]
+    fn the_reader_refuses_a_file_longer_than_the_limit() {
+        let directory = tempfile::tempdir().unwrap();
+        let path = file_of(directory.path(), &affiliate(2));
+        std::fs::write(&path, vec![b' '; MAX_AFFILIATE_BYTES + 1]).unwrap();
+
+        let error = read_affiliate_file(&path).unwrap_err();
+
+        assert_eq!(error.to_string(), "longer than 16384 bytes");
     }
 }
