@@ -10,7 +10,8 @@
 //! the temporary file has a random name and is created exclusively, never through a link, so
 //! a planted link cannot redirect this node's write. Reading, only regular files named
 //! `<nodeId>.json` count: each is opened without following a link or waiting on a FIFO, and
-//! read no further than [`MAX_AFFILIATE_BYTES`].
+//! read no further than [`MAX_AFFILIATE_BYTES`]. A file dated more than a few seconds in the
+//! future is not live (it would never expire).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -142,6 +143,11 @@ type Round = (
     std::collections::BTreeMap<String, Affiliate>,
 );
 
+/// How far in the future a file's modification time may be (clocks of the machines sharing
+/// the directory differ a little); a file dated later is not live, and is skipped with a
+/// warning, since a date in the future would otherwise never expire.
+const MAX_CLOCK_SKEW: Duration = Duration::from_secs(5);
+
 /// One refresh: write (or remove) this node's file, then read the live files.
 fn round(
     directory: &Path,
@@ -183,11 +189,14 @@ fn round(
         let Ok(metadata) = entry.metadata() else {
             continue;
         };
-        let age = metadata
-            .modified()
-            .ok()
-            .and_then(|m| now.duration_since(m).ok())
-            .unwrap_or(Duration::ZERO);
+        let age = match metadata.modified().map(|m| now.duration_since(m)) {
+            Ok(Ok(age)) => age,
+            Ok(Err(ahead)) if ahead.duration() <= MAX_CLOCK_SKEW => Duration::ZERO,
+            _ => {
+                tracing::warn!(?name, "skipping an affiliate file: modified more than {MAX_CLOCK_SKEW:?} in the future");
+                continue;
+            }
+        };
         if age > ttl {
             continue;
         }
@@ -445,5 +454,14 @@ mod tests {
         let error = read_affiliate_file(&path).unwrap_err();
 
         assert_eq!(error.to_string(), "longer than 16384 bytes");
+    }
+
+    #[test]
+    fn a_file_dated_past_the_clock_skew_is_not_live() {
+        let directory = tempfile::tempdir().unwrap();
+        let ahead = SystemTime::now() + MAX_CLOCK_SKEW + Duration::from_secs(60);
+        plant(directory.path(), &affiliate(2), ahead);
+
+        assert_eq!(scan_ids(directory.path()), Vec::<String>::new());
     }
 }
