@@ -11,7 +11,9 @@
 //! a planted link cannot redirect this node's write. Reading, only regular files named
 //! `<nodeId>.json` count: each is opened without following a link or waiting on a FIFO, and
 //! read no further than [`MAX_AFFILIATE_BYTES`]. A file dated more than a few seconds in the
-//! future is not live (it would never expire).
+//! future is not live (it would never expire), and a file expired for ten TTLs is deleted. A
+//! scan keeps at most [`MAX_AFFILIATES`] live files and skips at most 64 times as many other
+//! entries, so junk cannot hide live nodes unless it is that plentiful.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -148,6 +150,16 @@ type Round = (
 /// warning, since a date in the future would otherwise never expire.
 const MAX_CLOCK_SKEW: Duration = Duration::from_secs(5);
 
+/// A file not rewritten for this many TTLs is deleted when a scan meets it, so the files of
+/// nodes gone for good (and temporary files of interrupted writes) do not pile up.
+const DELETE_AFTER_TTLS: u32 = 10;
+
+/// The most entries one scan skips (other names, expired files, temporary files, files that
+/// are not valid affiliates) before it stops. Only live affiliates count towards
+/// [`MAX_AFFILIATES`]; this separate, much larger bound keeps a directory filled with junk from
+/// making a scan endless, and only past it can junk hide live files.
+const MAX_SKIPPED_ENTRIES: usize = 64 * MAX_AFFILIATES;
+
 /// One refresh: write (or remove) this node's file, then read the live files.
 fn round(
     directory: &Path,
@@ -172,51 +184,7 @@ fn round(
             &encode_remote(affiliate),
         )?;
     }
-    let now = SystemTime::now();
-    let mut affiliates = std::collections::BTreeMap::new();
-    let entries =
-        std::fs::read_dir(directory).map_err(|e| describe("cannot read", directory, e))?;
-    for entry in entries.take(MAX_AFFILIATES * 4) {
-        let Ok(entry) = entry else { continue };
-        let name = entry.file_name();
-        let Some(node_id) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
-            continue;
-        };
-        if validate_node_id(node_id).is_err() {
-            continue;
-        }
-        // The entry's own metadata (it does not follow a link)
-        let Ok(metadata) = entry.metadata() else {
-            continue;
-        };
-        let age = match metadata.modified().map(|m| now.duration_since(m)) {
-            Ok(Ok(age)) => age,
-            Ok(Err(ahead)) if ahead.duration() <= MAX_CLOCK_SKEW => Duration::ZERO,
-            _ => {
-                tracing::warn!(?name, "skipping an affiliate file: modified more than {MAX_CLOCK_SKEW:?} in the future");
-                continue;
-            }
-        };
-        if age > ttl {
-            continue;
-        }
-        // Only regular files are opened: a device node could do anything when opened
-        if !metadata.file_type().is_file() {
-            tracing::warn!(?name, "skipping an affiliate file: not a regular file");
-            continue;
-        }
-        let bytes = match read_affiliate_file(&entry.path()) {
-            Ok(bytes) => bytes,
-            Err(error) => {
-                tracing::warn!(?name, %error, "skipping an affiliate file");
-                continue;
-            }
-        };
-        match decode_remote(node_id, &bytes) {
-            Ok(affiliate) => insert_bounded("directory", &mut affiliates, affiliate),
-            Err(error) => tracing::warn!(%error, "skipping an affiliate file"),
-        }
-    }
+    let affiliates = scan(directory, ttl).map_err(|e| describe("cannot read", directory, e))?;
     Ok((path, affiliates))
 }
 
@@ -257,6 +225,146 @@ fn write_own_file(
         let _ = std::fs::remove_file(&temporary);
     }
     written
+}
+
+/// How a directory entry's modification time places it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Freshness {
+    Live,
+    Expired,
+    /// Expired for [`DELETE_AFTER_TTLS`] TTLs: to delete.
+    Dead,
+    /// Dated more than [`MAX_CLOCK_SKEW`] in the future (or undated).
+    Future,
+}
+
+fn freshness(modified: std::io::Result<SystemTime>, now: SystemTime, ttl: Duration) -> Freshness {
+    let Ok(modified) = modified else {
+        return Freshness::Future;
+    };
+    match now.duration_since(modified) {
+        Ok(age) if age > ttl.saturating_mul(DELETE_AFTER_TTLS) => Freshness::Dead,
+        Ok(age) if age > ttl => Freshness::Expired,
+        Ok(_) => Freshness::Live,
+        Err(ahead) if ahead.duration() > MAX_CLOCK_SKEW => Freshness::Future,
+        Err(_) => Freshness::Live,
+    }
+}
+
+/// Reads the live affiliates in `directory`: the regular files named `<nodeId>.json`, rewritten
+/// within `ttl`, that decode as that node's affiliate; at most [`MAX_AFFILIATES`] of them, and
+/// at most [`MAX_SKIPPED_ENTRIES`] other entries skipped on the way. Deletes affiliate files
+/// and temporary files that have been dead for [`DELETE_AFTER_TTLS`] TTLs.
+fn scan(
+    directory: &Path,
+    ttl: Duration,
+) -> std::io::Result<std::collections::BTreeMap<String, Affiliate>> {
+    let now = SystemTime::now();
+    let mut affiliates = std::collections::BTreeMap::new();
+    let mut skipped = 0usize;
+    // Entries named like affiliates that cannot be one: counted, and reported once per scan
+    let mut refused = 0usize;
+    let mut example = None;
+    for entry in std::fs::read_dir(directory)? {
+        if affiliates.len() >= MAX_AFFILIATES {
+            tracing::warn!(directory = %directory.display(), "the registry view is full ({MAX_AFFILIATES}); the rest of the directory is not read");
+            break;
+        }
+        if skipped >= MAX_SKIPPED_ENTRIES {
+            tracing::warn!(directory = %directory.display(), "stopped the scan after skipping {MAX_SKIPPED_ENTRIES} entries that are no live affiliates");
+            break;
+        }
+        match read_entry(entry, now, ttl) {
+            Entry::Affiliate(affiliate) => insert_bounded("directory", &mut affiliates, affiliate),
+            Entry::Other => skipped += 1,
+            Entry::Refused(why) => {
+                skipped += 1;
+                refused += 1;
+                example.get_or_insert(why);
+            }
+        }
+    }
+    if let Some(example) = example {
+        tracing::warn!(directory = %directory.display(), refused, %example, "skipping files named like affiliates that are no valid live affiliate");
+    }
+    Ok(affiliates)
+}
+
+/// What a directory entry turned out to be.
+enum Entry {
+    Affiliate(Affiliate),
+    /// Another name, a temporary file, an expired file: nothing to report.
+    Other,
+    /// Named like an affiliate but unusable (not a regular file, too long, dated in the
+    /// future, not a valid affiliate): why.
+    Refused(String),
+}
+
+fn read_entry(entry: std::io::Result<std::fs::DirEntry>, now: SystemTime, ttl: Duration) -> Entry {
+    let Ok(entry) = entry else {
+        return Entry::Other;
+    };
+    let name = entry.file_name();
+    let Some(name) = name.to_str() else {
+        return Entry::Other;
+    };
+    let Some(node_id) = name
+        .strip_suffix(".json")
+        .filter(|id| validate_node_id(id).is_ok())
+    else {
+        if is_temporary_name(name) {
+            // A write interrupted for good leaves its temporary file behind
+            if let Ok(metadata) = entry.metadata() {
+                if freshness(metadata.modified(), now, ttl) == Freshness::Dead {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+        return Entry::Other;
+    };
+    // The entry's own metadata (it does not follow a link)
+    let Ok(metadata) = entry.metadata() else {
+        return Entry::Other;
+    };
+    match freshness(metadata.modified(), now, ttl) {
+        Freshness::Live => {}
+        Freshness::Expired => return Entry::Other,
+        Freshness::Dead => {
+            let _ = std::fs::remove_file(entry.path());
+            return Entry::Other;
+        }
+        Freshness::Future => {
+            return Entry::Refused(format!(
+                "{name}: modified more than {MAX_CLOCK_SKEW:?} in the future"
+            ))
+        }
+    }
+    // Only regular files are opened: a device node could do anything when opened
+    if !metadata.file_type().is_file() {
+        return Entry::Refused(format!("{name}: not a regular file"));
+    }
+    let bytes = match read_affiliate_file(&entry.path()) {
+        Ok(bytes) => bytes,
+        Err(error) => return Entry::Refused(format!("{name}: {error}")),
+    };
+    match decode_remote(node_id, &bytes) {
+        Ok(affiliate) => Entry::Affiliate(affiliate),
+        Err(error) => Entry::Refused(format!("{name}: {error}")),
+    }
+}
+
+/// Whether `name` is a temporary file of [`write_own_file`]: `.<nodeId>.<16 hex digits>.tmp`.
+fn is_temporary_name(name: &str) -> bool {
+    let Some((node_id, random)) = name
+        .strip_prefix('.')
+        .and_then(|n| n.strip_suffix(".tmp"))
+        .and_then(|n| n.split_once('.'))
+    else {
+        return false;
+    };
+    validate_node_id(node_id).is_ok()
+        && random.len() == 16
+        && random.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Reads an affiliate file, whatever a peer put in its place since it was listed: opened
@@ -350,6 +458,11 @@ mod tests {
         finished
             .recv_timeout(EVENT_TIMEOUT)
             .expect("the call returned without blocking")
+    }
+
+    fn absent(path: &Path) -> bool {
+        std::fs::symlink_metadata(path).err().map(|e| e.kind())
+            == Some(std::io::ErrorKind::NotFound)
     }
 
     #[test]
@@ -454,6 +567,49 @@ mod tests {
         let error = read_affiliate_file(&path).unwrap_err();
 
         assert_eq!(error.to_string(), "longer than 16384 bytes");
+    }
+
+    #[test]
+    fn junk_entries_do_not_count_towards_the_affiliates_a_scan_keeps() {
+        let directory = tempfile::tempdir().unwrap();
+        let live: Vec<_> = (1..=3).map(affiliate).collect();
+        for affiliate in &live {
+            plant(directory.path(), affiliate, SystemTime::now());
+        }
+        for n in 0..20_000 {
+            std::fs::File::create(directory.path().join(format!("junk-{n}"))).unwrap();
+        }
+
+        let mut ids: Vec<_> = live.iter().map(|a| a.node_id.clone()).collect();
+        ids.sort();
+        assert_eq!(scan_ids(directory.path()), ids);
+    }
+
+    #[test]
+    fn a_file_expired_for_ten_ttls_is_deleted() {
+        let directory = tempfile::tempdir().unwrap();
+        let long_ago = SystemTime::now() - TTL * DELETE_AFTER_TTLS - Duration::from_secs(60);
+        let dead = plant(directory.path(), &affiliate(2), long_ago);
+
+        assert_eq!(scan_ids(directory.path()), Vec::<String>::new());
+        assert!(absent(&dead));
+    }
+
+    #[test]
+    fn a_temporary_file_dead_for_ten_ttls_is_deleted() {
+        let directory = tempfile::tempdir().unwrap();
+        let long_ago = SystemTime::now() - TTL * DELETE_AFTER_TTLS - Duration::from_secs(60);
+        let temporary = directory
+            .path()
+            .join(format!(".{}.0123456789abcdef.tmp", affiliate(2).node_id));
+        std::fs::File::create(&temporary)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+
+        scan_ids(directory.path());
+
+        assert!(absent(&temporary));
     }
 
     #[test]
