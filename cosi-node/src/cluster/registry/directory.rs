@@ -1,5 +1,5 @@
-//! [`DirectoryRegistry`]: affiliates as files in a directory that the nodes of one machine
-//! share (the demo's registry). Each node writes `<nodeId>.json` (its published affiliate) and
+//! [`DirectoryRegistry`]: affiliates as files in a directory the nodes share (one machine's
+//! in the demo; a shared mount between machines elsewhere). Each node writes `<nodeId>.json` (its published affiliate) and
 //! rewrites it every `refresh`; the file's modification time is its heartbeat. A file not
 //! rewritten for `ttl` belongs to a node that is gone, and leaves the view: that is the lease.
 //! The node also scans the directory every `refresh` — expiry is a matter of time, so this
