@@ -1,7 +1,8 @@
 //! The cluster family on the in-memory state with an in-memory registry, driven by the
 //! controller harness (paused clock, no sleeps): identity, the local affiliate, discovery into
-//! `cluster-raw`, the merge by node id, members by node name, and stale members while a
-//! registry is unreachable. Plus the identity kept across a restart on the disk backend.
+//! `cluster-raw`, the merge by node id, members by node name (and who keeps a node name two
+//! affiliates claim), and stale members while a registry is unreachable. Plus the identity
+//! kept across a restart on the disk backend.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -310,5 +311,45 @@ async fn affiliates_without_a_nodename_are_not_members() {
     harness.settle().await;
     harness.expect::<Affiliate>(&node_id(5)).await;
     assert!(harness.list::<Member>().await.is_empty());
+    harness.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_local_affiliate_keeps_its_nodename_against_a_remote_one_with_a_lower_node_id() {
+    let registry = MemoryRegistry::new();
+    let harness = start(vec![registry.clone()]).await;
+    // A peer publishes the lowest node id with this node's nodename, before this node does
+    registry.put(remote(0, "node-1", &["203.0.113.66"]));
+    harness.settle().await;
+    harness.expect::<Affiliate>(&node_id(0)).await;
+
+    // When this node publishes its own affiliate
+    describe_local_node(&harness, "node-1", &["192.0.2.1/24"]).await;
+    let id = local_id(&harness).await;
+
+    // Then the member is this node
+    let member = harness.expect::<Member>("node-1").await;
+    assert_eq!(member.spec.node_id, id);
+    assert_eq!(member.spec.addresses, vec![ip("192.0.2.1")]);
+    harness.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_remote_newcomer_with_a_lower_node_id_does_not_take_a_held_nodename() {
+    let registry = MemoryRegistry::new();
+    let harness = start(vec![registry.clone()]).await;
+    registry.put(remote(5, "node-2", &["192.0.2.2"]));
+    harness.settle().await;
+    harness.expect::<Member>("node-2").await;
+
+    // When another node claims the nodename with a lower node id
+    registry.put(remote(1, "node-2", &["203.0.113.66"]));
+    harness.settle().await;
+
+    // Then the member stays the node that held it
+    harness.expect::<Affiliate>(&node_id(1)).await;
+    let member = harness.expect::<Member>("node-2").await;
+    assert_eq!(member.spec.node_id, node_id(5));
+    assert_eq!(member.spec.addresses, vec![ip("192.0.2.2")]);
     harness.shutdown().await;
 }

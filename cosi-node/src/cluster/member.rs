@@ -1,19 +1,23 @@
 //! [`Member`]: a node of the cluster as an operator lists it, keyed by node name, and the
 //! [`MemberController`] that derives members from the merged affiliates in `cluster` (the
 //! local one included). Affiliates without a node name are not members. Two affiliates that
-//! claim one node name (a reinstalled machine whose old identity has not expired yet) yield
-//! one member: the fresh one over a stale one, then the lower node id, so the choice is stable.
+//! claim one node name (a reinstalled machine whose old identity has not expired yet, or a
+//! peer posing as another node) yield one member, and a warning is logged: this node's own
+//! affiliate always keeps its node name; between others, the fresh one over a stale one, then
+//! the one this node has known longest (its `created` time here), then the lower node id.
+//! Node ids are self-chosen, so a newcomer cannot take a node name by picking a low one.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use async_trait::async_trait;
 use cosi_controllers::{Controller, ControllerState, Input, Output, Reconciled};
 use cosi_core::{ListOptions, Resource, ResourceDefinition, ResourceSpec, Result, StateExt};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{Affiliate, Condition};
+use crate::cluster::{Affiliate, Condition, LocalAffiliateController};
 use crate::namespaces;
 
 /// A cluster member, `cluster/Members.cluster.cosi.dev/<nodename>`.
@@ -82,13 +86,14 @@ impl Controller for MemberController {
                 continue;
             }
             match chosen.get(&spec.nodename) {
-                Some(other)
-                    if (other.spec.is_stale(), &other.spec.node_id)
-                        <= (spec.is_stale(), &spec.node_id) =>
-                {
-                    tracing::warn!(nodename = %spec.nodename, kept = %other.spec.node_id, skipped = %spec.node_id, "two affiliates claim one node name");
+                Some(held) if claim(held) <= claim(&affiliate) => {
+                    tracing::warn!(nodename = %spec.nodename, kept = %held.spec.node_id, skipped = %spec.node_id, "two affiliates claim one node name");
                 }
-                _ => {
+                Some(held) => {
+                    tracing::warn!(nodename = %spec.nodename, kept = %spec.node_id, skipped = %held.spec.node_id, "two affiliates claim one node name");
+                    chosen.insert(spec.nodename.clone(), affiliate.clone());
+                }
+                None => {
                     chosen.insert(spec.nodename.clone(), affiliate.clone());
                 }
             }
@@ -114,4 +119,17 @@ impl Controller for MemberController {
         state.cleanup_outputs(&[Member::kind()]).await?;
         Ok(Reconciled::Done)
     }
+}
+
+/// How strongly an affiliate claims its node name, the strongest first: this node's own
+/// affiliate, then a fresh one over a stale one, then the one this node has known longest
+/// (node ids are chosen by the nodes, so a lower one earns nothing), then the node id (only
+/// to make ties stable).
+fn claim(affiliate: &Resource<Affiliate>) -> (bool, bool, SystemTime, &str) {
+    (
+        affiliate.metadata.owner() != Some(LocalAffiliateController::NAME),
+        affiliate.spec.is_stale(),
+        affiliate.metadata.created(),
+        &affiliate.spec.node_id,
+    )
 }
