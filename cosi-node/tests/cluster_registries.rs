@@ -1,8 +1,10 @@
 //! The registries on their own, with real files and a real etcd: what another node publishes
 //! shows up in the view (woken by the registry's notice, not by time), and hostile entries — a
-//! malformed document, a node id that does not match its key — are skipped without disturbing
-//! the valid ones.
+//! malformed document, a node id that does not match its key, values too large to list in one
+//! reply — are skipped without disturbing the valid ones.
 
+#[cfg(feature = "etcd")]
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cosi_node::cluster::{
@@ -23,6 +25,12 @@ fn affiliate(n: u8, hostname: &str) -> Affiliate {
         machine_type: "worker".into(),
         conditions: vec![],
     }
+}
+
+/// A lease that outlives the test, as every node's entry is held by one.
+#[cfg(feature = "etcd")]
+async fn etcd_lease(client: &mut etcd_client::Client) -> i64 {
+    client.lease_grant(600, None).await.unwrap().id()
 }
 
 /// Waits on the registry's notices until `accept` holds for its view.
@@ -156,4 +164,62 @@ async fn the_etcd_registry_skips_hostile_values_and_follows_valid_ones() {
         .await
         .unwrap();
     wait_view(&registry, |v| v.affiliates.len() == 1).await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_registry_lists_past_oversized_values_and_publishes_itself() {
+    use cosi_node::cluster::{EtcdRegistry, EtcdRegistryOptions};
+    use cosi_test_support::etcd::EtcdServer;
+
+    let server = EtcdServer::start().expect("etcd starts");
+    let prefix = format!("/cosi-registry-test-{}/", std::process::id());
+    let mut client = etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .unwrap();
+    // Fourteen leased 1.2 MB values: together past what one reply may carry (tonic's default
+    // is 4 MiB, the registry's 16 MiB), and a valid affiliate among them
+    let leased = Some(etcd_client::PutOptions::new().with_lease(etcd_lease(&mut client).await));
+    for n in 10..24 {
+        client
+            .put(
+                format!("{prefix}{}", encode_node_id(&[n; 32])),
+                vec![b' '; 1_200_000],
+                leased.clone(),
+            )
+            .await
+            .unwrap();
+    }
+    let other = affiliate(2, "node-2");
+    client
+        .put(
+            format!("{prefix}{}", other.node_id),
+            encode_remote(&other),
+            leased.clone(),
+        )
+        .await
+        .unwrap();
+
+    let options = EtcdRegistryOptions::new([server.endpoint()])
+        .with_prefix(prefix.clone())
+        .with_ttl(Duration::from_secs(30));
+    let registry = EtcdRegistry::start(options);
+    let mine = affiliate(1, "node-1");
+    registry.publish(Some(mine.clone()));
+
+    // Then the registry connects, skips them, lists the valid one and publishes this node
+    let view = wait_view(&registry, |v| v.affiliates.contains_key(&mine.node_id)).await;
+    assert_eq!(view.health, RegistryHealth::Healthy);
+    assert_eq!(
+        view.affiliates,
+        BTreeMap::from([
+            (mine.node_id.clone(), mine.clone()),
+            (other.node_id.clone(), other.clone()),
+        ])
+    );
+    let stored = client
+        .get(format!("{prefix}{}", mine.node_id), None)
+        .await
+        .unwrap();
+    assert_eq!(stored.kvs()[0].value(), encode_remote(&mine));
 }

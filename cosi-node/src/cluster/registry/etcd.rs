@@ -1,26 +1,43 @@
 //! `EtcdRegistry` (feature `etcd`): affiliates in etcd, one key per node under a prefix,
 //! each held by the node's lease.
 //!
-//! A session connects, grants a lease with the TTL, lists the prefix, watches it from the
-//! listed revision on, and puts this node's affiliate under the lease; it then keeps the lease
-//! alive every third of the TTL. When a node dies its lease expires after the TTL, etcd deletes
-//! its key, and every other node's watch reports it gone. A keepalive not answered within a
-//! third of the TTL, a failed call or a broken watch ends the session: the view is marked
-//! unreachable (kept, so members go stale rather than vanish) and a new session is tried after
-//! a growing delay. Nothing here blocks the node: callers only hand over values and read the
-//! last view.
+//! A session connects, grants a lease with the TTL, lists the prefix (in pages of a few
+//! entries, all at one revision), watches it from the listed revision on, and puts this node's
+//! affiliate under the lease; it then keeps the lease alive every third of the TTL. When a node
+//! dies its lease expires after the TTL, etcd deletes its key, and every other node's watch
+//! reports it gone. A keepalive not answered within a third of the TTL, a failed call or a
+//! broken watch ends the session: the view is marked unreachable (kept, so members go stale
+//! rather than vanish) and a new session is tried after a growing delay. Nothing here blocks
+//! the node: callers only hand over values and read the last view.
+//!
+//! Anyone who can write the prefix is untrusted. Entries larger than [`MAX_AFFILIATE_BYTES`]
+//! are skipped, and logged, before they are decoded. List pages and watch messages are decoded
+//! up to [`MAX_REPLY_BYTES`], so oversized entries cannot push a reply past the transport's
+//! limit (a single watch message past it, which etcd's default request limit makes take more
+//! than ten entries of the largest size, ends the session, and the next one lists afresh).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, EventType, GetOptions, PutOptions, WatchOptions};
+use etcd_client::{
+    Client, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, WatchOptions, WatchStream,
+};
 
 use super::{
     insert_bounded, AffiliateRegistry, RegistryHealth, RegistryShared, RegistryView, Shared,
     TaskGuard, ViewChanges,
 };
-use crate::cluster::{decode_remote, encode_remote, Affiliate};
+use crate::cluster::{decode_remote, encode_remote, Affiliate, MAX_AFFILIATE_BYTES};
+
+/// Entries per page when listing the prefix.
+const PAGE: i64 = 8;
+
+/// The largest reply the registry decodes, a list page or a watch message alike (tonic's
+/// default is 4 MiB). etcd refuses requests over 1.5 MiB by default (`--max-request-bytes`),
+/// so one entry is at most that: a page of [`PAGE`] of them fits, and so does a watch message
+/// of ten, as etcd sends when a watch catches up on several revisions at once.
+const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
 
 /// Settings of an [`EtcdRegistry`].
 #[derive(Clone, Debug)]
@@ -152,32 +169,9 @@ async fn session(shared: &Shared, options: &EtcdRegistryOptions) -> Result<(), S
         .await
         .map_err(|e| call_error("keep the lease alive", e))?;
 
-    let listed = client
-        .get(
-            options.prefix.as_str(),
-            Some(GetOptions::new().with_prefix()),
-        )
-        .await
-        .map_err(|e| call_error("list affiliates", e))?;
-    let revision = listed.header().map(|h| h.revision()).unwrap_or(0);
-    let mut affiliates = BTreeMap::new();
-    for kv in listed.kvs() {
-        if let Some(affiliate) = decode_kv(&options.prefix, kv.key(), kv.value()) {
-            insert_bounded("etcd", &mut affiliates, affiliate);
-        }
-    }
+    let (revision, affiliates) = list(&client, &options.prefix).await?;
     // The stream's first message confirms the watch (no events).
-    let mut events = client
-        .watch(
-            options.prefix.as_str(),
-            Some(
-                WatchOptions::new()
-                    .with_prefix()
-                    .with_start_revision(revision + 1),
-            ),
-        )
-        .await
-        .map_err(|e| call_error("watch affiliates", e))?;
+    let mut events = watch_from(&client, &options.prefix, revision + 1).await?;
     shared.update(|view| {
         view.affiliates = affiliates;
         view.health = RegistryHealth::Healthy;
@@ -246,7 +240,7 @@ async fn session(shared: &Shared, options: &EtcdRegistryOptions) -> Result<(), S
                             EventType::Delete => {
                                 view.affiliates.remove(node_id);
                             }
-                            EventType::Put => match decode_kv(&options.prefix, kv.key(), kv.value()) {
+                            EventType::Put => match accept_kv(&options.prefix, kv) {
                                 Some(affiliate) => insert_bounded("etcd", &mut view.affiliates, affiliate),
                                 None => {
                                     view.affiliates.remove(node_id);
@@ -260,17 +254,135 @@ async fn session(shared: &Shared, options: &EtcdRegistryOptions) -> Result<(), S
     }
 }
 
+/// Lists the affiliates under `prefix` in pages of [`PAGE`] entries, every page at the first
+/// page's revision; returns that revision and the accepted affiliates.
+async fn list(client: &Client, prefix: &str) -> Result<(i64, BTreeMap<String, Affiliate>), String> {
+    let mut kv = client
+        .kv_client()
+        .max_decoding_message_size(MAX_REPLY_BYTES);
+    let end = range_end(prefix.as_bytes());
+    let mut from = prefix.as_bytes().to_vec();
+    let mut revision = 0;
+    let mut affiliates = BTreeMap::new();
+    loop {
+        let mut page_options = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+        if revision != 0 {
+            page_options = page_options.with_revision(revision);
+        }
+        let page = kv
+            .get(from.clone(), Some(page_options))
+            .await
+            .map_err(|e| call_error("list affiliates", e))?;
+        if revision == 0 {
+            revision = page.header().map_or(0, |h| h.revision());
+        }
+        for kv in page.kvs() {
+            if let Some(affiliate) = accept_kv(prefix, kv) {
+                insert_bounded("etcd", &mut affiliates, affiliate);
+            }
+        }
+        match page.kvs().last() {
+            Some(last) if page.more() => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => return Ok((revision, affiliates)),
+        }
+    }
+}
+
+/// Watches `prefix` from `revision` on, decoding messages up to [`MAX_REPLY_BYTES`].
+async fn watch_from(client: &Client, prefix: &str, revision: i64) -> Result<WatchStream, String> {
+    client
+        .watch_client()
+        .max_decoding_message_size(MAX_REPLY_BYTES)
+        .watch(
+            prefix,
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(revision),
+            ),
+        )
+        .await
+        .map_err(|e| call_error("watch affiliates", e))
+}
+
+/// The first key after every key starting with `prefix`.
+fn range_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // An empty or all-0xff prefix: "\0" asks etcd for every key from the prefix on.
+    vec![0]
+}
+
 fn key_node_id<'k>(prefix: &str, key: &'k [u8]) -> Option<&'k str> {
     std::str::from_utf8(key.strip_prefix(prefix.as_bytes())?).ok()
 }
 
-fn decode_kv(prefix: &str, key: &[u8], value: &[u8]) -> Option<Affiliate> {
-    let node_id = key_node_id(prefix, key)?;
-    match decode_remote(node_id, value) {
+/// The affiliate an entry holds, if it is one to believe: under the prefix, no larger than
+/// [`MAX_AFFILIATE_BYTES`] (checked before decoding) and valid.
+fn accept_kv(prefix: &str, kv: &KeyValue) -> Option<Affiliate> {
+    let node_id = key_node_id(prefix, kv.key())?;
+    let key = node_id.chars().take(64).collect::<String>();
+    if kv.value().len() > MAX_AFFILIATE_BYTES {
+        tracing::warn!(%key, bytes = kv.value().len(), "skipping an affiliate in etcd larger than {MAX_AFFILIATE_BYTES} bytes");
+        return None;
+    }
+    match decode_remote(node_id, kv.value()) {
         Ok(affiliate) => Some(affiliate),
         Err(error) => {
             tracing::warn!(%error, "skipping an affiliate published in etcd");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::encode_node_id;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_watch_decodes_a_catch_up_message_larger_than_four_mib() {
+        let server = cosi_test_support::etcd::start_server();
+        let prefix = "/cosi-registry-watch/";
+        let mut client = Client::connect([server.endpoint()], None).await.unwrap();
+        // Four 1.2 MB values at four revisions, before the watch starts
+        let mut first = 0;
+        for n in 0..4u8 {
+            let put = client
+                .put(
+                    format!("{prefix}{}", encode_node_id(&[n; 32])),
+                    vec![b' '; 1_200_000],
+                    None,
+                )
+                .await
+                .unwrap();
+            if n == 0 {
+                first = put.header().unwrap().revision();
+            }
+        }
+
+        // When the registry's watch starts at the first of them, etcd sends them together
+        let mut events = watch_from(&client, prefix, first).await.unwrap();
+        let mut seen = Vec::new();
+        while seen.len() < 4 {
+            let batch = events.message().await.unwrap().expect("the watch runs");
+            seen.extend(
+                batch
+                    .events()
+                    .iter()
+                    .map(|e| e.kv().unwrap().mod_revision()),
+            );
+        }
+
+        // Then it reads all four
+        assert_eq!(seen, (first..first + 4).collect::<Vec<_>>());
     }
 }
