@@ -1,7 +1,8 @@
 //! The registries on their own, with real files and a real etcd: what another node publishes
 //! shows up in the view (woken by the registry's notice, not by time), and hostile entries — a
 //! malformed document, a node id that does not match its key, values too large to list in one
-//! reply — are skipped without disturbing the valid ones.
+//! reply, entries no lease holds — are skipped without disturbing the valid ones. A node whose
+//! own etcd key is overwritten or deleted by a peer puts it back (woken by an etcd watch).
 
 #[cfg(feature = "etcd")]
 use std::collections::BTreeMap;
@@ -109,12 +110,13 @@ async fn the_etcd_registry_skips_hostile_values_and_follows_valid_ones() {
     let mut client = etcd_client::Client::connect([server.endpoint()], None)
         .await
         .unwrap();
+    let leased = Some(etcd_client::PutOptions::new().with_lease(etcd_lease(&mut client).await));
     // Hostile entries: garbage, a value naming another node, a key that is no node id
     client
         .put(
             format!("{prefix}{}", encode_node_id(&[7; 32])),
             "{garbage",
-            None,
+            leased.clone(),
         )
         .await
         .unwrap();
@@ -122,7 +124,7 @@ async fn the_etcd_registry_skips_hostile_values_and_follows_valid_ones() {
         .put(
             format!("{prefix}{}", encode_node_id(&[8; 32])),
             encode_remote(&affiliate(9, "liar")),
-            None,
+            leased.clone(),
         )
         .await
         .unwrap();
@@ -130,7 +132,7 @@ async fn the_etcd_registry_skips_hostile_values_and_follows_valid_ones() {
         .put(
             format!("{prefix}not-a-node-id"),
             encode_remote(&affiliate(6, "odd")),
-            None,
+            leased.clone(),
         )
         .await
         .unwrap();
@@ -151,7 +153,7 @@ async fn the_etcd_registry_skips_hostile_values_and_follows_valid_ones() {
         .put(
             format!("{prefix}{}", other.node_id),
             encode_remote(&other),
-            None,
+            leased.clone(),
         )
         .await
         .unwrap();
@@ -164,6 +166,51 @@ async fn the_etcd_registry_skips_hostile_values_and_follows_valid_ones() {
         .await
         .unwrap();
     wait_view(&registry, |v| v.affiliates.len() == 1).await;
+}
+
+/// A registry of `mine` on a fresh prefix of `server`, once its view holds `mine`; and a client
+/// of its own.
+#[cfg(feature = "etcd")]
+async fn etcd_registry_publishing(
+    server: &cosi_test_support::etcd::EtcdServer,
+    prefix: &str,
+    mine: &Affiliate,
+) -> (cosi_node::cluster::EtcdRegistry, etcd_client::Client) {
+    use cosi_node::cluster::{EtcdRegistry, EtcdRegistryOptions};
+
+    let client = etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .unwrap();
+    let options = EtcdRegistryOptions::new([server.endpoint()])
+        .with_prefix(prefix)
+        .with_ttl(Duration::from_secs(30));
+    let registry = EtcdRegistry::start(options);
+    registry.publish(Some(mine.clone()));
+    let view = wait_view(&registry, |v| v.affiliates.contains_key(&mine.node_id)).await;
+    assert_eq!(view.health, RegistryHealth::Healthy);
+    (registry, client)
+}
+
+/// Waits on a watch of `key` for the first put after `revision`.
+#[cfg(feature = "etcd")]
+async fn next_put_after(
+    events: &mut etcd_client::WatchStream,
+    revision: i64,
+) -> etcd_client::KeyValue {
+    tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            let batch = events.message().await.unwrap().expect("the watch runs");
+            for event in batch.events() {
+                let kv = event.kv().expect("events carry their key");
+                if event.event_type() == etcd_client::EventType::Put && kv.mod_revision() > revision
+                {
+                    return kv.clone();
+                }
+            }
+        }
+    })
+    .await
+    .expect("the key was put again in time")
 }
 
 #[cfg(feature = "etcd")]
@@ -222,4 +269,106 @@ async fn the_etcd_registry_lists_past_oversized_values_and_publishes_itself() {
         .await
         .unwrap();
     assert_eq!(stored.kvs()[0].value(), encode_remote(&mine));
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_registry_puts_its_own_key_again_when_a_peer_overwrites_it() {
+    let server = cosi_test_support::etcd::EtcdServer::start().expect("etcd starts");
+    let prefix = format!("/cosi-registry-test-{}/", std::process::id());
+    let mine = affiliate(1, "node-1");
+    let (_registry, mut client) = etcd_registry_publishing(&server, &prefix, &mine).await;
+    let key = format!("{prefix}{}", mine.node_id);
+    let lease = client.get(key.as_str(), None).await.unwrap().kvs()[0].lease();
+    let mut events = client.watch(key.as_str(), None).await.unwrap();
+
+    // When a peer puts a forged affiliate, without a lease, under this node's key
+    let mut forged = mine.clone();
+    forged.addresses = vec!["203.0.113.66".parse().unwrap()];
+    let put = client
+        .put(key.as_str(), encode_remote(&forged), None)
+        .await
+        .unwrap();
+
+    // Then the node puts its own affiliate back, under its lease
+    let restored = next_put_after(&mut events, put.header().unwrap().revision()).await;
+    assert_eq!(restored.value(), encode_remote(&mine));
+    assert_eq!(restored.lease(), lease);
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_registry_puts_its_own_key_again_when_a_peer_deletes_it() {
+    let server = cosi_test_support::etcd::EtcdServer::start().expect("etcd starts");
+    let prefix = format!("/cosi-registry-test-{}/", std::process::id());
+    let mine = affiliate(1, "node-1");
+    let (_registry, mut client) = etcd_registry_publishing(&server, &prefix, &mine).await;
+    let key = format!("{prefix}{}", mine.node_id);
+    let lease = client.get(key.as_str(), None).await.unwrap().kvs()[0].lease();
+    let mut events = client.watch(key.as_str(), None).await.unwrap();
+
+    // When a peer deletes this node's key
+    let deleted = client.delete(key.as_str(), None).await.unwrap();
+
+    // Then the node puts its own affiliate back, under its lease
+    let restored = next_put_after(&mut events, deleted.header().unwrap().revision()).await;
+    assert_eq!(restored.value(), encode_remote(&mine));
+    assert_eq!(restored.lease(), lease);
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_registry_ignores_affiliates_that_no_lease_holds() {
+    let server = cosi_test_support::etcd::EtcdServer::start().expect("etcd starts");
+    let prefix = format!("/cosi-registry-test-{}/", std::process::id());
+    let mut client = etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .unwrap();
+    // A valid affiliate without a lease, there before the node lists the prefix
+    let listed = affiliate(2, "node-2");
+    client
+        .put(
+            format!("{prefix}{}", listed.node_id),
+            encode_remote(&listed),
+            None,
+        )
+        .await
+        .unwrap();
+    let mine = affiliate(1, "node-1");
+    let (registry, _) = etcd_registry_publishing(&server, &prefix, &mine).await;
+    assert_eq!(
+        registry.view().affiliates,
+        BTreeMap::from([(mine.node_id.clone(), mine.clone())])
+    );
+
+    // When another one arrives without a lease, then a leased one after it
+    let watched = affiliate(3, "node-3");
+    client
+        .put(
+            format!("{prefix}{}", watched.node_id),
+            encode_remote(&watched),
+            None,
+        )
+        .await
+        .unwrap();
+    let leased = affiliate(4, "node-4");
+    let lease = etcd_lease(&mut client).await;
+    client
+        .put(
+            format!("{prefix}{}", leased.node_id),
+            encode_remote(&leased),
+            Some(etcd_client::PutOptions::new().with_lease(lease)),
+        )
+        .await
+        .unwrap();
+
+    // Then the view holds the leased one and not the other
+    let view = wait_view(&registry, |v| v.affiliates.contains_key(&leased.node_id)).await;
+    assert_eq!(
+        view.affiliates,
+        BTreeMap::from([
+            (mine.node_id.clone(), mine.clone()),
+            (leased.node_id.clone(), leased.clone()),
+        ])
+    );
 }

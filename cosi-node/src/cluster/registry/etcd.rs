@@ -10,11 +10,14 @@
 //! rather than vanish) and a new session is tried after a growing delay. Nothing here blocks
 //! the node: callers only hand over values and read the last view.
 //!
-//! Anyone who can write the prefix is untrusted. Entries larger than [`MAX_AFFILIATE_BYTES`]
-//! are skipped, and logged, before they are decoded. List pages and watch messages are decoded
-//! up to [`MAX_REPLY_BYTES`], so oversized entries cannot push a reply past the transport's
-//! limit (a single watch message past it, which etcd's default request limit makes take more
-//! than ten entries of the largest size, ends the session, and the next one lists afresh).
+//! Anyone who can write the prefix is untrusted. Entries that no lease holds are ignored (every
+//! node puts its own under its lease, and a leaseless entry would outlive its writer), entries
+//! larger than [`MAX_AFFILIATE_BYTES`] are skipped before they are decoded, and both are logged.
+//! List pages and watch messages are decoded up to [`MAX_REPLY_BYTES`], so oversized entries
+//! cannot push a reply past the transport's limit (a single watch message past it, which etcd's
+//! default request limit makes take more than ten entries of the largest size, ends the
+//! session, and the next one lists afresh). When the watch shows this node's own key deleted,
+//! or holding anything but what the node put under its lease, the node puts it again.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -178,7 +181,7 @@ async fn session(shared: &Shared, options: &EtcdRegistryOptions) -> Result<(), S
     });
 
     let mut local = shared.local();
-    let mut published_key: Option<String> = None;
+    let mut published: Option<Published> = None;
     // Publish what is there now, then whatever changes.
     local.mark_changed();
     let period = (options.ttl / 3).max(Duration::from_millis(100));
@@ -194,15 +197,13 @@ async fn session(shared: &Shared, options: &EtcdRegistryOptions) -> Result<(), S
                 }
                 let affiliate = local.borrow_and_update().clone();
                 let key = affiliate.as_ref().map(|a| format!("{}{}", options.prefix, a.node_id));
-                if let Some(old) = published_key.take().filter(|old| Some(old) != key.as_ref()) {
-                    client.delete(old, None).await.map_err(|e| call_error("withdraw the affiliate", e))?;
+                if let Some(old) = published.take().filter(|old| Some(&old.key) != key.as_ref()) {
+                    client.delete(old.key, None).await.map_err(|e| call_error("withdraw the affiliate", e))?;
                 }
                 if let (Some(key), Some(affiliate)) = (key, affiliate) {
-                    client
-                        .put(key.as_str(), encode_remote(&affiliate), Some(PutOptions::new().with_lease(lease)))
-                        .await
-                        .map_err(|e| call_error("publish the affiliate", e))?;
-                    published_key = Some(key);
+                    let value = encode_remote(&affiliate);
+                    let revision = put_own(&mut client, lease, &key, &value).await?;
+                    published = Some(Published { key, value, revision });
                 }
             }
             _ = ticks.tick() => {
@@ -232,26 +233,48 @@ async fn session(shared: &Shared, options: &EtcdRegistryOptions) -> Result<(), S
                 if batch.canceled() {
                     return Err(format!("the watch was cancelled: {}", batch.cancel_reason()));
                 }
+                let mut tampered = false;
                 shared.update(|view| {
                     for event in batch.events() {
                         let Some(kv) = event.kv() else { continue };
                         let Some(node_id) = key_node_id(&options.prefix, kv.key()) else { continue };
-                        match event.event_type() {
-                            EventType::Delete => {
+                        let deleted = event.event_type() == EventType::Delete;
+                        if let Some(own) = published.as_ref().filter(|own| own.key.as_bytes() == kv.key()) {
+                            // Changes older than this node's last put are its own history.
+                            tampered |= kv.mod_revision() > own.revision
+                                && (deleted || kv.lease() != lease || kv.value() != own.value);
+                        }
+                        match (deleted, accept_kv(&options.prefix, kv)) {
+                            (false, Some(affiliate)) => insert_bounded("etcd", &mut view.affiliates, affiliate),
+                            _ => {
                                 view.affiliates.remove(node_id);
                             }
-                            EventType::Put => match accept_kv(&options.prefix, kv) {
-                                Some(affiliate) => insert_bounded("etcd", &mut view.affiliates, affiliate),
-                                None => {
-                                    view.affiliates.remove(node_id);
-                                }
-                            },
                         }
                     }
                 });
+                if let Some(own) = published.as_mut().filter(|_| tampered) {
+                    tracing::warn!(key = %own.key, "another client changed or deleted this node's affiliate in etcd; publishing it again");
+                    own.revision = put_own(&mut client, lease, &own.key, &own.value).await?;
+                }
             }
         }
     }
+}
+
+/// What this node last put: its key, the encoded affiliate, and the revision of the put.
+struct Published {
+    key: String,
+    value: Vec<u8>,
+    revision: i64,
+}
+
+/// Puts this node's affiliate under its lease; returns the revision of the put.
+async fn put_own(client: &mut Client, lease: i64, key: &str, value: &[u8]) -> Result<i64, String> {
+    let put = client
+        .put(key, value, Some(PutOptions::new().with_lease(lease)))
+        .await
+        .map_err(|e| call_error("publish the affiliate", e))?;
+    Ok(put.header().map_or(0, |h| h.revision()))
 }
 
 /// Lists the affiliates under `prefix` in pages of [`PAGE`] entries, every page at the first
@@ -325,11 +348,16 @@ fn key_node_id<'k>(prefix: &str, key: &'k [u8]) -> Option<&'k str> {
     std::str::from_utf8(key.strip_prefix(prefix.as_bytes())?).ok()
 }
 
-/// The affiliate an entry holds, if it is one to believe: under the prefix, no larger than
-/// [`MAX_AFFILIATE_BYTES`] (checked before decoding) and valid.
+/// The affiliate an entry holds, if it is one to believe: under the prefix, held by a lease
+/// (every node puts its own under one; a leaseless entry would outlive whoever wrote it), no
+/// larger than [`MAX_AFFILIATE_BYTES`] (checked before decoding) and valid.
 fn accept_kv(prefix: &str, kv: &KeyValue) -> Option<Affiliate> {
     let node_id = key_node_id(prefix, kv.key())?;
     let key = node_id.chars().take(64).collect::<String>();
+    if kv.lease() == 0 {
+        tracing::warn!(%key, "skipping an affiliate in etcd that no lease holds");
+        return None;
+    }
     if kv.value().len() > MAX_AFFILIATE_BYTES {
         tracing::warn!(%key, bytes = kv.value().len(), "skipping an affiliate in etcd larger than {MAX_AFFILIATE_BYTES} bytes");
         return None;
