@@ -318,6 +318,29 @@ async fn the_etcd_registry_puts_its_own_key_again_when_a_peer_deletes_it() {
 
 #[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_registry_puts_its_own_key_again_when_a_peer_puts_its_value_without_the_lease() {
+    let server = cosi_test_support::etcd::EtcdServer::start().expect("etcd starts");
+    let prefix = format!("/cosi-registry-test-{}/", std::process::id());
+    let mine = affiliate(1, "node-1");
+    let (_registry, mut client) = etcd_registry_publishing(&server, &prefix, &mine).await;
+    let key = format!("{prefix}{}", mine.node_id);
+    let lease = client.get(key.as_str(), None).await.unwrap().kvs()[0].lease();
+    let mut events = client.watch(key.as_str(), None).await.unwrap();
+
+    // When a peer puts the node's own value again, without a lease (it would outlive the node)
+    let put = client
+        .put(key.as_str(), encode_remote(&mine), None)
+        .await
+        .unwrap();
+
+    // Then the node puts it back under its lease
+    let restored = next_put_after(&mut events, put.header().unwrap().revision()).await;
+    assert_eq!(restored.value(), encode_remote(&mine));
+    assert_eq!(restored.lease(), lease);
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_etcd_registry_ignores_affiliates_that_no_lease_holds() {
     let server = cosi_test_support::etcd::EtcdServer::start().expect("etcd starts");
     let prefix = format!("/cosi-registry-test-{}/", std::process::id());
