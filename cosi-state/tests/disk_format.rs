@@ -303,3 +303,33 @@ async fn a_log_with_a_gap_after_the_checkpoint_is_refused_at_open() {
         "the change log of test/Widgets.test.cosi.dev jumps from sequence 1 to 3: changes are missing"
     );
 }
+
+#[tokio::test]
+async fn a_checkpoint_past_any_reachable_sequence_is_refused_at_open() {
+    // Counting on from it would overflow at the next write: only damage writes such a number.
+    let (_dir, path) = temp_store();
+    write_file(
+        &path,
+        &Layout {
+            format: 3,
+            resources: vec![("a", record(1, 10))],
+            changes: vec![],
+            checkpoint: Some(u64::MAX),
+        },
+    );
+
+    let error = open(&path).await.unwrap_err();
+
+    let Error::Backend { message, .. } = &error else {
+        panic!("a backend error, got {error:?}");
+    };
+    assert_eq!(
+        message,
+        &format!(
+            "test/Widgets.test.cosi.dev is at change sequence {}, past the {} a store can \
+             reach: the file is damaged",
+            u64::MAX,
+            u64::MAX / 2
+        )
+    );
+}

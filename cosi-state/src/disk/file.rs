@@ -151,6 +151,26 @@ impl Unfolded {
     }
 }
 
+/// The highest change sequence a file may hold: half the range, so that counting on from it
+/// can never overflow. No store gets there (a billion changes a second for 292 years); a file
+/// that says so is damaged, and refusing it is better than a store whose next write overflows.
+const MAX_SEQUENCE: u64 = u64::MAX / 2;
+
+fn plausible_sequence(seq: u64, kind: &Kind, path: &Path) -> Result<u64> {
+    if seq > MAX_SEQUENCE {
+        return Err(Error::Backend {
+            subject: display(path),
+            message: format!(
+                "{kind} is at change sequence {seq}, past the {MAX_SEQUENCE} a store can reach: \
+                 the file is damaged"
+            ),
+            retryable: false,
+            source: None,
+        });
+    }
+    Ok(seq)
+}
+
 fn display(path: &Path) -> String {
     path.display().to_string()
 }
@@ -294,10 +314,9 @@ impl StoreFile {
             for row in table.iter().map_err(read_err)? {
                 let (key, value) = row.map_err(read_err)?;
                 let (namespace, resource_type) = key.value();
-                kinds
-                    .entry(Kind::new(namespace, resource_type))
-                    .or_default()
-                    .last_seq = value.value();
+                let kind = Kind::new(namespace, resource_type);
+                let seq = plausible_sequence(value.value(), &kind, &path)?;
+                kinds.entry(kind).or_default().last_seq = seq;
             }
         }
         let changes = open_read_table(&read, CHANGES, &path)?;
@@ -306,6 +325,7 @@ impl StoreFile {
                 let (key, value) = row.map_err(read_err)?;
                 let (namespace, resource_type, seq) = key.value();
                 let kind = Kind::new(namespace, resource_type);
+                let seq = plausible_sequence(seq, &kind, &path)?;
                 let subject = format!("{kind} change {seq}");
                 let entry = record::decode_change(value.value(), &subject)?;
                 let loaded = kinds.entry(kind.clone()).or_default();
