@@ -107,10 +107,7 @@ async fn watch(
     let needs = resolve::read_role(&target.definition);
     let what = what("watch", &target.kind, args.id.as_deref());
     let ids = match &args.id {
-        Some(id) => Some(
-            IdQuery::new(&format!("^{}$", regex::escape(id)))
-                .map_err(|e| CliError::Other(e.to_string()))?,
-        ),
+        Some(id) => Some(IdQuery::exact(id).map_err(|e| CliError::Other(e.to_string()))?),
         None => None,
     };
     let options = WatchKindOptions {
