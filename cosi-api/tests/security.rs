@@ -91,6 +91,14 @@ impl Node {
     }
 
     async fn start_with(policy: StatePolicy) -> Node {
+        Self::start_serving(policy, |server| server).await
+    }
+
+    /// A node whose server is configured further by `configure`.
+    async fn start_serving(
+        policy: StatePolicy,
+        configure: impl FnOnce(ApiServer) -> ApiServer,
+    ) -> Node {
         let store = Arc::new(MemoryState::default());
         let create = |r: SharedResource, owner: Option<&str>| {
             let store = store.clone();
@@ -146,12 +154,14 @@ impl Node {
         let identity = ca.issue_server(&[localhost()], &[], CERT_VALIDITY).unwrap();
         let machine = Arc::new(TestMachine::new());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let server = ApiServer::new(Security::MutualTls {
-            identity,
-            client_ca_pem: ca.cert_pem().to_string(),
-        })
-        .with_state(StateService::new(store.clone(), codec(), policy))
-        .with_machine(machine.clone())
+        let server = configure(
+            ApiServer::new(Security::MutualTls {
+                identity,
+                client_ca_pem: ca.cert_pem().to_string(),
+            })
+            .with_state(StateService::new(store.clone(), codec(), policy))
+            .with_machine(machine.clone()),
+        )
         .serve(listener)
         .unwrap();
         Node {
@@ -788,4 +798,27 @@ async fn certificate_roles_are_read_per_connection() {
     let (r, a) = tokio::join!(reader.list(&kind, &options), admin.list(&kind, &options));
     assert_not_authorized("reader list", r);
     assert_eq!(a.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_caller_past_its_connection_limit_is_refused_and_other_callers_are_served() {
+    let node = Node::start_serving(StatePolicy::new([MACHINE_CONFIG_TYPE]), |server| {
+        server.with_max_connections_per_caller(1)
+    })
+    .await;
+    let user = Note::kind().pointer("user");
+    // One certificate, two connections: the first is served and stays open.
+    let identity = node
+        .ca
+        .issue_client("reader-user", Role::Reader, CERT_VALIDITY)
+        .unwrap();
+    let (first, _) = node.client_with(node.security_for(identity.clone()));
+    within(first.get(&user)).await.unwrap();
+    let (second, _) = node.client_with(node.security_for(identity));
+    assert_connection_refused("a second connection", within(second.get(&user)).await);
+    // Another certificate has places of its own.
+    let (other, _) = node.client(Role::Operator);
+    within(other.get(&user)).await.unwrap();
+    // And the first connection still serves its caller.
+    within(first.get(&user)).await.unwrap();
 }

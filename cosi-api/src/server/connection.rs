@@ -6,7 +6,9 @@
 //! resource (file descriptors, memory) is retried after a growing wait ([`AcceptBackoff`]), not
 //! at once in a busy loop. At most [`Limits::connections`] connections are open at once; at
 //! the limit the loop stops accepting until one closes, so callers queue in the kernel's listen
-//! queue instead of taking the process's last descriptors.
+//! queue instead of taking the process's last descriptors. One certificate (or all maintenance
+//! callers together) holds at most [`Limits::per_caller`] of them: a connection past that is
+//! closed after its handshake, so one caller cannot take every place.
 
 use std::collections::HashMap;
 use std::io;
@@ -22,7 +24,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tonic::transport::server::Connected;
 
-use crate::auth::Caller;
+use crate::auth::{Caller, Transport};
 
 /// How long a TLS handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -34,6 +36,9 @@ const MAX_HANDSHAKES: usize = 64;
 pub(crate) struct Limits {
     /// Connections open at once, handshaking ones included.
     pub(crate) connections: usize,
+    /// Connections one caller may hold: per client certificate name, and for maintenance
+    /// callers together (plaintext callers are trusted and not counted).
+    pub(crate) per_caller: usize,
 }
 
 /// One accepted connection.
@@ -56,6 +61,8 @@ pub(crate) struct OpenConnections {
 struct OpenInner {
     next: u64,
     sockets: HashMap<u64, std::net::TcpStream>,
+    /// Open connections per counted caller ([`caller_key`]).
+    callers: HashMap<String, usize>,
 }
 
 impl OpenConnections {
@@ -70,6 +77,7 @@ impl OpenConnections {
         Registered {
             id,
             open: self.clone(),
+            caller: None,
         }
     }
 
@@ -85,12 +93,52 @@ impl OpenConnections {
 struct Registered {
     id: u64,
     open: OpenConnections,
+    /// The caller this connection counts for, once claimed.
+    caller: Option<String>,
+}
+
+impl Registered {
+    /// Counts this connection for `caller`, unless the caller already holds `limit`.
+    fn claim(&mut self, caller: &Caller, limit: usize) -> io::Result<()> {
+        let Some(key) = caller_key(caller) else {
+            return Ok(());
+        };
+        let mut inner = self.open.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let held = inner.callers.entry(key.clone()).or_default();
+        if *held >= limit {
+            return Err(io::Error::other(format!(
+                "{} already holds as many connections as one caller may ({limit})",
+                caller.describe()
+            )));
+        }
+        *held += 1;
+        self.caller = Some(key);
+        Ok(())
+    }
+}
+
+/// Whom a connection counts for: the client certificate's name, or every maintenance caller
+/// together; plaintext callers (trusted, loopback) are not counted.
+fn caller_key(caller: &Caller) -> Option<String> {
+    match caller.transport {
+        Transport::Plaintext => None,
+        Transport::Maintenance => Some("maintenance".to_string()),
+        Transport::MutualTls => Some(format!("certificate {}", caller.name)),
+    }
 }
 
 impl Drop for Registered {
     fn drop(&mut self) {
         let mut inner = self.open.inner.lock().unwrap_or_else(|e| e.into_inner());
         inner.sockets.remove(&self.id);
+        if let Some(key) = self.caller.take() {
+            if let Some(held) = inner.callers.get_mut(&key) {
+                *held -= 1;
+                if *held == 0 {
+                    inner.callers.remove(&key);
+                }
+            }
+        }
     }
 }
 
@@ -189,9 +237,10 @@ impl Acceptor {
         tcp: TcpStream,
         open: &OpenConnections,
         slot: OwnedSemaphorePermit,
+        per_caller: usize,
     ) -> io::Result<Connection> {
         let _ = tcp.set_nodelay(true);
-        let registered = open.register(&tcp);
+        let mut registered = open.register(&tcp);
         match self {
             Acceptor::Plain => Ok(Connection {
                 stream: Stream::Plain(tcp),
@@ -209,6 +258,7 @@ impl Acceptor {
                     .ok_or_else(|| io::Error::other("no client certificate"))?;
                 let caller = crate::tls::caller_of_certificate(leaf)
                     .ok_or_else(|| io::Error::other("unreadable client certificate"))?;
+                registered.claim(&caller, per_caller)?;
                 Ok(Connection {
                     stream: Stream::Tls(Box::new(tls)),
                     caller,
@@ -218,6 +268,7 @@ impl Acceptor {
             }
             Acceptor::Maintenance(acceptor) => {
                 let tls = acceptor.accept(tcp).await?;
+                registered.claim(&Caller::maintenance(), per_caller)?;
                 Ok(Connection {
                     stream: Stream::Tls(Box::new(tls)),
                     caller: Caller::maintenance(),
@@ -334,7 +385,12 @@ pub(crate) async fn accept_loop(
         let open = open.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp, &open, slot)).await {
+            match tokio::time::timeout(
+                HANDSHAKE_TIMEOUT,
+                acceptor.accept(tcp, &open, slot, limits.per_caller),
+            )
+            .await
+            {
                 Ok(Ok(connection)) => {
                     let _ = out.send(Ok(connection)).await;
                 }
@@ -351,6 +407,33 @@ mod tests {
 
     fn os_error(code: i32) -> io::Error {
         io::Error::from_raw_os_error(code)
+    }
+
+    #[tokio::test]
+    async fn a_caller_gets_its_place_back_when_its_connection_closes() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tcp = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let open = OpenConnections::default();
+        let caller = Caller::from_certificate("reader-user", ["os:reader"]);
+        let mut first = open.register(&tcp);
+        first.claim(&caller, 1).unwrap();
+        let mut second = open.register(&tcp);
+        let refused = second.claim(&caller, 1).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            format!(
+                "{} already holds as many connections as one caller may (1)",
+                caller.describe()
+            )
+        );
+        drop(first);
+        second.claim(&caller, 1).unwrap();
+        // Plaintext callers are trusted and not counted.
+        for _ in 0..3 {
+            open.register(&tcp).claim(&Caller::trusted(), 1).unwrap();
+        }
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub const MAX_CONCURRENT_STREAMS: u32 = 1024;
 /// ([`ApiServer::with_max_connections`]): half of the 1,024 descriptors a process gets by
 /// default, so callers cannot take the ones the node needs for its own files and services.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// Open connections one caller (one client certificate name; all maintenance callers together)
+/// holds at once by default ([`ApiServer::with_max_connections_per_caller`]).
+pub const DEFAULT_MAX_CONNECTIONS_PER_CALLER: usize = 64;
 
 /// How the server secures connections.
 #[derive(Clone)]
@@ -92,6 +95,7 @@ pub struct ApiServer {
     machine: Option<MachineService>,
     security: Security,
     max_connections: usize,
+    max_connections_per_caller: usize,
 }
 
 impl ApiServer {
@@ -102,6 +106,7 @@ impl ApiServer {
             machine: None,
             security,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_caller: DEFAULT_MAX_CONNECTIONS_PER_CALLER,
         }
     }
 
@@ -116,6 +121,21 @@ impl ApiServer {
     /// ```
     pub fn with_max_connections(mut self, max: usize) -> Self {
         self.max_connections = max.max(1);
+        self
+    }
+
+    /// Lets one caller hold at most `max` connections at once (at least 1; default
+    /// [`DEFAULT_MAX_CONNECTIONS_PER_CALLER`]): callers are told apart by their client
+    /// certificate's name, maintenance callers count as one, plaintext callers (trusted) are
+    /// not counted. A connection past the limit is closed after its handshake.
+    ///
+    /// ```
+    /// use cosi_api::server::{ApiServer, Security};
+    /// let server = ApiServer::new(Security::Plaintext).with_max_connections_per_caller(8);
+    /// # let _ = server;
+    /// ```
+    pub fn with_max_connections_per_caller(mut self, max: usize) -> Self {
+        self.max_connections_per_caller = max.max(1);
         self
     }
 
@@ -152,6 +172,7 @@ impl ApiServer {
             acceptor,
             Limits {
                 connections: self.max_connections,
+                per_caller: self.max_connections_per_caller,
             },
             open.clone(),
             connections,
