@@ -23,6 +23,17 @@
 //! - With the `testing` feature, `testing::TestMachine` is an in-memory node behind the machine
 //!   service, for other crates' tests.
 //!
+//! What a remote caller can make the server spend is bounded: messages of 32 MiB each way
+//! ([`server::MAX_MESSAGE_SIZE`]; a watch event that would not fit goes without its YAML
+//! copies, then without its old resource), 512 open connections
+//! ([`server::DEFAULT_MAX_CONNECTIONS`]; more wait in the listen queue) and 64 per caller
+//! ([`server::DEFAULT_MAX_CONNECTIONS_PER_CALLER`]; more are closed after the handshake), 1,024
+//! streams per connection ([`server::MAX_CONCURRENT_STREAMS`]), 64 handshakes at once of at
+//! most 10 s; and a request past these is refused with an error naming the bound: id query
+//! patterns of 4 KiB ([`cosi_core::id_query`]), label queries of 64 × 64 × 1,024 terms
+//! ([`query::MAX_LABEL_QUERIES`] and the next two); status texts are cut at 1 KiB
+//! ([`status::MAX_STATUS_TEXT`]).
+//!
 //! A server over an in-memory store and a client, on a loopback port:
 //!
 //! ```
