@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cosi_api::client::{channel, ClientSecurity, RemoteOptions, RemoteState};
 use cosi_api::codec::Codec;
 use cosi_core::{
-    CreateOptions, Error, ListOptions, Resource, ResourceSpec, State, WatchKindOptions,
+    CreateOptions, Error, ListOptions, Resource, ResourceSpec, State, StateExt, WatchKindOptions,
 };
 use serde::{Deserialize, Serialize};
 
@@ -268,16 +268,7 @@ async fn a_watch_bootstrap_larger_in_sum_than_a_message_arrives_whole() {
     // 51 MB, past the 32 MiB message limit if sent as one aggregated response.
     let count = 300;
     for i in 0..count {
-        let blob = Resource::new(
-            format!("b{i:03}"),
-            Blob {
-                data: "x".repeat(200_000),
-            },
-        );
-        store
-            .create(blob.into_shared(), CreateOptions::default())
-            .await
-            .unwrap();
+        put_blob(&store, &format!("b{i:03}"), "x".repeat(200_000)).await;
     }
     let server =
         support::plaintext_server(store.clone(), server_codec(), support::any_port()).await;
@@ -323,26 +314,17 @@ async fn blob_watch(server: &cosi_api::server::ServerHandle) -> cosi_core::Watch
 }
 
 async fn put_blob(store: &cosi_state::MemoryState, id: &str, data: String) {
-    let pointer = Blob::kind().pointer(id);
-    match store.get(&pointer).await {
-        Ok(stored) => {
-            let mut next = cosi_core::downcast_ref::<Blob>(&*stored).unwrap().clone();
-            next.spec.data = data;
-            store
-                .update(next.into_shared(), cosi_core::UpdateOptions::default())
-                .await
-                .unwrap();
-        }
-        Err(_) => {
-            store
-                .create(
-                    Resource::new(id, Blob { data }).into_shared(),
-                    CreateOptions::default(),
-                )
-                .await
-                .unwrap();
-        }
-    }
+    store
+        .modify(
+            Resource::new(id, Blob::default()),
+            cosi_core::UpdateOptions::default(),
+            |blob| {
+                blob.spec.data.clone_from(&data);
+                Ok(())
+            },
+        )
+        .await
+        .unwrap();
 }
 
 fn blob_data(resource: &cosi_core::SharedResource) -> &str {

@@ -191,26 +191,64 @@ async fn etcd_registry_publishing(
     (registry, client)
 }
 
-/// Waits on a watch of `key` for the first put after `revision`.
+/// A node publishing `node-1` through the etcd registry, its key and lease, a client of the
+/// same etcd (the peer) and a watch of the key.
 #[cfg(feature = "etcd")]
-async fn next_put_after(
-    events: &mut etcd_client::WatchStream,
-    revision: i64,
-) -> etcd_client::KeyValue {
-    tokio::time::timeout(EVENT_TIMEOUT, async {
-        loop {
-            let batch = events.message().await.unwrap().expect("the watch runs");
-            for event in batch.events() {
-                let kv = event.kv().expect("events carry their key");
-                if event.event_type() == etcd_client::EventType::Put && kv.mod_revision() > revision
-                {
-                    return kv.clone();
+struct PublishedNode {
+    _registry: cosi_node::cluster::EtcdRegistry,
+    client: etcd_client::Client,
+    mine: Affiliate,
+    key: String,
+    lease: i64,
+    events: etcd_client::WatchStream,
+    /// Last: fields drop in order, and the server outlives its clients.
+    _server: cosi_test_support::etcd::EtcdServer,
+}
+
+#[cfg(feature = "etcd")]
+impl PublishedNode {
+    async fn start() -> Self {
+        let server = cosi_test_support::etcd::EtcdServer::start().expect("etcd starts");
+        let prefix = format!("/cosi-registry-test-{}/", std::process::id());
+        let mine = affiliate(1, "node-1");
+        let (registry, mut client) = etcd_registry_publishing(&server, &prefix, &mine).await;
+        let key = format!("{prefix}{}", mine.node_id);
+        let lease = client.get(key.as_str(), None).await.unwrap().kvs()[0].lease();
+        let events = client.watch(key.as_str(), None).await.unwrap();
+        PublishedNode {
+            _registry: registry,
+            client,
+            mine,
+            key,
+            lease,
+            events,
+            _server: server,
+        }
+    }
+
+    /// Waits on the watch of the key for the first put after `revision`.
+    async fn next_put_after(&mut self, revision: i64) -> etcd_client::KeyValue {
+        tokio::time::timeout(EVENT_TIMEOUT, async {
+            loop {
+                let batch = self
+                    .events
+                    .message()
+                    .await
+                    .unwrap()
+                    .expect("the watch runs");
+                for event in batch.events() {
+                    let kv = event.kv().expect("events carry their key");
+                    if event.event_type() == etcd_client::EventType::Put
+                        && kv.mod_revision() > revision
+                    {
+                        return kv.clone();
+                    }
                 }
             }
-        }
-    })
-    .await
-    .expect("the key was put again in time")
+        })
+        .await
+        .expect("the key was put again in time")
+    }
 }
 
 #[cfg(feature = "etcd")]
@@ -274,69 +312,55 @@ async fn the_etcd_registry_lists_past_oversized_values_and_publishes_itself() {
 #[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_etcd_registry_puts_its_own_key_again_when_a_peer_overwrites_it() {
-    let server = cosi_test_support::etcd::EtcdServer::start().expect("etcd starts");
-    let prefix = format!("/cosi-registry-test-{}/", std::process::id());
-    let mine = affiliate(1, "node-1");
-    let (_registry, mut client) = etcd_registry_publishing(&server, &prefix, &mine).await;
-    let key = format!("{prefix}{}", mine.node_id);
-    let lease = client.get(key.as_str(), None).await.unwrap().kvs()[0].lease();
-    let mut events = client.watch(key.as_str(), None).await.unwrap();
+    let mut node = PublishedNode::start().await;
 
     // When a peer puts a forged affiliate, without a lease, under this node's key
-    let mut forged = mine.clone();
+    let mut forged = node.mine.clone();
     forged.addresses = vec!["203.0.113.66".parse().unwrap()];
-    let put = client
-        .put(key.as_str(), encode_remote(&forged), None)
+    let put = node
+        .client
+        .put(node.key.as_str(), encode_remote(&forged), None)
         .await
         .unwrap();
 
     // Then the node puts its own affiliate back, under its lease
-    let restored = next_put_after(&mut events, put.header().unwrap().revision()).await;
-    assert_eq!(restored.value(), encode_remote(&mine));
-    assert_eq!(restored.lease(), lease);
+    let restored = node.next_put_after(put.header().unwrap().revision()).await;
+    assert_eq!(restored.value(), encode_remote(&node.mine));
+    assert_eq!(restored.lease(), node.lease);
 }
 
 #[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_etcd_registry_puts_its_own_key_again_when_a_peer_deletes_it() {
-    let server = cosi_test_support::etcd::EtcdServer::start().expect("etcd starts");
-    let prefix = format!("/cosi-registry-test-{}/", std::process::id());
-    let mine = affiliate(1, "node-1");
-    let (_registry, mut client) = etcd_registry_publishing(&server, &prefix, &mine).await;
-    let key = format!("{prefix}{}", mine.node_id);
-    let lease = client.get(key.as_str(), None).await.unwrap().kvs()[0].lease();
-    let mut events = client.watch(key.as_str(), None).await.unwrap();
+    let mut node = PublishedNode::start().await;
 
     // When a peer deletes this node's key
-    let deleted = client.delete(key.as_str(), None).await.unwrap();
+    let deleted = node.client.delete(node.key.as_str(), None).await.unwrap();
 
     // Then the node puts its own affiliate back, under its lease
-    let restored = next_put_after(&mut events, deleted.header().unwrap().revision()).await;
-    assert_eq!(restored.value(), encode_remote(&mine));
-    assert_eq!(restored.lease(), lease);
+    let restored = node
+        .next_put_after(deleted.header().unwrap().revision())
+        .await;
+    assert_eq!(restored.value(), encode_remote(&node.mine));
+    assert_eq!(restored.lease(), node.lease);
 }
 
 #[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_etcd_registry_puts_its_own_key_again_when_a_peer_puts_its_value_without_the_lease() {
-    let server = cosi_test_support::etcd::EtcdServer::start().expect("etcd starts");
-    let prefix = format!("/cosi-registry-test-{}/", std::process::id());
-    let mine = affiliate(1, "node-1");
-    let (_registry, mut client) = etcd_registry_publishing(&server, &prefix, &mine).await;
-    let key = format!("{prefix}{}", mine.node_id);
-    let lease = client.get(key.as_str(), None).await.unwrap().kvs()[0].lease();
-    let mut events = client.watch(key.as_str(), None).await.unwrap();
+    let mut node = PublishedNode::start().await;
 
     // When a peer puts the node's own value again, without a lease (it would outlive the node)
-    let put = client
-        .put(key.as_str(), encode_remote(&mine), None)
+    let put = node
+        .client
+        .put(node.key.as_str(), encode_remote(&node.mine), None)
         .await
         .unwrap();
 
     // Then the node puts it back under its lease
-    let restored = next_put_after(&mut events, put.header().unwrap().revision()).await;
-    assert_eq!(restored.value(), encode_remote(&mine));
-    assert_eq!(restored.lease(), lease);
+    let restored = node.next_put_after(put.header().unwrap().revision()).await;
+    assert_eq!(restored.value(), encode_remote(&node.mine));
+    assert_eq!(restored.lease(), node.lease);
 }
 
 #[cfg(feature = "etcd")]

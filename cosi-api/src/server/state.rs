@@ -46,7 +46,7 @@ pub const WATCH_BATCH: usize = 256;
 
 /// The most encoded bytes of events an aggregated watch response gathers before it is sent: a
 /// batch of large resources goes out in several responses, each well under the 32 MiB message
-/// limit (a single event over the limit still cannot be sent).
+/// limit (a single event larger than a message is first made to fit, see `WatchFeed::fit`).
 pub const AGGREGATE_BYTES: usize = 4 * 1024 * 1024;
 /// Responses buffered per watch before the server waits for the client (HTTP/2 flow control
 /// does the rest), so a slow client cannot grow the server's memory.
@@ -648,8 +648,11 @@ impl WatchFeed {
             encodings.get_or_encode(r, yaml, || codec.encode_bytes(&**r, yaml))
         };
         for event in batch {
-            let outgoing = encode_event_with(&self.kind, event, self.api, &mut encode);
-            let outgoing = match self.fit(event, outgoing) {
+            let (outgoing, size) = self.sized(
+                event,
+                encode_event_with(&self.kind, event, self.api, &mut encode),
+            );
+            let outgoing = match outgoing {
                 Outgoing::Send(e) => Some(e),
                 Outgoing::Last(e) => {
                     step = Step::Stop;
@@ -669,7 +672,6 @@ impl WatchFeed {
                         return Step::Stop;
                     }
                 } else {
-                    let size = prost::Message::encoded_len(&event);
                     if !events.is_empty() && pending_bytes + size > AGGREGATE_BYTES {
                         let response = encoded::WatchResponse {
                             event: std::mem::take(&mut events),
@@ -702,18 +704,33 @@ impl WatchFeed {
         step
     }
 
-    /// `outgoing`, made to fit one message: an event larger than [`MAX_EVENT_BYTES`] (an
-    /// update of a resource of more than half the limit carries two copies) goes without the
-    /// YAML copies of its specs, then without its old resource (as a catch-up's update does),
-    /// and if its resource alone is too large, the watch ends with an error naming it, rather
-    /// than a transport error every watcher of the kind would meet again on resuming.
-    fn fit(&self, event: &Event, outgoing: Outgoing) -> Outgoing {
-        let too_large = |e: &encoded::Event| prost::Message::encoded_len(e) > MAX_EVENT_BYTES;
-        let (mut encoded, last) = match outgoing {
-            Outgoing::Send(e) if too_large(&e) => (e, false),
-            Outgoing::Last(e) if too_large(&e) => (e, true),
-            other => return other,
+    /// `outgoing` made to fit one message ([`WatchFeed::fit`]), with its encoded size (0 for
+    /// what sends no event), measured once.
+    fn sized(&self, event: &Event, outgoing: Outgoing) -> (Outgoing, usize) {
+        let size_of = |outgoing: &Outgoing| match outgoing {
+            Outgoing::Send(e) | Outgoing::Last(e) => prost::Message::encoded_len(e),
+            Outgoing::Skip | Outgoing::End(_) => 0,
         };
+        let size = size_of(&outgoing);
+        if size <= MAX_EVENT_BYTES {
+            return (outgoing, size);
+        }
+        let outgoing = match outgoing {
+            Outgoing::Send(e) => self.fit(event, e, false),
+            Outgoing::Last(e) => self.fit(event, e, true),
+            other => other,
+        };
+        let size = size_of(&outgoing);
+        (outgoing, size)
+    }
+
+    /// `encoded`, larger than [`MAX_EVENT_BYTES`], made to fit one message: an update of a
+    /// resource of more than half the limit carries two copies, so it goes without the YAML
+    /// copies of its specs, then without its old resource (as a catch-up's update does); if
+    /// its resource alone is too large, the watch ends with an error naming it, rather than a
+    /// transport error every watcher of the kind would meet again on resuming.
+    fn fit(&self, event: &Event, mut encoded: encoded::Event, last: bool) -> Outgoing {
+        let too_large = |e: &encoded::Event| prost::Message::encoded_len(e) > MAX_EVENT_BYTES;
         if self.yaml {
             let codec = &self.shared.codec;
             let mut without_yaml = |r: &cosi_core::SharedResource| codec.encode_bytes(&**r, false);

@@ -353,7 +353,8 @@ fn key_node_id<'k>(prefix: &str, key: &'k [u8]) -> Option<&'k str> {
 /// larger than [`MAX_AFFILIATE_BYTES`] (checked before decoding) and valid.
 fn accept_kv(prefix: &str, kv: &KeyValue) -> Option<Affiliate> {
     let node_id = key_node_id(prefix, kv.key())?;
-    let key = node_id.chars().take(64).collect::<String>();
+    // Quoted by its start only: a peer chooses the key.
+    let key = cosi_core::text::prefix_within(node_id, 64);
     if kv.lease() == 0 {
         tracing::warn!(%key, "skipping an affiliate in etcd that no lease holds");
         return None;
