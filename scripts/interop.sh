@@ -28,7 +28,9 @@ fi
 export COSI_PEER_DIR="$peer"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-if ! cargo test -p cosi-api --test interop 2>&1 | tee "$out"; then
+# The workspace's feature set, as scripts/test.sh builds it, so the libraries it built are reused
+# rather than built again for cosi-api's own feature set.
+if ! cargo test --workspace --all-features --test interop 2>&1 | tee "$out"; then
     echo "interop: FAILED" >&2
     exit 1
 fi

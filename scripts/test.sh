@@ -7,6 +7,10 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
+# A whole-suite run is one build, not an edit loop: no incremental caches (they doubled the disk
+# the build needs). A caller's own CARGO_INCREMENTAL wins.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 if [[ -f scripts/install-deps.sh ]]; then
     echo "==> scripts/install-deps.sh"
     bash scripts/install-deps.sh
