@@ -27,8 +27,10 @@
 //! ([`server::MAX_MESSAGE_SIZE`]; a watch event that would not fit goes without its YAML
 //! copies, then without its old resource), 512 open connections
 //! ([`server::DEFAULT_MAX_CONNECTIONS`]; more wait in the listen queue) and 64 per caller
-//! ([`server::DEFAULT_MAX_CONNECTIONS_PER_CALLER`]; more are closed after the handshake), 1,024
-//! streams per connection ([`server::MAX_CONCURRENT_STREAMS`]), 64 handshakes at once of at
+//! ([`server::DEFAULT_MAX_CONNECTIONS_PER_CALLER`]; more are closed after the handshake), 256
+//! open calls per caller over all its connections, a watch or log follow holding its place until
+//! it ends ([`server::DEFAULT_MAX_CALLS_PER_CALLER`]; more are refused with `ResourceExhausted`),
+//! 1,024 streams per connection ([`server::MAX_CONCURRENT_STREAMS`]), 64 handshakes at once of at
 //! most 10 s; and a request past these is refused with an error naming the bound: id query
 //! patterns of 4 KiB ([`cosi_core::id_query`]), label queries of 64 × 64 × 1,024 terms
 //! ([`query::MAX_LABEL_QUERIES`] and the next two); status texts are cut at 1 KiB

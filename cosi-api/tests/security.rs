@@ -822,3 +822,65 @@ async fn a_caller_past_its_connection_limit_is_refused_and_other_callers_are_ser
     // And the first connection still serves its caller.
     within(first.get(&user)).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_caller_past_its_open_call_limit_is_refused_and_other_callers_are_served() {
+    let node = Node::start_serving(StatePolicy::new([MACHINE_CONFIG_TYPE]), |server| {
+        server.with_max_calls_per_caller(2)
+    })
+    .await;
+    let before = node.snapshot().await;
+    let (reader, _) = node.client(Role::Reader);
+    // Two watches hold both of the reader's places, over one connection.
+    let mut watches = Vec::new();
+    for _ in 0..2 {
+        watches.push(
+            within(reader.watch(&Note::kind().pointer("user"), WatchOptions::default()))
+                .await
+                .unwrap(),
+        );
+    }
+    match within(reader.get(&Note::kind().pointer("user"))).await {
+        Err(Error::Backend {
+            message,
+            retryable: true,
+            ..
+        }) => assert_eq!(
+            message,
+            "ResourceExhausted: os:reader-user (os:reader) has 2 calls open, as many as one caller \
+             may; end some of its watches or log follows, or retry later"
+        ),
+        other => panic!("a third call: expected ResourceExhausted, got {other:?}"),
+    }
+    assert_eq!(node.snapshot().await, before);
+    // Another certificate has places of its own, and writes reach the reader's open watches.
+    let (admin, _) = node.client(Role::Admin);
+    within(admin.modify(
+        Resource::new(
+            "user",
+            Note {
+                text: String::new(),
+            },
+        ),
+        UpdateOptions::default(),
+        |note| {
+            note.spec.text = "changed".into();
+            Ok(())
+        },
+    ))
+    .await
+    .unwrap();
+    for watch in &mut watches {
+        loop {
+            match within(watch.recv()).await.expect("the watch is open") {
+                cosi_core::Event::Updated { resource, .. } => {
+                    let note = cosi_core::downcast::<Note>(resource).unwrap();
+                    assert_eq!(note.spec.text, "changed");
+                    break;
+                }
+                cosi_core::Event::Errored { error } => panic!("the watch ended: {error}"),
+                _ => {}
+            }
+        }
+    }
+}

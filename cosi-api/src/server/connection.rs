@@ -24,7 +24,8 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tonic::transport::server::Connected;
 
-use crate::auth::{Caller, Transport};
+use super::per_caller::{Claim, PerCaller};
+use crate::auth::Caller;
 
 /// How long a TLS handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -55,14 +56,14 @@ pub(crate) struct Connection {
 #[derive(Clone, Default)]
 pub(crate) struct OpenConnections {
     inner: Arc<Mutex<OpenInner>>,
+    /// Open connections per counted caller.
+    callers: Arc<PerCaller>,
 }
 
 #[derive(Default)]
 struct OpenInner {
     next: u64,
     sockets: HashMap<u64, std::net::TcpStream>,
-    /// Open connections per counted caller ([`caller_key`]).
-    callers: HashMap<String, usize>,
 }
 
 impl OpenConnections {
@@ -77,7 +78,7 @@ impl OpenConnections {
         Registered {
             id,
             open: self.clone(),
-            caller: None,
+            claim: None,
         }
     }
 
@@ -93,37 +94,21 @@ impl OpenConnections {
 struct Registered {
     id: u64,
     open: OpenConnections,
-    /// The caller this connection counts for, once claimed.
-    caller: Option<String>,
+    /// The caller's place this connection holds, once claimed.
+    claim: Option<Claim>,
 }
 
 impl Registered {
     /// Counts this connection for `caller`, unless the caller already holds `limit`.
     fn claim(&mut self, caller: &Caller, limit: usize) -> io::Result<()> {
-        let Some(key) = caller_key(caller) else {
-            return Ok(());
-        };
-        let mut inner = self.open.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let held = inner.callers.entry(key.clone()).or_default();
-        if *held >= limit {
-            return Err(io::Error::other(format!(
+        let claim = self.open.callers.claim(caller, limit).map_err(|_| {
+            io::Error::other(format!(
                 "{} already holds as many connections as one caller may ({limit})",
                 caller.describe()
-            )));
-        }
-        *held += 1;
-        self.caller = Some(key);
+            ))
+        })?;
+        self.claim = Some(claim);
         Ok(())
-    }
-}
-
-/// Whom a connection counts for: the client certificate's name, or every maintenance caller
-/// together; plaintext callers (trusted, loopback) are not counted.
-fn caller_key(caller: &Caller) -> Option<String> {
-    match caller.transport {
-        Transport::Plaintext => None,
-        Transport::Maintenance => Some("maintenance".to_string()),
-        Transport::MutualTls => Some(format!("certificate {}", caller.name)),
     }
 }
 
@@ -131,14 +116,6 @@ impl Drop for Registered {
     fn drop(&mut self) {
         let mut inner = self.open.inner.lock().unwrap_or_else(|e| e.into_inner());
         inner.sockets.remove(&self.id);
-        if let Some(key) = self.caller.take() {
-            if let Some(held) = inner.callers.get_mut(&key) {
-                *held -= 1;
-                if *held == 0 {
-                    inner.callers.remove(&key);
-                }
-            }
-        }
     }
 }
 

@@ -10,6 +10,7 @@
 mod connection;
 mod encodings;
 mod machine;
+mod per_caller;
 mod state;
 
 use std::net::SocketAddr;
@@ -31,6 +32,7 @@ use crate::tls::TlsError;
 use connection::{accept_loop, Acceptor, Limits, OpenConnections};
 pub use encodings::DEFAULT_BUDGET as DEFAULT_SHARED_ENCODINGS;
 pub use machine::{MachineService, MAX_LOG_CHUNK};
+use per_caller::CallLimit;
 pub use state::{StateService, MAX_EVENT_BYTES, OMIT_YAML_HEADER, WATCH_BATCH};
 
 /// The message size limit, both directions (Talos uses the same).
@@ -44,6 +46,10 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 /// Open connections one caller (one client certificate name; all maintenance callers together)
 /// holds at once by default ([`ApiServer::with_max_connections_per_caller`]).
 pub const DEFAULT_MAX_CONNECTIONS_PER_CALLER: usize = 64;
+/// Calls one caller holds open at once by default, over all its connections
+/// ([`ApiServer::with_max_calls_per_caller`]): a watch, a list or a log follow holds its place
+/// until its stream ends; a remote controller engine needs one watch per kind it reads.
+pub const DEFAULT_MAX_CALLS_PER_CALLER: usize = 256;
 
 /// How the server secures connections.
 #[derive(Clone)]
@@ -96,6 +102,7 @@ pub struct ApiServer {
     security: Security,
     max_connections: usize,
     max_connections_per_caller: usize,
+    max_calls_per_caller: usize,
 }
 
 impl ApiServer {
@@ -107,6 +114,7 @@ impl ApiServer {
             security,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_caller: DEFAULT_MAX_CONNECTIONS_PER_CALLER,
+            max_calls_per_caller: DEFAULT_MAX_CALLS_PER_CALLER,
         }
     }
 
@@ -136,6 +144,24 @@ impl ApiServer {
     /// ```
     pub fn with_max_connections_per_caller(mut self, max: usize) -> Self {
         self.max_connections_per_caller = max.max(1);
+        self
+    }
+
+    /// Lets one caller hold at most `max` calls open at once over all its connections (at
+    /// least 1; default [`DEFAULT_MAX_CALLS_PER_CALLER`]), counted as connections are (per
+    /// client certificate name; maintenance callers as one; plaintext callers not at all). A
+    /// watch, list or log follow holds its place until its stream ends or is cancelled; a call
+    /// past the limit is refused with `ResourceExhausted` (retryable) before any service
+    /// sees it. Without it, one certificate's 64 connections of 1,024 streams each could hold
+    /// 65,536 watches, each with its buffered messages.
+    ///
+    /// ```
+    /// use cosi_api::server::{ApiServer, Security};
+    /// let server = ApiServer::new(Security::Plaintext).with_max_calls_per_caller(32);
+    /// # let _ = server;
+    /// ```
+    pub fn with_max_calls_per_caller(mut self, max: usize) -> Self {
+        self.max_calls_per_caller = max.max(1);
         self
     }
 
@@ -200,6 +226,7 @@ impl ApiServer {
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(20)))
             .layer(MethodGate)
+            .layer(CallLimit::new(self.max_calls_per_caller))
             .add_routes(routes)
             .serve_with_incoming_shutdown(ReceiverStream::new(incoming), async move {
                 self::stopped(&mut signal).await;
