@@ -148,7 +148,7 @@ pub fn encode_remote(affiliate: &Affiliate) -> Vec<u8> {
 /// ```
 pub fn decode_remote(key: &str, bytes: &[u8]) -> Result<Affiliate, AffiliateError> {
     let error = |field: &str, message: String| AffiliateError {
-        key: key.chars().take(64).collect(),
+        key: cosi_core::text::prefix_within(key, 64).to_string(),
         field: field.to_string(),
         message,
     };

@@ -165,8 +165,16 @@ impl Connection {
     }
 }
 
-/// The first key after every key starting with `prefix`.
-pub(super) fn range_end(prefix: &[u8]) -> Vec<u8> {
+/// The first key after every key starting with `prefix`: the `range_end` that, with `prefix`
+/// as the key, asks etcd for exactly the keys under the prefix (a paged read moves its key
+/// forward and keeps this end).
+///
+/// ```
+/// use cosi_state::etcd::range_end;
+/// assert_eq!(range_end(b"/cosi/a/"), b"/cosi/a0".to_vec());
+/// assert_eq!(range_end(b"a\xff"), b"b".to_vec());
+/// ```
+pub fn range_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {
@@ -174,7 +182,7 @@ pub(super) fn range_end(prefix: &[u8]) -> Vec<u8> {
             return end;
         }
     }
-    // Only an all-0xff prefix gets here: "\0" asks etcd for every key from the prefix on.
+    // An empty or all-0xff prefix: "\0" asks etcd for every key from the prefix on.
     vec![0]
 }
 

@@ -55,6 +55,7 @@ use etcd_client::{Client, Compare, CompareOp, ConnectOptions, Txn, TxnOp};
 use tokio::sync::OnceCell;
 
 use crate::memory::write_rules;
+pub use connection::range_end;
 use connection::Connection;
 use hub::KindHub;
 pub use record::FORMAT_V1;

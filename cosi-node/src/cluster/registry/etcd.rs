@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cosi_state::etcd::range_end;
 use etcd_client::{
     Client, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, WatchOptions, WatchStream,
 };
@@ -329,19 +330,6 @@ async fn watch_from(client: &Client, prefix: &str, revision: i64) -> Result<Watc
         )
         .await
         .map_err(|e| call_error("watch affiliates", e))
-}
-
-/// The first key after every key starting with `prefix`.
-fn range_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    // An empty or all-0xff prefix: "\0" asks etcd for every key from the prefix on.
-    vec![0]
 }
 
 fn key_node_id<'k>(prefix: &str, key: &'k [u8]) -> Option<&'k str> {
