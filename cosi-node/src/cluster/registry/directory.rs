@@ -184,7 +184,8 @@ fn round(
             &encode_remote(affiliate),
         )?;
     }
-    let affiliates = scan(directory, ttl).map_err(|e| describe("cannot read", directory, e))?;
+    let affiliates = scan(directory, ttl, MAX_SKIPPED_ENTRIES)
+        .map_err(|e| describe("cannot read", directory, e))?;
     Ok((path, affiliates))
 }
 
@@ -253,11 +254,12 @@ fn freshness(modified: std::io::Result<SystemTime>, now: SystemTime, ttl: Durati
 
 /// Reads the live affiliates in `directory`: the regular files named `<nodeId>.json`, rewritten
 /// within `ttl`, that decode as that node's affiliate; at most [`MAX_AFFILIATES`] of them, and
-/// at most [`MAX_SKIPPED_ENTRIES`] other entries skipped on the way. Deletes affiliate files
+/// at most `max_skipped` ([`MAX_SKIPPED_ENTRIES`]) other entries skipped on the way. Deletes affiliate files
 /// and temporary files that have been dead for [`DELETE_AFTER_TTLS`] TTLs.
 fn scan(
     directory: &Path,
     ttl: Duration,
+    max_skipped: usize,
 ) -> std::io::Result<std::collections::BTreeMap<String, Affiliate>> {
     let now = SystemTime::now();
     let mut affiliates = std::collections::BTreeMap::new();
@@ -270,8 +272,8 @@ fn scan(
             tracing::warn!(directory = %directory.display(), "the registry view is full ({MAX_AFFILIATES}); the rest of the directory is not read");
             break;
         }
-        if skipped >= MAX_SKIPPED_ENTRIES {
-            tracing::warn!(directory = %directory.display(), "stopped the scan after skipping {MAX_SKIPPED_ENTRIES} entries that are no live affiliates");
+        if skipped >= max_skipped {
+            tracing::warn!(directory = %directory.display(), "stopped the scan after skipping {max_skipped} entries that are no live affiliates");
             break;
         }
         match read_entry(entry, now, ttl) {
@@ -448,6 +450,23 @@ mod tests {
     fn scan_ids(directory: &Path) -> Vec<String> {
         let (_, affiliates) = round(directory, None, None, TTL).unwrap();
         affiliates.into_keys().collect()
+    }
+
+    #[test]
+    fn a_scan_stops_after_skipping_its_bound_of_entries() {
+        let directory = tempfile::tempdir().unwrap();
+        let long_dead = SystemTime::now() - TTL * (DELETE_AFTER_TTLS + 1);
+        for n in 0..5 {
+            plant(directory.path(), &affiliate(n), long_dead);
+        }
+        let left = || std::fs::read_dir(directory.path()).unwrap().count();
+        // A scan deletes each long-dead file it meets, so what is left shows how far it read:
+        // two entries skipped, then it stops.
+        assert!(scan(directory.path(), TTL, 2).unwrap().is_empty());
+        assert_eq!(left(), 3);
+        // The next scan reads on.
+        assert!(scan(directory.path(), TTL, 2).unwrap().is_empty());
+        assert_eq!(left(), 1);
     }
 
     /// Runs `work` on another thread and waits for its end (an event), so a call that blocks
