@@ -5,7 +5,9 @@
 //! The daemon is given the string at start; [`Cmdline::parse`] refuses a malformed one whole,
 //! naming the argument and the field, so a typo never brings up half of what was meant.
 //! Arguments other than `ip=` are ignored (it is a whole kernel command line), and so is an
-//! `ip=` with only an autoconfiguration method (`ip=dhcp`): it states no static address.
+//! `ip=` with only an autoconfiguration method (`ip=dhcp`): it states no static address. The
+//! line is cut into parameters by the kernel's own rules (double quotes, `--`), so text that
+//! the kernel reads as part of another parameter's quoted value states no address here either.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -83,9 +85,9 @@ impl Cmdline {
             });
         }
         let mut addresses = Vec::new();
-        let arguments = line
-            .split_ascii_whitespace()
-            .filter_map(|word| word.strip_prefix("ip="));
+        let arguments = parameters(line)
+            .into_iter()
+            .filter_map(|(name, value)| (name == "ip").then_some(value).flatten());
         for (index, value) in arguments.enumerate() {
             if let Some(address) =
                 parse_argument(value).map_err(|(field, message)| CmdlineError {
@@ -102,6 +104,75 @@ impl Cmdline {
 }
 
 type FieldError = (&'static str, String);
+
+/// The kernel's `isspace` on the ASCII range (it also counts `\v`, which Rust's
+/// `is_ascii_whitespace` does not). Bytes above it are never split on: they may be inside a
+/// UTF-8 character.
+fn is_space(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+/// The parameters of a command line as the kernel's `next_arg` and `parse_args` read them:
+/// `name` or `name=value`, split on whitespace outside double quotes; a quote opening the
+/// word or the value is dropped with the quote that ends the word; `--` ends the kernel's
+/// parameters (what follows is init's).
+fn parameters(line: &str) -> Vec<(&str, Option<&str>)> {
+    let bytes = line.as_bytes();
+    let mut out = Vec::new();
+    let mut at = 0;
+    loop {
+        while at < bytes.len() && is_space(bytes[at]) {
+            at += 1;
+        }
+        if at == bytes.len() {
+            return out;
+        }
+        let quoted = bytes[at] == b'"';
+        let start = at + usize::from(quoted);
+        let mut in_quote = quoted;
+        let mut equals = None;
+        let mut end = start;
+        while end < bytes.len() && (in_quote || !is_space(bytes[end])) {
+            if equals.is_none() && bytes[end] == b'=' {
+                equals = Some(end);
+            }
+            if bytes[end] == b'"' {
+                in_quote = !in_quote;
+            }
+            end += 1;
+        }
+        at = end;
+        // The word ends with the quote that closes what a quote opened.
+        let closes = |from: usize| {
+            if end > from && bytes[end - 1] == b'"' {
+                end - 1
+            } else {
+                end
+            }
+        };
+        // Every index is at an ASCII byte (a quote, '=', a space) or an end: a char boundary.
+        let parameter = match equals {
+            None => {
+                let name_end = if quoted { closes(start) } else { end };
+                (&line[start..name_end], None)
+            }
+            Some(equals) => {
+                let value_quoted = bytes.get(equals + 1) == Some(&b'"') && equals + 1 < end;
+                let value_start = equals + 1 + usize::from(value_quoted);
+                let value_end = if quoted || value_quoted {
+                    closes(value_start)
+                } else {
+                    end
+                };
+                (&line[start..equals], Some(&line[value_start..value_end]))
+            }
+        };
+        if parameter == ("--", None) {
+            return out;
+        }
+        out.push(parameter);
+    }
+}
 
 fn parse_argument(value: &str) -> Result<Option<CmdlineAddress>, FieldError> {
     let fields = split_fields(value)?;
@@ -325,6 +396,38 @@ mod tests {
     fn an_unclosed_bracket_is_refused() {
         let err = Cmdline::parse("ip=[2001:db8::1:::64::eth0").unwrap_err();
         assert_eq!(err.field, "client-ip");
+    }
+
+    #[test]
+    fn a_quoted_value_is_read_without_its_quotes() {
+        assert_eq!(
+            one("quiet ip=\"192.0.2.5:::24::eth0:off\"")
+                .address
+                .to_string(),
+            "192.0.2.5/24"
+        );
+        assert_eq!(
+            one("\"ip=192.0.2.6:::24::eth0:off\" quiet")
+                .address
+                .to_string(),
+            "192.0.2.6/24"
+        );
+    }
+
+    #[test]
+    fn an_ip_argument_inside_another_parameter_s_quoted_value_states_nothing() {
+        assert_eq!(
+            Cmdline::parse("dyndbg=\"file a.c ip=192.0.2.5:::24::eth0 +p\" quiet").unwrap(),
+            Cmdline::default()
+        );
+    }
+
+    #[test]
+    fn arguments_after_a_double_dash_belong_to_init() {
+        assert_eq!(
+            Cmdline::parse("quiet -- ip=192.0.2.5:::24::eth0").unwrap(),
+            Cmdline::default()
+        );
     }
 
     #[test]
