@@ -661,3 +661,40 @@ async fn a_program_that_cannot_start_fails_with_the_reason_and_is_retried() {
     assert!(supervisor.get("missing").unwrap().restarts >= 2);
     supervisor.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nul_byte_in_an_argument_fails_the_service_naming_the_argument_and_is_not_retried() {
+    let supervisor = supervisor();
+    let mut events = supervisor.events(0);
+    supervisor
+        .apply(
+            "nul",
+            ServiceSpec::command("/bin/echo").with_args(["ok", "a\0b"]),
+        )
+        .unwrap();
+
+    let failed = wait_state(&mut events, "nul", ServiceState::Failed).await;
+    assert_eq!(
+        failed.event.message,
+        "Invalid spec: args[1] contains a NUL byte, which a process cannot be given"
+    );
+    assert_eq!(supervisor.get("nul").unwrap().restarts, 0);
+    supervisor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_environment_name_with_an_equals_sign_fails_the_service_naming_it_and_is_not_retried() {
+    let supervisor = supervisor();
+    let mut events = supervisor.events(0);
+    supervisor
+        .apply("env", sleeper().with_env("MODE=fast", "1"))
+        .unwrap();
+
+    let failed = wait_state(&mut events, "env", ServiceState::Failed).await;
+    assert_eq!(
+        failed.event.message,
+        "Invalid spec: environment name \"MODE=fast\" contains '=', which ends a variable's name"
+    );
+    assert_eq!(supervisor.get("env").unwrap().restarts, 0);
+    supervisor.shutdown().await;
+}

@@ -183,6 +183,16 @@ impl Runner {
             return Next::Again;
         }
         // From here the record says `alive`: a deliberate stop of a dependency waits for us.
+        if let Err(problem) = spec.check_process_fields() {
+            // Retrying cannot help: the spec must change.
+            self.sup.transition(
+                &self.id,
+                ServiceState::Failed,
+                format!("Invalid spec: {problem}"),
+                |r| r.alive = false,
+            );
+            return Next::Blocked;
+        }
         let (program, args) = match self.resolve(&spec) {
             Ok(resolved) => resolved,
             Err(message) => {

@@ -313,6 +313,53 @@ impl ServiceSpec {
         self
     }
 
+    /// Checks what a process would be given — program, arguments, environment and working
+    /// directory — against what the OS can carry: no NUL byte anywhere (C strings end there),
+    /// and environment names that are not empty and hold no `=` (it ends a name: `A=B` with
+    /// value `C` would reach the process as `A` = `B=C`). Returns what is wrong, naming the
+    /// field.
+    ///
+    /// ```
+    /// use cosi_node::services::ServiceSpec;
+    /// let spec = ServiceSpec::command("/bin/echo").with_args(["ok", "a\0b"]);
+    /// assert_eq!(
+    ///     spec.check_process_fields().unwrap_err(),
+    ///     "args[1] contains a NUL byte, which a process cannot be given"
+    /// );
+    /// assert!(ServiceSpec::command("/bin/echo").with_env("A", "1").check_process_fields().is_ok());
+    /// ```
+    pub fn check_process_fields(&self) -> Result<(), String> {
+        const NUL: &str = "contains a NUL byte, which a process cannot be given";
+        if let Program::Command(command) = &self.program {
+            if command.contains('\0') {
+                return Err(format!("program.command {NUL}"));
+            }
+        }
+        if let Some(i) = self.args.iter().position(|a| a.contains('\0')) {
+            return Err(format!("args[{i}] {NUL}"));
+        }
+        for (name, value) in &self.environment {
+            if name.is_empty() {
+                return Err("environment name \"\" is empty".to_string());
+            }
+            if name.contains('=') {
+                return Err(format!(
+                    "environment name {name:?} contains '=', which ends a variable's name"
+                ));
+            }
+            if name.contains('\0') {
+                return Err(format!("environment name {name:?} {NUL}"));
+            }
+            if value.contains('\0') {
+                return Err(format!("environment.{name} {NUL}"));
+            }
+        }
+        if self.working_dir.as_ref().is_some_and(|d| d.contains('\0')) {
+            return Err(format!("workingDir {NUL}"));
+        }
+        Ok(())
+    }
+
     /// Whether going from `self` to `next` needs the process to be started again: the
     /// program, its arguments, environment or working directory changed, or the service was
     /// enabled or disabled. Everything else (dependencies, restart policy, health check, stop
