@@ -698,3 +698,19 @@ async fn an_environment_name_with_an_equals_sign_fails_the_service_naming_it_and
     assert_eq!(supervisor.get("env").unwrap().restarts, 0);
     supervisor.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_working_directory_is_named_in_the_failure() {
+    let supervisor = supervisor();
+    let mut events = supervisor.events(0);
+    let mut spec = sleeper();
+    spec.working_dir = Some("/nonexistent/dir".into());
+    supervisor.apply("wd", spec).unwrap();
+
+    let failed = wait_state(&mut events, "wd", ServiceState::Failed).await;
+    assert_eq!(
+        failed.event.message,
+        "Failed to start /bin/sleep: workingDir \"/nonexistent/dir\": No such file or directory"
+    );
+    supervisor.shutdown().await;
+}

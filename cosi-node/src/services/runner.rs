@@ -464,8 +464,12 @@ impl Runner {
         })
         .await
         .map_err(|e| format!("Failed to start {program}: {e}"))?;
-        let (child, record) =
-            spawned.map_err(|e| format!("Failed to start {program}: {}", os_reason(&e)))?;
+        let (child, record) = spawned.map_err(|e| {
+            format!(
+                "Failed to start {program}: {}",
+                spawn_reason(&e, spec.working_dir.as_deref())
+            )
+        })?;
         let pid = child.id().unwrap_or(0);
         Ok(Running {
             child,
@@ -753,6 +757,19 @@ fn describe_exit(
 
 fn quote(line: &str) -> &str {
     cosi_core::text::prefix_within(line, QUOTE_LIMIT)
+}
+
+/// Why a spawn failed. The OS reports a working directory it cannot enter with the same
+/// error as a missing program; name the directory when it is the culprit.
+fn spawn_reason(error: &std::io::Error, working_dir: Option<&str>) -> String {
+    let Some(dir) = working_dir else {
+        return os_reason(error);
+    };
+    match std::fs::metadata(dir) {
+        Err(e) => format!("workingDir {dir:?}: {}", os_reason(&e)),
+        Ok(m) if !m.is_dir() => format!("workingDir {dir:?}: not a directory"),
+        Ok(_) => os_reason(error),
+    }
 }
 
 /// An OS error without the `(os error N)` suffix: `No such file or directory`.
