@@ -6,7 +6,7 @@ mod services_support;
 
 use std::time::Duration;
 
-use cosi_node::services::{Health, HealthCheck, Probe, ServiceSpec, ServiceState};
+use cosi_node::services::{read_stat, Health, HealthCheck, Probe, ServiceSpec, ServiceState};
 use services_support::*;
 
 fn check(probe: Probe) -> HealthCheck {
@@ -151,5 +151,97 @@ async fn an_exec_check_that_hangs_is_killed_at_its_timeout() {
         "Health check failed: /bin/sleep timed out after 100ms",
     )
     .await;
+    supervisor.shutdown().await;
+}
+
+/// An exec check that tells its pid through a FIFO the test reads, then runs for ten
+/// minutes (well within its timeout): a probe still running when its service stops.
+fn pid_telling_check(fifo: &std::path::Path) -> HealthCheck {
+    let mut health = check(Probe::Exec {
+        command: "/bin/sh".into(),
+        args: vec![
+            "-c".into(),
+            format!("echo $$ > '{}'; exec sleep 600", fifo.display()),
+        ],
+    });
+    health.period = Duration::from_secs(3600);
+    health.timeout = Duration::from_secs(3600);
+    health
+}
+
+/// Blocks (off the runtime) until a writer opens `fifo`, and returns the pid it wrote.
+async fn pid_from_fifo(fifo: &std::path::Path) -> u32 {
+    let fifo = fifo.to_path_buf();
+    let text = tokio::time::timeout(
+        PATIENCE,
+        tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo)),
+    )
+    .await
+    .expect("the probe writes its pid")
+    .unwrap()
+    .unwrap();
+    text.trim().parse().expect("a pid")
+}
+
+fn make_fifo(dir: &std::path::Path) -> std::path::PathBuf {
+    let fifo = dir.join("probe.pid");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    fifo
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_a_service_ends_its_running_exec_check() {
+    // Given a service whose exec check is running (and would for ten minutes)
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = make_fifo(dir.path());
+    let supervisor = supervisor();
+    let mut events = supervisor.events(0);
+    supervisor
+        .apply(
+            "checked",
+            ServiceSpec::command("/bin/sleep")
+                .with_args(["600"])
+                .with_health(pid_telling_check(&fifo)),
+        )
+        .unwrap();
+    let probe = pid_from_fifo(&fifo).await;
+    assert!(running(probe));
+
+    // When the service is stopped
+    supervisor.stop("checked").unwrap();
+    wait_message(&mut events, "checked", "Service stopped").await;
+
+    // Then the check's process is gone too (killed and reaped), not left running
+    assert!(gone(probe), "probe {probe}: {:?}", read_stat(probe));
+    supervisor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_check_changed_in_place_ends_the_running_exec_check_of_the_old_one() {
+    // Given a service whose exec check is running (and would for ten minutes)
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = make_fifo(dir.path());
+    let supervisor = supervisor();
+    let mut events = supervisor.events(0);
+    let spec = ServiceSpec::command("/bin/sleep")
+        .with_args(["600"])
+        .with_health(pid_telling_check(&fifo));
+    supervisor.apply("checked", spec.clone()).unwrap();
+    let probe = pid_from_fifo(&fifo).await;
+
+    // When its health check is replaced (in place: the process keeps running)
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    supervisor
+        .apply("checked", spec.with_health(check(Probe::Tcp { address })))
+        .unwrap();
+    wait_message(&mut events, "checked", "Health check successful").await;
+
+    // Then the old check's process is gone (killed and reaped)
+    assert!(gone(probe), "probe {probe}: {:?}", read_stat(probe));
     supervisor.shutdown().await;
 }

@@ -22,21 +22,45 @@ use super::{process, reaper};
 
 /// Runs `probe` once, failing if it takes longer than `timeout`.
 pub async fn probe(probe: &Probe, timeout: Duration) -> Result<(), String> {
-    match probe {
-        Probe::Exec { command, args } => exec(command, args, timeout).await,
-        Probe::Tcp { address } => {
-            match tokio::time::timeout(timeout, TcpStream::connect(address.as_str())).await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => Err(io_reason(&e)),
-                Err(_) => Err(format!(
-                    "connecting to {address} timed out after {timeout:?}"
-                )),
-            }
-        }
-        Probe::Http { url } => match tokio::time::timeout(timeout, http_get(url)).await {
-            Ok(result) => result,
-            Err(_) => Err(format!("GET {url} timed out after {timeout:?}")),
-        },
+    probe_until(probe, timeout, std::future::pending())
+        .await
+        // Never taken: a pending cancel never completes.
+        .unwrap_or_else(|| Err("probe cancelled".to_string()))
+}
+
+/// [`probe`], given up as soon as `cancel` completes (`None` then). An exec probe's process
+/// group is killed and its process reaped before this returns, so a stopped check leaves no
+/// process behind.
+pub(crate) async fn probe_until(
+    probe: &Probe,
+    timeout: Duration,
+    cancel: impl std::future::Future<Output = ()>,
+) -> Option<Result<(), String>> {
+    let network = match probe {
+        Probe::Exec { command, args } => return exec(command, args, timeout, cancel).await,
+        Probe::Tcp { address } => futures::future::Either::Left(tcp(address, timeout)),
+        Probe::Http { url } => futures::future::Either::Right(http(url, timeout)),
+    };
+    tokio::select! {
+        result = network => Some(result),
+        () = cancel => None,
+    }
+}
+
+async fn tcp(address: &str, timeout: Duration) -> Result<(), String> {
+    match tokio::time::timeout(timeout, TcpStream::connect(address)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(io_reason(&e)),
+        Err(_) => Err(format!(
+            "connecting to {address} timed out after {timeout:?}"
+        )),
+    }
+}
+
+async fn http(url: &str, timeout: Duration) -> Result<(), String> {
+    match tokio::time::timeout(timeout, http_get(url)).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("GET {url} timed out after {timeout:?}")),
     }
 }
 
@@ -52,48 +76,77 @@ pub(crate) fn io_reason(error: &io::Error) -> String {
     }
 }
 
-async fn exec(command: &str, args: &[String], timeout: Duration) -> Result<(), String> {
+/// Kills the probe's process group if the probe is dropped before its process was reaped
+/// (its task aborted): whatever it started does not outlive it.
+struct GroupGuard {
+    pid: u32,
+    armed: bool,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = process::signal_group(self.pid, Signal::SIGKILL);
+        }
+    }
+}
+
+async fn exec(
+    command: &str,
+    args: &[String],
+    timeout: Duration,
+    cancel: impl std::future::Future<Output = ()>,
+) -> Option<Result<(), String>> {
     let mut cmd = Command::new(command);
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let mut child = reaper::spawn(&mut cmd).map_err(|e| format!("{command}: {}", io_reason(&e)))?;
-    let pid = child.id().unwrap_or(0);
+    let mut child = match reaper::spawn(&mut cmd) {
+        Ok(child) => child,
+        Err(e) => return Some(Err(format!("{command}: {}", io_reason(&e)))),
+    };
+    let Some(pid) = child.id() else {
+        // Invariant: a child just spawned has not been waited for, so it has its pid.
+        return Some(Err(format!("{command}: started without a pid")));
+    };
+    let mut guard = GroupGuard { pid, armed: true };
     let mut stderr = child.stderr.take();
-    let outcome = tokio::time::timeout(timeout, async {
-        let mut text = String::new();
-        if let Some(pipe) = stderr.as_mut() {
-            // Bounded: a probe's complaint is one line, not a log.
-            let _ = pipe.take(4096).read_to_string(&mut text).await;
+    let outcome = {
+        let work = tokio::time::timeout(timeout, async {
+            let mut text = String::new();
+            if let Some(pipe) = stderr.as_mut() {
+                // Bounded: a probe's complaint is one line, not a log.
+                let _ = pipe.take(4096).read_to_string(&mut text).await;
+            }
+            (child.wait().await, text)
+        });
+        tokio::select! {
+            outcome = work => Some(outcome),
+            () = cancel => None,
         }
-        (child.wait().await, text)
-    })
-    .await;
+    };
     let result = match outcome {
-        Ok((Ok(status), text)) if status.success() => {
-            let _ = text;
-            Ok(())
-        }
-        Ok((Ok(status), text)) => {
+        None => None,
+        Some(Ok((Ok(status), _))) if status.success() => Some(Ok(())),
+        Some(Ok((Ok(status), text))) => {
             let last = text.lines().rev().find(|l| !l.trim().is_empty());
             let code = status
                 .code()
                 .map_or_else(|| "a signal".to_string(), |c| format!("code {c}"));
-            Err(match last {
+            Some(Err(match last {
                 Some(line) => format!("{command} exited with {code}: {}", line.trim()),
                 None => format!("{command} exited with {code}"),
-            })
+            }))
         }
-        Ok((Err(e), _)) => Err(format!("{command}: {}", io_reason(&e))),
-        Err(_) => {
-            let _ = process::signal_group(pid, Signal::SIGKILL);
-            let _ = child.wait().await;
-            Err(format!("{command} timed out after {timeout:?}"))
-        }
+        Some(Ok((Err(e), _))) => Some(Err(format!("{command}: {}", io_reason(&e)))),
+        Some(Err(_)) => Some(Err(format!("{command} timed out after {timeout:?}"))),
     };
-    // Whatever the probe forked goes with it.
+    // Whatever the probe forked goes with it; a probe cut short (timeout, cancel) is killed
+    // and reaped here.
     let _ = process::signal_group(pid, Signal::SIGKILL);
+    let _ = child.wait().await;
+    guard.armed = false;
     reaper::forget(pid);
     result
 }

@@ -105,14 +105,21 @@ struct Running {
     health: Option<HealthTask>,
 }
 
+/// A running health check. Dropping it tells its task to stop (an exec probe in flight is
+/// killed and reaped by the task); [`HealthTask::stop`] also waits until it has.
 struct HealthTask {
     results: mpsc::Receiver<Result<(), String>>,
     task: JoinHandle<()>,
+    /// Dropped (or set) to stop the task.
+    stop: watch::Sender<bool>,
 }
 
-impl Drop for HealthTask {
-    fn drop(&mut self) {
-        self.task.abort();
+impl HealthTask {
+    /// Stops the check and waits until its task, and any probe process, is gone.
+    async fn stop(self) {
+        let HealthTask { task, stop, .. } = self;
+        drop(stop);
+        let _ = task.await;
     }
 }
 
@@ -268,6 +275,9 @@ impl Runner {
                     }
                     self.seen_kick = want.kick;
                     if self.adopt(&want) {
+                        if let Some(old) = running.health.take() {
+                            old.stop().await;
+                        }
                         running.health = self.spec.health.clone().map(start_health);
                         self.health = Health::Unknown;
                         self.sup.update(&self.id, |r| {
@@ -626,7 +636,9 @@ impl Runner {
             health,
             ..
         } = running;
-        drop(health);
+        if let Some(health) = health {
+            health.stop().await;
+        }
         let _ = process::signal_group(pid, Signal::SIGKILL);
         reaper::forget(pid);
         let drain = async { while readers.join_next().await.is_some() {} };
@@ -675,17 +687,39 @@ async fn next_health(task: &mut Option<HealthTask>) -> Option<Result<(), String>
 
 fn start_health(check: HealthCheck) -> HealthTask {
     let (sender, results) = mpsc::channel(4);
+    let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(async move {
-        tokio::time::sleep(check.initial_delay).await;
-        loop {
-            let result = health::probe(&check.probe, check.timeout).await;
-            if sender.send(result).await.is_err() {
-                return;
+        // Completes when the runner stops the check (or drops it).
+        let cancelled = || {
+            let mut stopped = stopped.clone();
+            async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
             }
-            tokio::time::sleep(check.period).await;
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(check.initial_delay) => {}
+            () = cancelled() => return,
+        }
+        loop {
+            let Some(result) = health::probe_until(&check.probe, check.timeout, cancelled()).await
+            else {
+                return;
+            };
+            tokio::select! {
+                sent = sender.send(result) => if sent.is_err() { return },
+                () = cancelled() => return,
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(check.period) => {}
+                () = cancelled() => return,
+            }
         }
     });
-    HealthTask { results, task }
+    HealthTask {
+        results,
+        task,
+        stop,
+    }
 }
 
 /// Reads one pipe into the service's logs until its end (or until aborted).
