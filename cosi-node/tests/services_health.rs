@@ -245,3 +245,36 @@ async fn a_health_check_changed_in_place_ends_the_running_exec_check_of_the_old_
     assert!(gone(probe), "probe {probe}: {:?}", read_stat(probe));
     supervisor.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_check_that_writes_much_to_stderr_is_judged_by_its_exit_quoting_its_last_line() {
+    // Given a check that writes 200 kB to stderr (more than a pipe holds), then its reason
+    let mut health = check(Probe::Exec {
+        command: "/bin/sh".into(),
+        args: vec![
+            "-c".into(),
+            "head -c 200000 /dev/zero | tr '\\0' x >&2; echo >&2; echo 'disk full' >&2; exit 1"
+                .into(),
+        ],
+    });
+    health.timeout = Duration::from_secs(3600);
+    let supervisor = supervisor();
+    let mut events = supervisor.events(0);
+    supervisor
+        .apply(
+            "chatty",
+            ServiceSpec::command("/bin/sleep")
+                .with_args(["600"])
+                .with_health(health),
+        )
+        .unwrap();
+
+    // Then the check fails on its exit, quoting its last line (it does not stall on the pipe)
+    wait_message(
+        &mut events,
+        "chatty",
+        "Health check failed: /bin/sh exited with code 1: disk full",
+    )
+    .await;
+    supervisor.shutdown().await;
+}

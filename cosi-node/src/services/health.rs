@@ -13,12 +13,15 @@ use hyper::body::Bytes;
 use hyper::{Request, Uri};
 use hyper_util::rt::TokioIo;
 use nix::sys::signal::Signal;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
 use tokio::process::Command;
 
 use super::spec::Probe;
 use super::{process, reaper};
+
+/// How much of an exec probe's stderr is kept (its end) for the failure's reason.
+const STDERR_TAIL: usize = 4096;
 
 /// Runs `probe` once, failing if it takes longer than `timeout`.
 pub async fn probe(probe: &Probe, timeout: Duration) -> Result<(), String> {
@@ -114,11 +117,10 @@ async fn exec(
     let mut stderr = child.stderr.take();
     let outcome = {
         let work = tokio::time::timeout(timeout, async {
-            let mut text = String::new();
-            if let Some(pipe) = stderr.as_mut() {
-                // Bounded: a probe's complaint is one line, not a log.
-                let _ = pipe.take(4096).read_to_string(&mut text).await;
-            }
+            let text = match stderr.as_mut() {
+                Some(pipe) => stderr_tail(pipe).await,
+                None => String::new(),
+            };
             (child.wait().await, text)
         });
         tokio::select! {
@@ -149,6 +151,26 @@ async fn exec(
     guard.armed = false;
     reaper::forget(pid);
     result
+}
+
+/// The last [`STDERR_TAIL`] bytes a probe writes to stderr (its complaint is its last line,
+/// not a log). The pipe is read to its end: a probe that writes more than a pipe holds must
+/// not stall on it.
+async fn stderr_tail(pipe: &mut (impl AsyncRead + Unpin)) -> String {
+    let mut tail = Vec::with_capacity(2 * STDERR_TAIL);
+    let mut buffer = [0u8; STDERR_TAIL];
+    loop {
+        match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                tail.extend_from_slice(&buffer[..n]);
+                if tail.len() > STDERR_TAIL {
+                    tail.drain(..tail.len() - STDERR_TAIL);
+                }
+            }
+        }
+    }
+    String::from_utf8_lossy(&tail).into_owned()
 }
 
 async fn http_get(url: &str) -> Result<(), String> {
