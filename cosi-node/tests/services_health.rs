@@ -278,3 +278,57 @@ async fn an_exec_check_that_writes_much_to_stderr_is_judged_by_its_exit_quoting_
     .await;
     supervisor.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_check_with_a_zero_period_fails_the_service_naming_the_field() {
+    // A zero period would probe in a busy loop (an exec probe: a fork storm).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut health = check(Probe::Tcp {
+        address: listener.local_addr().unwrap().to_string(),
+    });
+    health.period = Duration::ZERO;
+    let supervisor = supervisor();
+    let mut events = supervisor.events(0);
+    supervisor
+        .apply(
+            "busy",
+            ServiceSpec::command("/bin/sleep")
+                .with_args(["600"])
+                .with_health(health),
+        )
+        .unwrap();
+
+    let failed = wait_state(&mut events, "busy", ServiceState::Failed).await;
+    assert_eq!(
+        failed.event.message,
+        "Invalid spec: health.period must be longer than zero"
+    );
+    assert_eq!(supervisor.get("busy").unwrap().restarts, 0);
+    supervisor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_check_changed_in_place_to_a_zero_period_fails_the_service_naming_the_field() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let health = check(Probe::Tcp {
+        address: listener.local_addr().unwrap().to_string(),
+    });
+    let spec = ServiceSpec::command("/bin/sleep")
+        .with_args(["600"])
+        .with_health(health.clone());
+    let supervisor = supervisor();
+    let mut events = supervisor.events(0);
+    supervisor.apply("busy", spec.clone()).unwrap();
+    wait_message(&mut events, "busy", "Health check successful").await;
+
+    let mut busy = health;
+    busy.period = Duration::ZERO;
+    supervisor.apply("busy", spec.with_health(busy)).unwrap();
+
+    let failed = wait_state(&mut events, "busy", ServiceState::Failed).await;
+    assert_eq!(
+        failed.event.message,
+        "Invalid spec: health.period must be longer than zero"
+    );
+    supervisor.shutdown().await;
+}

@@ -190,7 +190,7 @@ impl Runner {
             return Next::Again;
         }
         // From here the record says `alive`: a deliberate stop of a dependency waits for us.
-        if let Err(problem) = spec.check_process_fields() {
+        if let Err(problem) = spec.check_process_fields().and(spec.check_health()) {
             // Retrying cannot help: the spec must change.
             self.sup.transition(
                 &self.id,
@@ -262,6 +262,9 @@ impl Runner {
                     } else if want.restart != self.seen_restart {
                         Some("Restarting service")
                     } else if self.spec.needs_restart_for(&want.spec) {
+                        Some("Spec changed")
+                    } else if want.spec.check_health().is_err() {
+                        // Not applied in place: the next run fails it, naming the field.
                         Some("Spec changed")
                     } else {
                         None

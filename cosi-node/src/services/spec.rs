@@ -360,6 +360,39 @@ impl ServiceSpec {
         Ok(())
     }
 
+    /// Checks the health check against what the supervisor can run: a period and a timeout
+    /// longer than zero (a zero period probes in a busy loop, a zero timeout fails every
+    /// probe), and an exec probe with no NUL byte. Returns what is wrong, naming the field.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use cosi_node::services::{HealthCheck, Probe, ServiceSpec};
+    /// let mut check = HealthCheck::new(Probe::Tcp { address: "127.0.0.1:80".into() });
+    /// check.period = Duration::ZERO;
+    /// let spec = ServiceSpec::command("/bin/db").with_health(check);
+    /// assert_eq!(spec.check_health().unwrap_err(), "health.period must be longer than zero");
+    /// ```
+    pub fn check_health(&self) -> Result<(), String> {
+        let Some(check) = &self.health else {
+            return Ok(());
+        };
+        for (name, value) in [("period", check.period), ("timeout", check.timeout)] {
+            if value.is_zero() {
+                return Err(format!("health.{name} must be longer than zero"));
+            }
+        }
+        if let Probe::Exec { command, args } = &check.probe {
+            const NUL: &str = "contains a NUL byte, which a process cannot be given";
+            if command.contains('\0') {
+                return Err(format!("health.probe.exec.command {NUL}"));
+            }
+            if let Some(i) = args.iter().position(|a| a.contains('\0')) {
+                return Err(format!("health.probe.exec.args[{i}] {NUL}"));
+            }
+        }
+        Ok(())
+    }
+
     /// Whether going from `self` to `next` needs the process to be started again: the
     /// program, its arguments, environment or working directory changed, or the service was
     /// enabled or disabled. Everything else (dependencies, restart policy, health check, stop
