@@ -18,7 +18,10 @@ use std::time::Duration;
 use cosi_controllers::Engine;
 use cosi_core::{Resource, ResourceSpec, State, StateExt, UpdateOptions};
 use cosi_node::config::{MachineConfig, ACTIVE};
-use cosi_node::network::{self, operator, AddressStatus, Cmdline, NetlinkBackend};
+use cosi_node::network::{
+    self, operator, AddressRequest, AddressScope, AddressStatus, Cmdline, NetlinkBackend,
+    NetworkBackend,
+};
 use cosi_state::{MemoryOptions, MemoryState};
 use ipnet::IpNet;
 use nix::sched::{setns, CloneFlags};
@@ -269,5 +272,44 @@ fn an_address_added_by_hand_shows_as_a_status_and_stays_in_the_kernel() {
             .await
             .expect("the hand-made address keeps its status");
         engine.shutdown().await;
+    });
+}
+
+#[test]
+fn an_ipv6_address_on_its_link_with_another_prefix_is_not_reported_as_added() {
+    // The kernel holds an IPv6 address once per link, whatever its prefix: a second prefix is
+    // refused with EEXIST, which must not read as "already there".
+    let ns = Namespace::create();
+    let check = ns.kernel();
+    ns.enter(move || async move {
+        let backend = NetlinkBackend::connect().expect("netlink sockets in the namespace");
+        let request = |address: &str| AddressRequest {
+            link_name: "veth0".into(),
+            address: net(address),
+            scope: AddressScope::Global,
+        };
+        backend
+            .add_address(&request("2001:db8::1/64"))
+            .await
+            .unwrap();
+        // Adding the same address again succeeds: it is there.
+        backend
+            .add_address(&request("2001:db8::1/64"))
+            .await
+            .unwrap();
+
+        let error = backend
+            .add_address(&request("2001:db8::1/80"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "add 2001:db8::1/80 to veth0: 2001:db8::1 is already on veth0 as 2001:db8::1/64"
+        );
+        assert!(
+            !check.kernel_has("veth0", "2001:db8::1/80"),
+            "{:?}",
+            check.kernel_addresses()
+        );
     });
 }

@@ -136,7 +136,9 @@ pub trait NetworkBackend: Send + Sync + 'static {
     /// Every address on every link.
     async fn addresses(&self) -> Result<Vec<ObservedAddress>, BackendError>;
 
-    /// Puts an address on a link. Adding an address that is already there succeeds.
+    /// Puts an address on a link. Adding an address that is already there succeeds; one the
+    /// OS refuses because the same IP is on the link with another prefix (IPv6 on Linux) is an
+    /// error naming what is there.
     async fn add_address(&self, request: &AddressRequest) -> Result<(), BackendError>;
 
     /// Removes an address from a link. Removing an address (or from a link) that is not there

@@ -119,6 +119,42 @@ impl NetlinkBackend {
             .map(|l| l.index))
     }
 
+    /// Whether an `EEXIST` answer to adding `request` means it is there. The kernel also
+    /// answers so when the address is on the link with another prefix (IPv6 holds an address
+    /// once per link, whatever its prefix): that is a failure, naming what is there.
+    async fn already_there(
+        &self,
+        request: &AddressRequest,
+        index: u32,
+        error: rtnetlink::Error,
+    ) -> Result<(), BackendError> {
+        let operation = format!("add {} to {}", request.address, request.link_name);
+        let on_link: Vec<IpNet> = self
+            .dump_addresses()
+            .await?
+            .iter()
+            .filter(|m| m.header.index == index)
+            .filter_map(prefix_of)
+            .collect();
+        if on_link.contains(&request.address) {
+            return Ok(());
+        }
+        match on_link
+            .iter()
+            .find(|present| present.addr() == request.address.addr())
+        {
+            Some(present) => Err(os_error(
+                operation,
+                format!(
+                    "{} is already on {} as {present}",
+                    request.address.addr(),
+                    request.link_name
+                ),
+            )),
+            None => Err(os_error(operation, error)),
+        }
+    }
+
     async fn dump_addresses(&self) -> Result<Vec<AddressMessage>, BackendError> {
         self.handle
             .address()
@@ -264,7 +300,7 @@ impl NetworkBackend for NetlinkBackend {
         add.message_mut().header.scope = KernelScope::from(request.scope.to_kernel());
         match add.execute().await {
             Ok(()) => Ok(()),
-            Err(e) if errno(&e) == Some(EEXIST) => Ok(()),
+            Err(e) if errno(&e) == Some(EEXIST) => self.already_there(request, index, e).await,
             Err(e) if errno(&e) == Some(ENODEV) => {
                 Err(BackendError::LinkNotFound(request.link_name.clone()))
             }
