@@ -271,3 +271,72 @@ fn a_record_of_another_boot_is_dropped_unread() {
     assert!(leftovers.is_empty());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_daemon_leaves_no_running_health_check_after_its_next_start() {
+    nix::sys::prctl::set_child_subreaper(true).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let fifo = state.path().join("probe.pid");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    // Given a daemon whose service's exec check runs (and would for ten minutes)
+    let services = format!(
+        "
+checked:
+  program: {{command: /bin/sleep}}
+  args: ['600']
+  health:
+    probe:
+      exec:
+        command: /bin/sh
+        args: [-c, \"echo $$ > '{}'; exec sleep 600\"]
+    initialDelay: 0s
+    timeout: 1h
+",
+        fifo.display()
+    );
+    let mut seen = Vec::new();
+    let mut first = Daemon::start(state.path(), &services).await;
+    let reader = fifo.clone();
+    let probe: u32 = tokio::time::timeout(
+        PATIENCE,
+        tokio::task::spawn_blocking(move || std::fs::read_to_string(reader)),
+    )
+    .await
+    .expect("the check tells its pid")
+    .unwrap()
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap();
+
+    // When the daemon is SIGKILLed
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    assert!(running(probe));
+
+    // Then the next daemon on the same state directory kills the check before it is ready
+    let mut second = Daemon::start(state.path(), "{}").await;
+    let mut leftovers = Vec::new();
+    loop {
+        let line = second.line("", &mut seen).await;
+        if line == "ready" {
+            break;
+        }
+        leftovers.push(line);
+    }
+    assert!(
+        leftovers.contains(&format!("leftover checked/health {probe} {probe}")),
+        "{leftovers:?}"
+    );
+    assert_eq!(
+        reap(probe).await,
+        WaitStatus::Signaled(Pid::from_raw(probe as i32), Signal::SIGKILL, false),
+        "{probe} was killed by the sweep"
+    );
+    second.child.start_kill().unwrap();
+    let _ = second.child.wait().await;
+}

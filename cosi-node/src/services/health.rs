@@ -17,15 +17,21 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
 use tokio::process::Command;
 
+use super::ledger::{Ledger, GROUP_TOKEN_VAR};
 use super::spec::Probe;
 use super::{process, reaper};
+
+/// Where an exec probe's process group is recorded ([`super::ledger`]), so that what a
+/// killed daemon left probing is killed when the next one starts: the ledger, and the name
+/// the records give (`<service>/health`).
+pub(crate) type ProbeRecords<'a> = Option<(&'a Ledger, &'a str)>;
 
 /// How much of an exec probe's stderr is kept (its end) for the failure's reason.
 const STDERR_TAIL: usize = 4096;
 
 /// Runs `probe` once, failing if it takes longer than `timeout`.
 pub async fn probe(probe: &Probe, timeout: Duration) -> Result<(), String> {
-    probe_until(probe, timeout, std::future::pending())
+    probe_until(probe, timeout, std::future::pending(), None)
         .await
         // Never taken: a pending cancel never completes.
         .unwrap_or_else(|| Err("probe cancelled".to_string()))
@@ -33,14 +39,17 @@ pub async fn probe(probe: &Probe, timeout: Duration) -> Result<(), String> {
 
 /// [`probe`], given up as soon as `cancel` completes (`None` then). An exec probe's process
 /// group is killed and its process reaped before this returns, so a stopped check leaves no
-/// process behind.
+/// process behind; with `records`, the group is recorded while it runs.
 pub(crate) async fn probe_until(
     probe: &Probe,
     timeout: Duration,
     cancel: impl std::future::Future<Output = ()>,
+    records: ProbeRecords<'_>,
 ) -> Option<Result<(), String>> {
     let network = match probe {
-        Probe::Exec { command, args } => return exec(command, args, timeout, cancel).await,
+        Probe::Exec { command, args } => {
+            return exec(command, args, timeout, cancel, records).await
+        }
         Probe::Tcp { address } => futures::future::Either::Left(tcp(address, timeout)),
         Probe::Http { url } => futures::future::Either::Right(http(url, timeout)),
     };
@@ -99,12 +108,17 @@ async fn exec(
     args: &[String],
     timeout: Duration,
     cancel: impl std::future::Future<Output = ()>,
+    records: ProbeRecords<'_>,
 ) -> Option<Result<(), String>> {
     let mut cmd = Command::new(command);
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
+    let token = records.map(|(ledger, name)| ledger.token(name));
+    if let Some(token) = &token {
+        cmd.env(GROUP_TOKEN_VAR, token);
+    }
     let mut child = match reaper::spawn(&mut cmd) {
         Ok(child) => child,
         Err(e) => return Some(Err(format!("{command}: {}", io_reason(&e)))),
@@ -114,6 +128,16 @@ async fn exec(
         return Some(Err(format!("{command}: started without a pid")));
     };
     let mut guard = GroupGuard { pid, armed: true };
+    let record = match (records, token) {
+        (Some((ledger, name)), Some(token)) => match ledger.record(name, pid, token) {
+            Ok(record) => record,
+            Err(error) => {
+                tracing::warn!(probe = %name, pid, %error, "recording the probe's process group failed; a killed daemon may leave it behind");
+                None
+            }
+        },
+        _ => None,
+    };
     let mut stderr = child.stderr.take();
     let outcome = {
         let work = tokio::time::timeout(timeout, async {
@@ -150,6 +174,9 @@ async fn exec(
     let _ = child.wait().await;
     guard.armed = false;
     reaper::forget(pid);
+    if let (Some((ledger, _)), Some(record)) = (records, &record) {
+        ledger.release(record);
+    }
     result
 }
 

@@ -8,7 +8,8 @@
 //! process group into `<state>/groups/`: the service, the group id, the leader's start time
 //! (from `/proc/<pid>/stat`), the boot id, and a token that every process of the group carries
 //! in its environment (`COSI_SERVICE_GROUP=<token>`). The file is removed once the group is
-//! gone. The next supervisor started on the same state directory [`Ledger::sweep`]s the files
+//! gone. A service's exec health probes are recorded the same way, as service
+//! `<service>/health`, while each runs. The next supervisor started on the same state directory [`Ledger::sweep`]s the files
 //! left over, before it starts any service:
 //!
 //! - a record of another boot is stale (nothing of that boot runs) and is deleted;

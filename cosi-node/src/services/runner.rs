@@ -242,7 +242,10 @@ impl Runner {
             },
         );
         self.capture_output(&mut running);
-        running.health = spec.health.clone().map(start_health);
+        running.health = spec
+            .health
+            .clone()
+            .map(|check| start_health(check, self.sup.clone(), &self.id));
 
         loop {
             tokio::select! {
@@ -281,7 +284,7 @@ impl Runner {
                         if let Some(old) = running.health.take() {
                             old.stop().await;
                         }
-                        running.health = self.spec.health.clone().map(start_health);
+                        running.health = self.spec.health.clone().map(|check| start_health(check, self.sup.clone(), &self.id));
                         self.health = Health::Unknown;
                         self.sup.update(&self.id, |r| {
                             r.health = Health::Unknown;
@@ -688,7 +691,9 @@ async fn next_health(task: &mut Option<HealthTask>) -> Option<Result<(), String>
     }
 }
 
-fn start_health(check: HealthCheck) -> HealthTask {
+/// Starts the health check of service `id`; its exec probes are recorded in the ledger.
+fn start_health(check: HealthCheck, sup: Arc<Shared>, id: &str) -> HealthTask {
+    let name = format!("{id}/health");
     let (sender, results) = mpsc::channel(4);
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(async move {
@@ -704,7 +709,13 @@ fn start_health(check: HealthCheck) -> HealthTask {
             () = cancelled() => return,
         }
         loop {
-            let Some(result) = health::probe_until(&check.probe, check.timeout, cancelled()).await
+            let Some(result) = health::probe_until(
+                &check.probe,
+                check.timeout,
+                cancelled(),
+                Some((&sup.ledger, name.as_str())),
+            )
+            .await
             else {
                 return;
             };
