@@ -332,3 +332,25 @@ async fn a_health_check_changed_in_place_to_a_zero_period_fails_the_service_nami
     );
     supervisor.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_failed_for_its_health_check_runs_once_the_check_is_fixed() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let health = check(Probe::Tcp {
+        address: listener.local_addr().unwrap().to_string(),
+    });
+    let mut busy = health.clone();
+    busy.period = Duration::ZERO;
+    let spec = ServiceSpec::command("/bin/sleep").with_args(["600"]);
+    let supervisor = supervisor();
+    let mut events = supervisor.events(0);
+    supervisor
+        .apply("fixed", spec.clone().with_health(busy))
+        .unwrap();
+    wait_state(&mut events, "fixed", ServiceState::Failed).await;
+
+    // A health check is otherwise changed in place; here it must start the service.
+    supervisor.apply("fixed", spec.with_health(health)).unwrap();
+    wait_message(&mut events, "fixed", "Health check successful").await;
+    supervisor.shutdown().await;
+}

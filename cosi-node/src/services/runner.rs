@@ -338,6 +338,9 @@ impl Runner {
                 || want.kick != self.seen_kick
                 || want.restart != self.seen_restart
                 || self.spec.needs_restart_for(&want.spec)
+                // A spec that failed its checks is tried again when any of it changes (a
+                // health check is otherwise changed in place).
+                || (self.spec.check_health().is_err() && *self.spec != *want.spec)
             {
                 return;
             }
