@@ -13,7 +13,12 @@
 //!   service group are reaped by the [`super::Reaper`] when
 //!   [`SupervisorOptions::reap_orphans`] is on. Groups are recorded in the state directory
 //!   ([`super::ledger`]), so what a SIGKILLed daemon left running is killed when the next
-//!   supervisor starts on that directory, before any service starts.
+//!   supervisor starts on that directory, before any service starts. Exec health probes run
+//!   in groups of their own, recorded the same way; a stop (or a new health check) kills and
+//!   reaps the probe in flight.
+//! - A spec a process cannot be given (a NUL byte, an environment name with `=`) or with a
+//!   zero health period or timeout fails its service with `Invalid spec: <field> ...` and is
+//!   not retried until the spec changes.
 //! - Dependencies: a service starts only when every dependency is *up* (running and healthy —
 //!   or running with no health check — or skipped); its `Waiting` event says what it still
 //!   waits for, updated as conditions are met. A deliberate stop (operator stop or restart, a
