@@ -286,6 +286,21 @@ fn service_fields_follow_their_rules() {
 }
 
 #[test]
+fn a_nul_byte_in_any_text_a_service_process_is_given_is_invalid() {
+    let patch = "apiVersion: v1alpha1\nkind: ServiceConfig\nname: web\ncommand: \"/bin/w\\0\"\nargs: [ok, \"a\\0b\"]\nenvironment: {MODE: \"x\\0\"}\nworkingDirectory: \"/srv\\0\"\nhealthCheck: {exec: [/bin/true, \"\\0\"]}\n";
+    assert_eq!(
+        errors(patch),
+        [
+            "ServiceConfig/web.command: contains a NUL byte, which no program can be given",
+            "ServiceConfig/web.args[1]: contains a NUL byte, which no program can be given",
+            "ServiceConfig/web.environment.MODE: contains a NUL byte, which no program can be given",
+            "ServiceConfig/web.workingDirectory: contains a NUL byte, which no program can be given",
+            "ServiceConfig/web.healthCheck.exec[1]: contains a NUL byte, which no program can be given",
+        ]
+    );
+}
+
+#[test]
 fn a_service_named_kubelet_is_invalid() {
     let errors =
         errors("apiVersion: v1alpha1\nkind: ServiceConfig\nname: kubelet\ncommand: /bin/k\n");

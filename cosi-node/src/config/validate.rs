@@ -19,7 +19,8 @@
 //! - `cluster.network`: pod and service subnets are network CIDRs (no host bits) and pod
 //!   subnets do not overlap service subnets;
 //! - services: names are DNS labels and not `kubelet` (the built-in service); `command` and
-//!   `workingDirectory` are absolute paths; environment names are shell names; `dependsOn`
+//!   `workingDirectory` are absolute paths; environment names are shell names; no command,
+//!   argument, environment value, working directory or exec probe holds a NUL byte; `dependsOn`
 //!   names known services (or `kubelet`), each once, without cycles; a health check has
 //!   exactly one probe and positive durations.
 //!
@@ -317,6 +318,40 @@ fn service_rules(service: &ServiceConfig, at: &str, known: &BTreeSet<&str>, v: &
                 join_key(&format!("{at}.environment"), name),
                 format!("{name:?} is not a variable name (letters, digits, _; not starting with a digit)"),
             );
+        }
+    }
+    // A NUL byte cannot reach a process (argv, environ and paths are C strings): refused here,
+    // so the stored config is never one whose service can only fail.
+    let mut texts: Vec<(String, &str)> = Vec::new();
+    texts.extend(
+        service
+            .command
+            .as_deref()
+            .map(|c| (format!("{at}.command"), c)),
+    );
+    for (i, arg) in service.args.iter().enumerate() {
+        texts.push((join_index(&format!("{at}.args"), i), arg));
+    }
+    for (name, value) in &service.environment {
+        texts.push((join_key(&format!("{at}.environment"), name), value));
+    }
+    texts.extend(
+        service
+            .working_directory
+            .as_deref()
+            .map(|d| (format!("{at}.workingDirectory"), d)),
+    );
+    for (i, part) in service
+        .health_check
+        .iter()
+        .flat_map(|check| check.exec.iter().flatten())
+        .enumerate()
+    {
+        texts.push((join_index(&format!("{at}.healthCheck.exec"), i), part));
+    }
+    for (path, text) in texts {
+        if text.contains('\0') {
+            v.error(path, "contains a NUL byte, which no program can be given");
         }
     }
     let mut seen = BTreeSet::new();
