@@ -83,6 +83,7 @@ pub mod print;
 pub mod resolve;
 pub mod session;
 pub mod table;
+pub mod terminal;
 mod yaml;
 
 use args::{Cli, Command, GenCommand};

@@ -2,11 +2,18 @@
 //! and written on [`TabWriter::flush`], each cell padded to its column's width plus three
 //! spaces, the last cell unpadded, no trailing whitespace.
 //!
+//! Cells are text from outside (a node's ids, values and messages): their control characters
+//! are escaped ([`crate::terminal::escape_controls`]), so a cell stays on its line and cannot
+//! steer the terminal.
+//!
 //! Column widths are **sticky**: a flush aligns its rows with everything flushed before, so a
 //! streaming table (`get -w`, `events`) stays aligned as long as later cells are no wider (a
 //! wider one widens its column from then on). Go's tabwriter forgets widths between flushes.
 
+use std::borrow::Cow;
 use std::io::{self, Write};
+
+use crate::terminal::escape_controls;
 
 /// The spaces between columns.
 pub const PADDING: usize = 3;
@@ -28,14 +35,24 @@ pub struct TabWriter {
 }
 
 impl TabWriter {
-    /// Buffers a row.
+    /// Buffers a row; control characters in its cells are escaped.
     pub fn row<I, S>(&mut self, cells: I)
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.pending
-            .push(cells.into_iter().map(Into::into).collect());
+        self.pending.push(
+            cells
+                .into_iter()
+                .map(|cell| {
+                    let cell = cell.into();
+                    match escape_controls(&cell) {
+                        Cow::Borrowed(_) => cell,
+                        Cow::Owned(escaped) => escaped,
+                    }
+                })
+                .collect(),
+        );
     }
 
     /// Writes the buffered rows, aligned with every row flushed so far.
@@ -127,6 +144,17 @@ mod tests {
                 proptest::prop_assert_eq!(&line[third..], row[2].as_str());
             }
         }
+    }
+
+    #[test]
+    fn control_characters_in_cells_are_escaped_and_counted_as_written() {
+        let mut table = TabWriter::default();
+        table.row(["\u{1b}[2J", "b"]);
+        table.row(["a", "up\rdown\n"]);
+        assert_eq!(
+            flushed(&mut table),
+            "\\u{1b}[2J   b\na           up\\rdown\\n\n"
+        );
     }
 
     #[test]
