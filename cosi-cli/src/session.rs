@@ -13,6 +13,7 @@ use cosi_api::client::ClientSecurity;
 use crate::client_config::{config_path, open_context};
 use crate::error::CliError;
 use crate::nodes::{connect, Node};
+use crate::terminal::escape_controls;
 
 /// Where a command writes, when a streaming command stops, and the clock ages are read from.
 pub struct Io<'a> {
@@ -49,9 +50,11 @@ impl<'a> Io<'a> {
         self
     }
 
-    /// Prints an error line (`error: ...`) for a failure that does not end the command.
+    /// Prints an error line (`error: ...`). An error is one line of inert text: it quotes what
+    /// nodes sent, so its control characters (a newline too) are escaped.
     pub fn error_line(&mut self, error: &CliError) {
-        let _ = writeln!(self.err, "error: {error}");
+        let text = error.to_string();
+        let _ = writeln!(self.err, "error: {}", escape_controls(&text));
     }
 }
 

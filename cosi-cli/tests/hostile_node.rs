@@ -4,9 +4,17 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use cosi_api::machine::{ServiceEvent, ServiceHealth, ServiceStatus};
+use async_trait::async_trait;
+use cosi_api::machine::{
+    ApplyMode, ApplyOutcome, ApplyRequest, EventStream, EventTail, LogRequest, LogStream, Machine,
+    ServiceAction, ServiceEvent, ServiceHealth, ServiceStatus, VersionInfo,
+};
+use cosi_api::pki::CertifiedKey;
+use cosi_api::server::{ApiServer, Security, ServerHandle};
+use cosi_core::Error;
 use support::Cluster;
 
 /// What a hostile node puts in every text it sends: a window title, a screen clear, a carriage
@@ -15,6 +23,71 @@ const HOSTILE: &str = "\u{1b}]0;owned\u{7}\u{1b}[2J\rx\u{9b}1m\nerror: forged";
 
 /// [`HOSTILE`] as the operator must see it.
 const ESCAPED: &str = "\\u{1b}]0;owned\\u{7}\\u{1b}[2J\\rx\\u{9b}1m\\nerror: forged";
+
+/// A machine service whose every answer carries [`HOSTILE`]: version fields and apply
+/// accounts, and refusals for everything else.
+struct HostileMachine;
+
+fn refusal() -> Error {
+    Error::AccessDenied {
+        subject: "machine".into(),
+        message: HOSTILE.into(),
+    }
+}
+
+#[async_trait]
+impl Machine for HostileMachine {
+    async fn apply_configuration(&self, _: ApplyRequest) -> cosi_core::Result<ApplyOutcome> {
+        Ok(ApplyOutcome {
+            mode: ApplyMode::NoReboot,
+            details: HOSTILE.into(),
+            warnings: vec![HOSTILE.into()],
+            diff: String::new(),
+            version: 2,
+        })
+    }
+    async fn services(&self) -> cosi_core::Result<Vec<ServiceStatus>> {
+        Err(refusal())
+    }
+    async fn service_action(&self, _: &str, _: ServiceAction) -> cosi_core::Result<String> {
+        Err(refusal())
+    }
+    async fn logs(&self, _: LogRequest) -> cosi_core::Result<LogStream> {
+        Err(refusal())
+    }
+    async fn events(&self, _: EventTail) -> cosi_core::Result<EventStream> {
+        Err(refusal())
+    }
+    async fn version(&self) -> cosi_core::Result<VersionInfo> {
+        Ok(VersionInfo {
+            tag: HOSTILE.into(),
+            sha: "abc".into(),
+            built: "today".into(),
+            rust_version: "1.0".into(),
+            arch: "amd64".into(),
+            os: "linux".into(),
+        })
+    }
+}
+
+/// Serves [`HostileMachine`] with the cluster's server certificate: its address, and the
+/// server (which serves until dropped).
+async fn start_hostile_node(cluster: &Cluster) -> (String, ServerHandle) {
+    let pki = cluster.dir.path().join("pki");
+    let identity =
+        CertifiedKey::read_pem(&pki.join("server.pem"), &pki.join("server-key.pem")).unwrap();
+    let ca = std::fs::read_to_string(pki.join("ca.pem")).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let handle = ApiServer::new(Security::MutualTls {
+        identity,
+        client_ca_pem: ca,
+    })
+    .with_machine(Arc::new(HostileMachine))
+    .serve(listener)
+    .unwrap();
+    (address.to_string(), handle)
+}
 
 /// Runs `args` through the library with the clock fixed at `now`.
 async fn run_at(cluster: &Cluster, now: SystemTime, args: &[&str]) -> (i32, String, String) {
@@ -62,4 +135,19 @@ async fn table_cells_from_a_node_show_control_characters_escaped() {
         )
     );
     assert_eq!(out.lines().count(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_lines_show_the_node_s_text_with_control_characters_escaped() {
+    let cluster = Cluster::start(0).await;
+    let (hostile, _serving) = start_hostile_node(&cluster).await;
+    let (code, out, err) = run_at(&cluster, SystemTime::now(), &["-n", &hostile, "services"]).await;
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert_eq!(
+        err,
+        format!(
+            "error: node {hostile} refused list services: {ESCAPED}; it needs a client \
+             certificate with role os:reader (see `cosictl config contexts`)\n"
+        )
+    );
 }
