@@ -12,6 +12,7 @@ use cosi_core::{
 use crate::error::CliError;
 use crate::nodes::Node;
 use crate::session::{Io, Report, Session};
+use crate::terminal::escape_controls;
 
 /// The State method every read of a type goes through (for the role a refusal needs).
 const LIST: &str = "/cosi.resource.State/List";
@@ -57,7 +58,8 @@ pub fn registry(
         if let Err(e) = registry.register_definition(definition) {
             let _ = writeln!(
                 warnings,
-                "warning: node {node} publishes a definition this client cannot use: {e}"
+                "warning: node {node} publishes a definition this client cannot use: {}",
+                escape_controls(&e.to_string())
             );
         }
     }

@@ -137,7 +137,8 @@ impl Session {
     }
 }
 
-/// Writes `text` line by line, each prefixed with `<node>: ` when `prefix` is set.
+/// Writes `text` (a node's, as a rule) line by line, each prefixed with `<node>: ` when
+/// `prefix` is set; the control characters of each line are escaped.
 pub(crate) fn write_lines(
     out: &mut dyn Write,
     node: &str,
@@ -145,6 +146,7 @@ pub(crate) fn write_lines(
     text: &str,
 ) -> std::io::Result<()> {
     for line in text.lines() {
+        let line = escape_controls(line);
         if prefix {
             writeln!(out, "{node}: {line}")?;
         } else {

@@ -14,7 +14,7 @@ use cosi_api::machine::{
 };
 use cosi_api::pki::CertifiedKey;
 use cosi_api::server::{ApiServer, Security, ServerHandle};
-use cosi_core::Error;
+use cosi_core::{CreateOptions, Error, Resource, ResourceDefinition, State};
 use support::Cluster;
 
 /// What a hostile node puts in every text it sends: a window title, a screen clear, a carriage
@@ -150,4 +150,70 @@ async fn error_lines_show_the_node_s_text_with_control_characters_escaped() {
              certificate with role os:reader (see `cosictl config contexts`)\n"
         )
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_fields_from_a_node_show_control_characters_escaped() {
+    let cluster = Cluster::start(0).await;
+    let (hostile, _serving) = start_hostile_node(&cluster).await;
+    let (code, out, err) = run_at(&cluster, SystemTime::now(), &["-n", &hostile, "version"]).await;
+    assert_eq!((code, err.as_str()), (0, ""));
+    let server = out.split_once("Server:\n").unwrap().1;
+    assert_eq!(
+        server,
+        format!(
+            "\tNODE:        {hostile}\n\tTag:         {ESCAPED}\n\tSHA:         abc\n\t\
+             Built:       today\n\tRust:        1.0\n\tOS/Arch:     linux/amd64\n"
+        )
+    );
+}
+
+/// The node's account of an apply is lines (the newline stays); a warning is one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_account_from_a_node_shows_control_characters_escaped() {
+    let cluster = Cluster::start(0).await;
+    let (hostile, _serving) = start_hostile_node(&cluster).await;
+    let file = cluster.dir.path().join("controlplane.yaml");
+    let (code, out, err) = run_at(
+        &cluster,
+        SystemTime::now(),
+        &["-n", &hostile, "apply-config", "-f", file.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(code, 0);
+    assert_eq!(err, format!("Warning: {ESCAPED}\n"));
+    let (first, second) = ESCAPED.split_once("\\n").unwrap();
+    assert_eq!(out, format!("{first}\n{second}\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_definition_the_client_cannot_use_is_named_with_control_characters_escaped() {
+    let cluster = Cluster::start(1).await;
+    let node = &cluster.nodes[0];
+    // A space makes the client refuse the name (and quote it in its warning).
+    let name = "Bad \u{1b}]0;owned\u{7}.test.cosi.dev";
+    node.state
+        .create(
+            Resource::new(name, ResourceDefinition::new(name, "test")).into_shared(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    let (code, _, err) = run_at(
+        &cluster,
+        SystemTime::now(),
+        &["-n", &node.name, "get", "notes"],
+    )
+    .await;
+    assert_eq!(code, 0);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "warning: node {} publishes a definition this client cannot use: \
+             Bad \\u{{1b}}]0;owned\\u{{7}}.test.cosi.dev: ",
+            node.name
+        )),
+        "{err}"
+    );
+    assert!(!err.contains('\u{1b}'), "{err}");
 }

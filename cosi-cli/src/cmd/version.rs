@@ -4,6 +4,7 @@ use cosi_api::auth::required_role;
 
 use crate::error::CliError;
 use crate::session::{Io, Report, Session};
+use crate::terminal::escape_controls;
 
 /// Prints the client's version block.
 pub fn client(io: &mut Io<'_>) -> Result<(), CliError> {
@@ -35,12 +36,17 @@ pub async fn run(session: &Session, io: &mut Io<'_>) -> Result<Report, CliError>
     let mut report = Report::default();
     for (node, result) in results {
         match result {
-            Ok(v) => writeln!(
-                io.out,
-                "Server:\n\tNODE:        {}\n\tTag:         {}\n\tSHA:         {}\n\tBuilt:       {}\n\tRust:        {}\n\tOS/Arch:     {}/{}",
-                node.name, v.tag, v.sha, v.built, v.rust_version, v.os, v.arch
-            )
-            .map_err(CliError::output)?,
+            Ok(v) => {
+                let [tag, sha, built, rust, os, arch] =
+                    [&v.tag, &v.sha, &v.built, &v.rust_version, &v.os, &v.arch]
+                        .map(|field| escape_controls(field));
+                writeln!(
+                    io.out,
+                    "Server:\n\tNODE:        {}\n\tTag:         {tag}\n\tSHA:         {sha}\n\tBuilt:       {built}\n\tRust:        {rust}\n\tOS/Arch:     {os}/{arch}",
+                    node.name
+                )
+                .map_err(CliError::output)?
+            }
             Err(e) => report.fail(io, &e),
         }
     }
