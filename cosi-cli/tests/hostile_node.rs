@@ -15,7 +15,7 @@ use cosi_api::machine::{
 use cosi_api::pki::CertifiedKey;
 use cosi_api::server::{ApiServer, Security, ServerHandle};
 use cosi_core::{CreateOptions, Error, Resource, ResourceDefinition, State};
-use support::Cluster;
+use support::{Cluster, Note};
 
 /// What a hostile node puts in every text it sends: a window title, a screen clear, a carriage
 /// return that would overwrite the line, a C1 CSI and a newline that would forge a line.
@@ -216,4 +216,59 @@ async fn a_definition_the_client_cannot_use_is_named_with_control_characters_esc
         "{err}"
     );
     assert!(!err.contains('\u{1b}'), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_output_escapes_every_control_character_a_node_sends() {
+    let cluster = Cluster::start(1).await;
+    let node = &cluster.nodes[0];
+    let note = Note {
+        text: "\u{9b}2J\u{7f}\u{1b}[0m".into(),
+        tags: vec![],
+    };
+    node.state
+        .create(
+            Resource::new("c", note).into_shared(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    let (code, out, err) = run_at(
+        &cluster,
+        SystemTime::now(),
+        &["-n", &node.name, "get", "notes", "c", "-o", "json"],
+    )
+    .await;
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert!(
+        out.contains("\"text\": \"\\u009b2J\\u007f\\u001b[0m\""),
+        "{out}"
+    );
+    let parsed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(parsed["spec"]["text"], "\u{9b}2J\u{7f}\u{1b}[0m");
+}
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yaml_output_escapes_every_control_character_a_node_sends() {
+    let cluster = Cluster::start(1).await;
+    let node = &cluster.nodes[0];
+    let note = Note {
+        text: "\u{9b}2J\u{7f}\u{1b}[0m".into(),
+        tags: vec![],
+    };
+    node.state
+        .create(
+            Resource::new("c", note).into_shared(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    let (code, out, err) = run_at(
+        &cluster,
+        SystemTime::now(),
+        &["-n", &node.name, "get", "notes", "c", "-o", "yaml"],
+    )
+    .await;
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{out:?}");
+    assert!(out.contains("  text: \"\\x9B2J\\x7F\\e[0m\"\n"), "{out}");
 }
