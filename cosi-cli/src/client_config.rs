@@ -30,6 +30,7 @@ use cosi_api::pki::CertifiedKey;
 use serde::{Deserialize, Serialize};
 
 use crate::error::CliError;
+use crate::files::{self, MAX_CLIENT_CONFIG, MAX_PEM};
 use crate::yaml;
 
 /// The environment variable naming the client config file.
@@ -142,9 +143,10 @@ pub fn config_path(explicit: Option<&Path>) -> Result<PathBuf, CliError> {
 }
 
 impl ClientConfig {
-    /// Reads the file; a missing file is an error that says how to make one.
+    /// Reads the file (at most [`MAX_CLIENT_CONFIG`] bytes); a missing file is an error that
+    /// says how to make one.
     pub fn load(path: &Path) -> Result<Self, CliError> {
-        let text = match std::fs::read_to_string(path) {
+        let text = match files::read_text(path, MAX_CLIENT_CONFIG, "a client config") {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(CliError::Config {
@@ -153,6 +155,17 @@ impl ClientConfig {
                               `cosictl config add`, or name another with --config or \
                               $COSICONFIG"
                         .into(),
+                })
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::FileTooLarge | std::io::ErrorKind::InvalidData
+                ) =>
+            {
+                return Err(CliError::Config {
+                    path: path.to_path_buf(),
+                    message: e.to_string(),
                 })
             }
             Err(e) => return Err(CliError::file(path, e)),
@@ -270,14 +283,15 @@ impl Context {
         }
     }
 
-    /// Reads the PEM texts, inline or from files (relative to `base`, the config's folder).
+    /// Reads the PEM texts, inline or from files (relative to `base`, the config's folder; at
+    /// most [`MAX_PEM`] bytes each).
     pub fn credentials(&self, name: &str, base: &Path) -> Result<Credentials, String> {
         let read =
             |field: &str, inline: &Option<String>, file: &Option<PathBuf>| match (inline, file) {
                 (Some(pem), None) => Ok(pem.clone()),
                 (None, Some(file)) => {
                     let path = base.join(file);
-                    std::fs::read_to_string(&path).map_err(|e| {
+                    files::read_text(&path, MAX_PEM, "a PEM file").map_err(|e| {
                         format!("context {name:?}: {field}File {}: {e}", path.display())
                     })
                 }

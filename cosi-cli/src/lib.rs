@@ -78,6 +78,7 @@ pub mod args;
 pub mod client_config;
 pub mod cmd;
 pub mod error;
+pub mod files;
 pub mod nodes;
 pub mod print;
 pub mod resolve;

@@ -237,6 +237,67 @@ async fn a_missing_client_config_says_how_to_make_one() {
     );
 }
 
+/// A file named as the client config that is far too large (a log named by mistake, or
+/// `/dev/zero`, which never ends) is refused after the limit, not read into memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_config_larger_than_the_limit_is_refused_naming_the_file() {
+    let cluster = Cluster::start(0).await;
+    let path = cluster.dir.path().join("huge");
+    let mut text = vec![b'x'; cosi_cli::files::MAX_CLIENT_CONFIG as usize + 1];
+    text[0] = b'#';
+    std::fs::write(&path, text).unwrap();
+    let path = path.to_str().unwrap();
+    let out = cluster
+        .cosictl(&["--config", path, "-n", "127.0.0.1", "get", "mc"])
+        .await;
+    assert_eq!(out.code, 1);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: client config {path}: is larger than 16 MiB, more than a client config \
+             holds; is it the right file?\n"
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_file_larger_than_the_limit_is_refused_naming_the_context_and_field() {
+    let cluster = Cluster::start(0).await;
+    let dir = cluster.dir.path();
+    let huge = dir.join("huge.pem");
+    std::fs::write(&huge, vec![b'-'; cosi_cli::files::MAX_PEM as usize + 1]).unwrap();
+    let config = dir.join("config");
+    std::fs::write(
+        &config,
+        format!(
+            "context: demo\ncontexts:\n  demo:\n    caFile: {}\n    crtFile: pki/admin.pem\n    \
+             keyFile: pki/admin-key.pem\n",
+            huge.display()
+        ),
+    )
+    .unwrap();
+    let out = cluster
+        .cosictl(&[
+            "--config",
+            config.to_str().unwrap(),
+            "-n",
+            "127.0.0.1",
+            "get",
+            "mc",
+        ])
+        .await;
+    assert_eq!(out.code, 1);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: client config {}: context \"demo\": caFile {}: is larger than 1 MiB, more \
+             than a PEM file holds; is it the right file?\n",
+            config.display(),
+            huge.display()
+        )
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_usage_error_exits_with_one() {
     let cluster = Cluster::start(0).await;

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use crate::args::{ConfigAddArgs, ConfigCommand};
 use crate::client_config::{config_path, open_context, ClientConfig, Context};
 use crate::error::CliError;
+use crate::files::{self, MAX_PEM};
 use crate::session::Io;
 use crate::table::TabWriter;
 
@@ -103,7 +104,8 @@ fn info(path: &Path, context: Option<&str>, io: &mut Io<'_>) -> Result<(), CliEr
 fn add(path: &Path, args: &ConfigAddArgs, io: &mut Io<'_>) -> Result<(), CliError> {
     let mut file = ClientConfig::load_or_default(path)?;
     let absolute = |p: &Path| std::fs::canonicalize(p).map_err(|e| CliError::file(p, e));
-    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| CliError::file(p, e));
+    let read =
+        |p: &Path| files::read_text(p, MAX_PEM, "a PEM file").map_err(|e| CliError::file(p, e));
     let mut context = Context {
         endpoints: args.endpoints.clone(),
         nodes: args.default_nodes.clone(),

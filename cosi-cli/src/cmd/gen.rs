@@ -21,6 +21,7 @@ use cosi_api::pki::{CertificateAuthority, CertifiedKey, CERT_VALIDITY};
 use crate::args::{GenCaArgs, GenCertsArgs, GenConfigArgs};
 use crate::client_config::{ClientConfig, Context};
 use crate::error::CliError;
+use crate::files::{self, MAX_PEM};
 use crate::nodes::{split_address, DEFAULT_PORT};
 use crate::session::Io;
 use crate::yaml;
@@ -227,8 +228,9 @@ fn client_config(args: &GenConfigArgs, pki: &Path) -> Result<ClientConfig, CliEr
             ..Context::default()
         };
         if args.inline {
-            let read =
-                |path: &Path| std::fs::read_to_string(path).map_err(|e| CliError::file(path, e));
+            let read = |path: &Path| {
+                files::read_text(path, MAX_PEM, "a PEM file").map_err(|e| CliError::file(path, e))
+            };
             context.ca = Some(read(&ca)?);
             context.crt = Some(read(&cert)?);
             context.key = Some(read(&key)?);
