@@ -13,8 +13,10 @@ pub const MAX_CLIENT_CONFIG: u64 = 16 << 20;
 /// The most a PEM file (a CA, a certificate, a key) may hold.
 pub const MAX_PEM: u64 = 1 << 20;
 
-/// The most a machine config or a patch may hold: what a node accepts in one message.
-pub const MAX_CONFIG_CHANGE: u64 = cosi_api::server::MAX_MESSAGE_SIZE as u64;
+/// The most a machine config, or all the patches of one change together, may hold: half of
+/// what a node accepts in one message (the rest is the request around it), and far more than
+/// any machine config (tens of kilobytes).
+pub const MAX_CONFIG_CHANGE: u64 = cosi_api::server::MAX_MESSAGE_SIZE as u64 / 2;
 
 /// The bytes of `path`, if it holds at most `limit` of them; a longer file is an error of kind
 /// [`io::ErrorKind::FileTooLarge`] that says the limit and what the file was taken for

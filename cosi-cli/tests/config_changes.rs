@@ -153,6 +153,78 @@ async fn apply_config_names_a_missing_file() {
     );
 }
 
+/// A file larger than a node accepts in one message is refused before it is sent (or read
+/// whole), naming the file; nothing reaches the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_file_larger_than_a_node_accepts_is_refused_before_sending() {
+    let cluster = Cluster::start(1).await;
+    let node = &cluster.nodes[0];
+    let path = cluster.dir.path().join("huge.yaml");
+    std::fs::write(
+        &path,
+        vec![b'#'; cosi_cli::files::MAX_CONFIG_CHANGE as usize + 1],
+    )
+    .unwrap();
+    let path = path.to_str().unwrap();
+    let out = cluster
+        .cosictl(&["-n", &node.name, "apply-config", "-f", path])
+        .await;
+    assert_eq!((out.code, out.stdout.as_str()), (1, ""));
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: {path}: is larger than 16 MiB, more than a machine config holds; is it the \
+             right file?\n"
+        )
+    );
+    assert_eq!(node.config_version().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patch_file_larger_than_a_node_accepts_is_refused_before_sending() {
+    let cluster = Cluster::start(1).await;
+    let node = &cluster.nodes[0];
+    let path = cluster.dir.path().join("huge.yaml");
+    std::fs::write(
+        &path,
+        vec![b'#'; cosi_cli::files::MAX_CONFIG_CHANGE as usize + 1],
+    )
+    .unwrap();
+    let path = path.to_str().unwrap();
+    let out = cluster
+        .cosictl(&["-n", &node.name, "patch", "mc", "-p", &format!("@{path}")])
+        .await;
+    assert_eq!((out.code, out.stdout.as_str()), (1, ""));
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: {path}: is larger than 16 MiB, more than a patch holds; is it the right \
+             file?\n"
+        )
+    );
+    assert_eq!(node.config_version().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patches_that_add_up_to_more_than_one_change_holds_are_refused_before_sending() {
+    let cluster = Cluster::start(1).await;
+    let node = &cluster.nodes[0];
+    let half = vec![b'#'; cosi_cli::files::MAX_CONFIG_CHANGE as usize / 2 + 1];
+    let path = cluster.dir.path().join("half.yaml");
+    std::fs::write(&path, half).unwrap();
+    let patch = format!("@{}", path.display());
+    let out = cluster
+        .cosictl(&["-n", &node.name, "patch", "mc", "-p", &patch, "-p", &patch])
+        .await;
+    assert_eq!((out.code, out.stdout.as_str()), (1, ""));
+    assert_eq!(
+        out.stderr,
+        "error: the patches add up to more than 16 MiB, more than one change may hold; send \
+         fewer at a time\n"
+    );
+    assert_eq!(node.config_version().await, 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_config_to_several_nodes_prefixes_each_line_with_its_node() {
     let cluster = Cluster::start(2).await;

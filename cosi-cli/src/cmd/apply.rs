@@ -17,6 +17,7 @@ use cosi_core::{AnyResource, Kind, Pointer, State};
 
 use crate::args::{ApplyConfigArgs, ApplyFlags, Mode, PatchArgs};
 use crate::error::CliError;
+use crate::files::{self, MAX_CONFIG_CHANGE};
 use crate::nodes::Node;
 use crate::resolve;
 use crate::session::{write_lines, Io, Report, Session};
@@ -83,9 +84,10 @@ pub(crate) fn print_outcome(
     io.out.flush().map_err(write)
 }
 
-/// Reads a file the operator named.
-pub(crate) fn read_file(path: &std::path::Path) -> Result<Vec<u8>, CliError> {
-    std::fs::read(path).map_err(|e| CliError::file(path, e))
+/// Reads a file the operator named to send (`what`: "a machine config"), refused past
+/// [`MAX_CONFIG_CHANGE`] before it is read whole or sent.
+pub(crate) fn read_file(path: &std::path::Path, what: &str) -> Result<Vec<u8>, CliError> {
+    files::read(path, MAX_CONFIG_CHANGE, what).map_err(|e| CliError::file(path, e))
 }
 
 /// The session of `apply-config --insecure`: the nodes of `-n`, in maintenance mode (server-only
@@ -129,7 +131,7 @@ pub async fn apply_config(
         ));
     }
     let mut request = request(&args.flags)?;
-    request.data = read_file(&args.file)?;
+    request.data = read_file(&args.file, "a machine config")?;
     let results = session
         .each(|node| {
             let request = request.clone();
@@ -180,7 +182,7 @@ fn config_text(resource: &dyn AnyResource) -> Option<String> {
 /// A patch argument: `@file` is read here, anything else is the patch itself.
 fn patch_bytes(argument: &str) -> Result<Vec<u8>, CliError> {
     match argument.strip_prefix('@') {
-        Some(path) => read_file(std::path::Path::new(path)),
+        Some(path) => read_file(std::path::Path::new(path), "a patch"),
         None => Ok(argument.as_bytes().to_vec()),
     }
 }
@@ -213,7 +215,15 @@ pub async fn patch(
         .patches
         .iter()
         .map(|p| patch_bytes(p))
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<Vec<_>, _>>()?;
+    let total: usize = request.patches.iter().map(Vec::len).sum();
+    if total as u64 > MAX_CONFIG_CHANGE {
+        return Err(CliError::Usage(format!(
+            "the patches add up to more than {} MiB, more than one change may hold; send fewer \
+             at a time",
+            MAX_CONFIG_CHANGE >> 20
+        )));
+    }
     let mut report = Report::default();
     let Some((kind, id, live)) = config_target(
         session,

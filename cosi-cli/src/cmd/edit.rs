@@ -20,6 +20,7 @@ use cosi_core::Error;
 use crate::args::EditArgs;
 use crate::cmd::apply::{config_target, print_outcome, read_config, request};
 use crate::error::CliError;
+use crate::files::{self, MAX_CONFIG_CHANGE};
 use crate::nodes::Node;
 use crate::session::{Io, Report, Session};
 
@@ -118,7 +119,8 @@ async fn edit_one(
     loop {
         std::fs::write(&path, format!("{comments}{text}")).map_err(|e| CliError::file(&path, e))?;
         run_editor(&editor, &path).await?;
-        let edited = std::fs::read_to_string(&path).map_err(|e| CliError::file(&path, e))?;
+        let edited = files::read_text(&path, MAX_CONFIG_CHANGE, "a machine config")
+            .map_err(|e| CliError::file(&path, e))?;
         let edited = body(&edited, &comments).to_string();
         if edited.trim().is_empty() {
             writeln!(io.out, "Apply was skipped: empty file.").map_err(write)?;
