@@ -1,6 +1,8 @@
 //! Aligned columns, the way talosctl prints them (Go's tabwriter, padding 3): rows are buffered
 //! and written on [`TabWriter::flush`], each cell padded to its column's width plus three
-//! spaces, the last cell unpadded, no trailing whitespace.
+//! spaces, the last cell unpadded, no trailing whitespace. A width is what the terminal shows
+//! (a CJK character takes two columns, a combining accent none), not a count of characters as
+//! Go's tabwriter has it, so ids and values in any script line up.
 //!
 //! Cells are text from outside (a node's ids, values and messages): their control characters
 //! are escaped ([`crate::terminal::escape_controls`]), so a cell stays on its line and cannot
@@ -12,6 +14,8 @@
 
 use std::borrow::Cow;
 use std::io::{self, Write};
+
+use unicode_width::UnicodeWidthStr;
 
 use crate::terminal::escape_controls;
 
@@ -60,7 +64,7 @@ impl TabWriter {
         for row in &self.pending {
             // The last cell is never padded, so it does not widen its column.
             for (i, cell) in row.iter().enumerate().take(row.len().saturating_sub(1)) {
-                let width = cell.chars().count();
+                let width = cell.width();
                 match self.widths.get_mut(i) {
                     Some(w) => *w = (*w).max(width),
                     None => self.widths.push(width),
@@ -72,7 +76,7 @@ impl TabWriter {
             for (i, cell) in row.iter().enumerate() {
                 line.push_str(cell);
                 if i + 1 < row.len() {
-                    let pad = self.widths[i] - cell.chars().count() + PADDING;
+                    let pad = self.widths[i] - cell.width() + PADDING;
                     line.extend(std::iter::repeat_n(' ', pad));
                 }
             }
@@ -154,6 +158,19 @@ mod tests {
         assert_eq!(
             flushed(&mut table),
             "\\u{1b}[2J   b\na           up\\rdown\\n\n"
+        );
+    }
+
+    #[test]
+    fn cells_are_as_wide_as_the_terminal_shows_them() {
+        // CJK characters take two columns; a combining accent takes none.
+        let mut table = TabWriter::default();
+        table.row(["ノード", "x"]);
+        table.row(["e\u{301}", "y"]);
+        table.row(["abc", "z"]);
+        assert_eq!(
+            flushed(&mut table),
+            "ノード   x\ne\u{301}        y\nabc      z\n"
         );
     }
 
