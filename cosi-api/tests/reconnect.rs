@@ -292,3 +292,147 @@ async fn watch_resyncs_when_the_server_returns_with_another_store() {
         "drop the old view, then the new contents"
     );
 }
+
+/// When each kind watch was opened on [`EndingWatches`].
+#[derive(Default)]
+struct Opens {
+    at: std::sync::Mutex<Vec<std::time::Instant>>,
+    opened: tokio::sync::Notify,
+}
+
+impl Opens {
+    /// The open times, once there are `count` of them (a hang guard fails the test after
+    /// [`TIMEOUT`]: the wait is on the opens, never on time).
+    async fn wait_for(&self, count: usize) -> Vec<std::time::Instant> {
+        let wait = async {
+            loop {
+                let opened = self.opened.notified();
+                let at = self.at.lock().unwrap().clone();
+                if at.len() >= count {
+                    return at;
+                }
+                opened.await;
+            }
+        };
+        tokio::time::timeout(TIMEOUT, wait)
+            .await
+            .expect("the watch was opened again")
+    }
+}
+
+/// A watch that has ended before its first event.
+struct Ended;
+
+#[async_trait::async_trait]
+impl cosi_core::EventSource for Ended {
+    async fn next(&mut self) -> Option<Event> {
+        None
+    }
+}
+
+/// A broken store: kind watches end as soon as they are opened (so the server establishes each
+/// watch and then ends it); everything else is a memory store's.
+struct EndingWatches {
+    inner: MemoryState,
+    opens: Arc<Opens>,
+}
+
+impl State for EndingWatches {
+    fn get<'a>(
+        &'a self,
+        pointer: &'a cosi_core::Pointer,
+    ) -> cosi_core::Call<'a, cosi_core::SharedResource> {
+        self.inner.get(pointer)
+    }
+    fn list<'a>(
+        &'a self,
+        kind: &'a cosi_core::Kind,
+        options: &'a cosi_core::ListOptions,
+    ) -> cosi_core::Call<'a, Vec<cosi_core::SharedResource>> {
+        self.inner.list(kind, options)
+    }
+    fn create(
+        &self,
+        resource: cosi_core::SharedResource,
+        options: CreateOptions,
+    ) -> cosi_core::Call<'_, cosi_core::SharedResource> {
+        self.inner.create(resource, options)
+    }
+    fn update(
+        &self,
+        resource: cosi_core::SharedResource,
+        options: UpdateOptions,
+    ) -> cosi_core::Call<'_, cosi_core::SharedResource> {
+        self.inner.update(resource, options)
+    }
+    fn destroy<'a>(
+        &'a self,
+        pointer: &'a cosi_core::Pointer,
+        options: cosi_core::DestroyOptions,
+    ) -> cosi_core::Call<'a, ()> {
+        self.inner.destroy(pointer, options)
+    }
+    fn watch<'a>(
+        &'a self,
+        pointer: &'a cosi_core::Pointer,
+        options: WatchOptions,
+    ) -> cosi_core::Call<'a, Watch> {
+        self.inner.watch(pointer, options)
+    }
+    fn watch_kind<'a>(
+        &'a self,
+        _: &'a cosi_core::Kind,
+        _: WatchKindOptions,
+    ) -> cosi_core::Call<'a, Watch> {
+        self.opens
+            .at
+            .lock()
+            .unwrap()
+            .push(std::time::Instant::now());
+        self.opens.opened.notify_waiters();
+        cosi_core::Call::pending(async { Ok(Watch::new(Ended)) })
+    }
+}
+
+/// A server that establishes every watch and then ends it (a broken node, a proxy that cuts
+/// streams) is not reopened in a tight loop: each reopen after a broken stream waits the
+/// backoff, as a failed open does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_the_server_keeps_ending_is_reopened_only_after_the_backoff() {
+    let opens = Arc::new(Opens::default());
+    let state = Arc::new(EndingWatches {
+        inner: MemoryState::default(),
+        opens: opens.clone(),
+    });
+    let server = support::plaintext_server(state, codec(), support::any_port()).await;
+    let delay = Duration::from_millis(200);
+    let client = cosi_api::client::RemoteState::with_options(
+        cosi_api::client::channel(
+            server.local_addr(),
+            None,
+            cosi_api::client::ClientSecurity::Plaintext,
+        )
+        .unwrap(),
+        codec(),
+        cosi_api::client::RemoteOptions {
+            reconnect: cosi_api::client::Backoff {
+                initial: delay,
+                max: delay,
+                give_up_after: Duration::from_secs(3600),
+            },
+            ..cosi_api::client::RemoteOptions::default()
+        },
+    );
+    let _watch = client
+        .watch_kind(
+            &<Widget as cosi_core::ResourceSpec>::kind(),
+            WatchKindOptions::default(),
+        )
+        .await
+        .unwrap();
+    let at = opens.wait_for(3).await;
+    // The jitter takes at most a quarter off the delay.
+    let least = delay.mul_f64(0.75);
+    assert!(at[1] - at[0] >= least, "{:?}", at[1] - at[0]);
+    assert!(at[2] - at[1] >= least, "{:?}", at[2] - at[1]);
+}

@@ -12,6 +12,9 @@
 //!   contents follow, then `Bootstrapped`).
 //!
 //! A bookmark the server refuses on reconnect (its store was replaced) also leads to a resync.
+//! Every reopen waits its backoff, after a failed open and after a broken stream alike (the
+//! backoff starts over once a stream has stayed up for [`Backoff::max`]), so a server that
+//! establishes watches and ends them at once is not called in a tight loop.
 //! An error that retrying cannot fix (permission, invalid request) ends the watch with one
 //! `Errored` event; so does a server that stays unreachable for [`Backoff::give_up_after`].
 //!
@@ -48,7 +51,8 @@ pub(super) struct WatchClient {
 pub struct Backoff {
     /// The first delay.
     pub initial: Duration,
-    /// The longest delay.
+    /// The longest delay; a watch stream that stayed up this long was healthy, and the delays
+    /// after it break start over from `initial`.
     pub max: Duration,
     /// Give up (the watch ends with `Errored`) after failing this long without a success.
     pub give_up_after: Duration,
@@ -342,17 +346,27 @@ impl Pump {
                     }
                 }
             };
+            let opened_at = Instant::now();
             if matches!(self.position, Position::InRun) {
                 self.announce_resync = true;
                 self.bootstrapping = true;
             }
-            match self
-                .drain(current, early, &mut attempt, &mut failing_since)
-                .await
-            {
+            match self.drain(current, early, &mut failing_since).await {
                 Broken::Done => return,
                 Broken::Retry(status) => {
-                    tracing::debug!(kind = %self.kind, "watch stream broke: {status}");
+                    // A stream that stayed up a while was healthy: the backoff starts over. One
+                    // that broke at once (a server that establishes watches and ends them) backs
+                    // off like a failed open, instead of being reopened in a tight loop.
+                    if opened_at.elapsed() >= self.backoff.max {
+                        attempt = 0;
+                    }
+                    let delay = self.backoff.delay(attempt);
+                    attempt = attempt.saturating_add(1);
+                    tracing::debug!(kind = %self.kind, "watch stream broke, reopening in {delay:?}: {status}");
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = self.tx.closed() => return,
+                    }
                 }
             }
         }
@@ -366,7 +380,6 @@ impl Pump {
         &mut self,
         mut stream: Streaming<encoded::WatchResponse>,
         early: Vec<encoded::Event>,
-        attempt: &mut u32,
         failing_since: &mut Option<Instant>,
     ) -> Broken {
         if let Err(done) = self.deliver(early).await {
@@ -379,7 +392,6 @@ impl Pump {
             };
             match message {
                 Ok(Some(response)) => {
-                    *attempt = 0;
                     *failing_since = None;
                     if let Err(done) = self.deliver(response.event).await {
                         return done;
