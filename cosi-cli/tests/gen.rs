@@ -171,6 +171,34 @@ async fn config_info_describes_the_context_and_its_certificate() {
     );
 }
 
+/// The client config is outside input too: what `config info` quotes from it (the context's
+/// name, nodes and endpoints) is printed with its control characters escaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_info_shows_control_characters_of_the_config_escaped() {
+    let cluster = Cluster::start(0).await;
+    let path = cluster.config_path();
+    let text = std::fs::read_to_string(&path).unwrap().replacen(
+        "  demo:\n    endpoints:\n    - 127.0.0.1:50000\n",
+        "  \"demo\\e[2J\":\n    endpoints:\n    - \"\\e]0;x\\a127.0.0.1\"\n    nodes: [\"a\\rb\"]\n",
+        1,
+    );
+    std::fs::write(&path, text).unwrap();
+    let out = cluster
+        .cosictl(&["--context", "demo\u{1b}[2J", "config", "info"])
+        .await;
+    assert_eq!((out.code, out.stderr.as_str()), (0, ""));
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        lines[..4],
+        [
+            "Current context:     demo\\u{1b}[2J",
+            "Nodes:               a\\rb",
+            "Endpoints:           \\u{1b}]0;x\\u{7}127.0.0.1",
+            "Roles:               os:admin"
+        ]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_context_added_with_inline_certificates_reaches_the_node() {
     let cluster = Cluster::start(1).await;

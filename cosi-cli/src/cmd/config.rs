@@ -10,6 +10,7 @@ use crate::error::CliError;
 use crate::files::{self, MAX_PEM};
 use crate::session::Io;
 use crate::table::TabWriter;
+use crate::terminal::escape_controls;
 
 /// Runs a `config` command on the file at `config` (else the default path).
 pub fn run(
@@ -78,11 +79,13 @@ fn info(path: &Path, context: Option<&str>, io: &mut Io<'_>) -> Result<(), CliEr
     let (name, context, credentials) = open_context(path, context)?;
     let (roles, expires) = certificate_facts(&credentials.identity.cert_pem)
         .map_err(|e| config_error(format!("context {name:?}: the client certificate: {e}")))?;
+    // What the file (and the certificate) say is outside input: shown with its control
+    // characters escaped.
     let list = |items: &[String]| {
         if items.is_empty() {
             "not defined".to_string()
         } else {
-            items.join(", ")
+            escape_controls(&items.join(", ")).into_owned()
         }
     };
     let left = expires
@@ -92,7 +95,8 @@ fn info(path: &Path, context: Option<&str>, io: &mut Io<'_>) -> Result<(), CliEr
     let date = humantime::format_rfc3339_seconds(expires).to_string();
     writeln!(
         io.out,
-        "Current context:     {name}\nNodes:               {}\nEndpoints:           {}\nRoles:               {}\nCertificate expires: {left} ({})",
+        "Current context:     {}\nNodes:               {}\nEndpoints:           {}\nRoles:               {}\nCertificate expires: {left} ({})",
+        escape_controls(&name),
         list(&context.nodes),
         list(&context.endpoints),
         list(&roles),
