@@ -10,7 +10,8 @@
 //!
 //! Column widths are **sticky**: a flush aligns its rows with everything flushed before, so a
 //! streaming table (`get -w`, `events`) stays aligned as long as later cells are no wider (a
-//! wider one widens its column from then on). Go's tabwriter forgets widths between flushes.
+//! wider one widens its column from then on, up to [`MAX_COLUMN_WIDTH`]). Go's tabwriter
+//! forgets widths between flushes, and has no limit.
 
 use std::borrow::Cow;
 use std::io::{self, Write};
@@ -21,6 +22,12 @@ use crate::terminal::escape_controls;
 
 /// The spaces between columns.
 pub const PADDING: usize = 3;
+
+/// The widest a column grows, in terminal columns. A wider cell (a node's value of a
+/// megabyte) is written whole but overflows its column instead of widening it: only its own
+/// row is pushed out of line, not every row of the table — and, widths being sticky, not
+/// every row a watch prints after it.
+pub const MAX_COLUMN_WIDTH: usize = 128;
 
 /// A table written in flushes.
 ///
@@ -64,10 +71,12 @@ impl TabWriter {
         for row in &self.pending {
             // The last cell is never padded, so it does not widen its column.
             for (i, cell) in row.iter().enumerate().take(row.len().saturating_sub(1)) {
+                if self.widths.len() <= i {
+                    self.widths.resize(i + 1, 0);
+                }
                 let width = cell.width();
-                match self.widths.get_mut(i) {
-                    Some(w) => *w = (*w).max(width),
-                    None => self.widths.push(width),
+                if width <= MAX_COLUMN_WIDTH {
+                    self.widths[i] = self.widths[i].max(width);
                 }
             }
         }
@@ -76,7 +85,7 @@ impl TabWriter {
             for (i, cell) in row.iter().enumerate() {
                 line.push_str(cell);
                 if i + 1 < row.len() {
-                    let pad = self.widths[i] - cell.width() + PADDING;
+                    let pad = self.widths[i].saturating_sub(cell.width()) + PADDING;
                     line.extend(std::iter::repeat_n(' ', pad));
                 }
             }
@@ -172,6 +181,22 @@ mod tests {
             flushed(&mut table),
             "ノード   x\ne\u{301}        y\nabc      z\n"
         );
+    }
+
+    #[test]
+    fn a_cell_wider_than_the_limit_overflows_instead_of_widening_its_column() {
+        let long = "x".repeat(MAX_COLUMN_WIDTH + 1);
+        let mut table = TabWriter::default();
+        table.row(["NAME", "V"]);
+        table.row([long.as_str(), "1"]);
+        table.row(["ab", "2"]);
+        assert_eq!(
+            flushed(&mut table),
+            format!("NAME   V\n{long}   1\nab     2\n")
+        );
+        // Nor does it widen the column for the rows of later flushes (a watch).
+        table.row(["abc", "3"]);
+        assert_eq!(flushed(&mut table), "abc    3\n");
     }
 
     #[test]
