@@ -14,7 +14,7 @@ use cosi_api::machine::{
 };
 use cosi_api::pki::CertifiedKey;
 use cosi_api::server::{ApiServer, Security, ServerHandle};
-use cosi_core::{CreateOptions, Error, Resource, ResourceDefinition, State};
+use cosi_core::{CreateOptions, Error, Resource, ResourceDefinition, ResourceSpec, State};
 use support::{Cluster, Note};
 
 /// What a hostile node puts in every text it sends: a window title, a screen clear, a carriage
@@ -271,4 +271,143 @@ async fn yaml_output_escapes_every_control_character_a_node_sends() {
     assert_eq!((code, err.as_str()), (0, ""));
     assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{out:?}");
     assert!(out.contains("  text: \"\\x9B2J\\x7F\\e[0m\"\n"), "{out}");
+}
+
+/// A node's store that dates note `a` before 1970 (which RFC 3339, so YAML and JSON output,
+/// cannot write); everything else is the test node's store.
+struct MisdatedNotes(Arc<cosi_state::MemoryState>);
+
+fn misdated(resource: cosi_core::SharedResource) -> cosi_core::SharedResource {
+    if resource.metadata().id() != "a" || resource.metadata().resource_type() != Note::TYPE {
+        return resource;
+    }
+    let mut metadata = resource.metadata().clone();
+    let before_1970 = SystemTime::UNIX_EPOCH - Duration::from_secs(86_400);
+    metadata.set_timestamps(before_1970, before_1970);
+    Arc::new(cosi_core::DynamicResource {
+        metadata,
+        spec: resource.spec_value().unwrap(),
+    })
+}
+
+impl State for MisdatedNotes {
+    fn get<'a>(
+        &'a self,
+        pointer: &'a cosi_core::Pointer,
+    ) -> cosi_core::Call<'a, cosi_core::SharedResource> {
+        cosi_core::Call::pending(async move { self.0.get(pointer).await.map(misdated) })
+    }
+    fn list<'a>(
+        &'a self,
+        kind: &'a cosi_core::Kind,
+        options: &'a cosi_core::ListOptions,
+    ) -> cosi_core::Call<'a, Vec<cosi_core::SharedResource>> {
+        cosi_core::Call::pending(async move {
+            let listed = self.0.list(kind, options).await?;
+            Ok(listed.into_iter().map(misdated).collect())
+        })
+    }
+    fn create(
+        &self,
+        resource: cosi_core::SharedResource,
+        options: CreateOptions,
+    ) -> cosi_core::Call<'_, cosi_core::SharedResource> {
+        self.0.create(resource, options)
+    }
+    fn update(
+        &self,
+        resource: cosi_core::SharedResource,
+        options: cosi_core::UpdateOptions,
+    ) -> cosi_core::Call<'_, cosi_core::SharedResource> {
+        self.0.update(resource, options)
+    }
+    fn destroy<'a>(
+        &'a self,
+        pointer: &'a cosi_core::Pointer,
+        options: cosi_core::DestroyOptions,
+    ) -> cosi_core::Call<'a, ()> {
+        self.0.destroy(pointer, options)
+    }
+    fn watch<'a>(
+        &'a self,
+        pointer: &'a cosi_core::Pointer,
+        options: cosi_core::WatchOptions,
+    ) -> cosi_core::Call<'a, cosi_core::Watch> {
+        self.0.watch(pointer, options)
+    }
+    fn watch_kind<'a>(
+        &'a self,
+        kind: &'a cosi_core::Kind,
+        options: cosi_core::WatchKindOptions,
+    ) -> cosi_core::Call<'a, cosi_core::Watch> {
+        self.0.watch_kind(kind, options)
+    }
+}
+
+/// Serves the store of `node` through [`MisdatedNotes`] with the cluster's server certificate.
+async fn start_misdating_node(
+    cluster: &Cluster,
+    node: &support::TestNode,
+) -> (String, ServerHandle) {
+    let pki = cluster.dir.path().join("pki");
+    let identity =
+        CertifiedKey::read_pem(&pki.join("server.pem"), &pki.join("server-key.pem")).unwrap();
+    let ca = std::fs::read_to_string(pki.join("ca.pem")).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let handle = ApiServer::new(Security::MutualTls {
+        identity,
+        client_ca_pem: ca,
+    })
+    .with_state(cosi_api::server::StateService::new(
+        Arc::new(MisdatedNotes(node.state.clone())),
+        cosi_api::codec::Codec::new(Arc::new(support::registry())),
+        cosi_api::auth::StatePolicy::default(),
+    ))
+    .serve(listener)
+    .unwrap();
+    (address.to_string(), handle)
+}
+
+/// A resource that cannot be written in the output format is reported on its own error line,
+/// naming the node and the resource; the node's other resources, and other nodes, still print.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_that_cannot_be_printed_is_an_error_line_and_the_rest_still_print() {
+    let cluster = Cluster::start(1).await;
+    let node = &cluster.nodes[0];
+    let (misdating, _serving) = start_misdating_node(&cluster, node).await;
+    let nodes = format!("{misdating},{}", node.name);
+    let (code, out, err) = run_at(
+        &cluster,
+        SystemTime::now(),
+        &["-n", &nodes, "get", "notes", "-o", "json"],
+    )
+    .await;
+    assert_eq!(code, 1);
+    let printed: Vec<(String, String)> = serde_json::Deserializer::from_str(&out)
+        .into_iter::<serde_json::Value>()
+        .map(|v| {
+            let v = v.unwrap();
+            (
+                v["node"].as_str().unwrap().to_string(),
+                v["metadata"]["id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        printed,
+        [
+            (misdating.clone(), "b".to_string()),
+            (node.name.clone(), "a".to_string()),
+            (node.name.clone(), "b".to_string()),
+        ]
+    );
+    assert_eq!(
+        err,
+        format!(
+            "error: node {misdating}: cannot print test/Notes.test.cosi.dev/a as JSON: invalid \
+             metadata.created: SystemTime {{ tv_sec: -86400, tv_nsec: 0 }} is outside the years \
+             1970 to 9999 that RFC 3339 can write (`-o table` shows it)\n"
+        )
+    );
 }

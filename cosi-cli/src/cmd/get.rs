@@ -83,7 +83,7 @@ async fn read(
             Ok(resources) => {
                 answered = true;
                 for resource in &resources {
-                    printer.resource(io.out, &node.name, None, resource)?;
+                    printer.resource(io, &mut report, &node.name, None, resource)?;
                 }
             }
             Err(e) => report.fail(io, &e),
@@ -173,7 +173,7 @@ async fn watch(
             _ => continue,
         };
         if let Some(resource) = event.resource() {
-            printer.event(io.out, node, marker, name, resource)?;
+            printer.resource(io, &mut report, node, Some((marker, name)), resource)?;
             if bootstrapping.is_empty() {
                 printer.flush(io.out)?;
             }
@@ -193,8 +193,29 @@ struct Printer<'c> {
     documents: usize,
 }
 
-fn printing_error(e: cosi_core::Error) -> CliError {
-    CliError::Other(format!("cannot print: {e}"))
+/// A resource of `node` that cannot be shown in `format` (a timestamp RFC 3339 cannot write, a
+/// resource of another type in a table): what is wrong, and which format shows it.
+fn unprintable(
+    node: &str,
+    format: OutputFormat,
+    resource: &SharedResource,
+    error: cosi_core::Error,
+) -> CliError {
+    let reason = match error {
+        cosi_core::Error::InvalidArgument { field, message, .. } => {
+            format!("invalid {field}: {message}")
+        }
+        other => other.to_string(),
+    };
+    let (name, other) = match format {
+        OutputFormat::Table => ("a table", "-o yaml"),
+        OutputFormat::Yaml => ("YAML", "-o table"),
+        OutputFormat::Json => ("JSON", "-o table"),
+    };
+    CliError::Other(format!(
+        "node {node}: cannot print {} as {name}: {reason} (`{other}` shows it)",
+        resource.metadata().pointer()
+    ))
 }
 
 impl<'c> Printer<'c> {
@@ -209,48 +230,47 @@ impl<'c> Printer<'c> {
         }
     }
 
+    /// Prints `resource` (as the event `(marker, name)` when watching). One that cannot be
+    /// shown in the format is reported on its own error line and counted, and the command goes
+    /// on: one odd resource from one node does not hide the others. Only a failure to write
+    /// the output ends the command.
     fn resource(
         &mut self,
-        out: &mut dyn Write,
+        io: &mut Io<'_>,
+        report: &mut Report,
         node: &str,
         event: Option<(&str, &str)>,
         resource: &SharedResource,
     ) -> Result<(), CliError> {
-        match self.format {
-            OutputFormat::Table => {
+        let (marker, name) = (event.map(|(m, _)| m), event.map(|(_, n)| n));
+        let document = match self.format {
+            OutputFormat::Table => print::row(self.columns, node, marker, &**resource).map(|row| {
                 self.ensure_header();
-                let row = print::row(self.columns, node, event.map(|(m, _)| m), &**resource)
-                    .map_err(printing_error)?;
                 self.table.row(row);
+                None
+            }),
+            OutputFormat::Yaml => print::resource_yaml(node, name, &**resource).map(Some),
+            OutputFormat::Json => print::resource_json(node, name, &**resource).map(Some),
+        };
+        let text = match document {
+            Ok(Some(text)) => text,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                report.fail(io, &unprintable(node, self.format, resource, e));
+                return Ok(());
             }
-            OutputFormat::Yaml => {
-                let text = print::resource_yaml(node, event.map(|(_, n)| n), &**resource)
-                    .map_err(printing_error)?;
-                if self.documents > 0 {
-                    writeln!(out, "---").map_err(CliError::output)?;
-                }
-                write!(out, "{text}").map_err(CliError::output)?;
-                self.documents += 1;
-            }
-            OutputFormat::Json => {
-                let text = print::resource_json(node, event.map(|(_, n)| n), &**resource)
-                    .map_err(printing_error)?;
-                writeln!(out, "{text}").map_err(CliError::output)?;
-                self.documents += 1;
-            }
-        }
+        };
+        let written = if self.format == OutputFormat::Yaml {
+            // YAML documents end in a newline and are separated by `---`; JSON objects follow
+            // each other.
+            let separator = if self.documents > 0 { "---\n" } else { "" };
+            write!(io.out, "{separator}{text}")
+        } else {
+            writeln!(io.out, "{text}")
+        };
+        written.map_err(CliError::output)?;
+        self.documents += 1;
         Ok(())
-    }
-
-    fn event(
-        &mut self,
-        out: &mut dyn Write,
-        node: &str,
-        marker: &str,
-        name: &str,
-        resource: &SharedResource,
-    ) -> Result<(), CliError> {
-        self.resource(out, node, Some((marker, name)), resource)
     }
 
     fn ensure_header(&mut self) {
