@@ -437,3 +437,52 @@ async fn a_resource_too_large_for_any_event_ends_the_watch_with_an_error_naming_
         other => panic!("expected an error naming the resource, got {other:?}"),
     }
 }
+
+/// A client that cannot trust its server (an operator's CLI) bounds what one List may bring
+/// in: past the bound the list is an error naming it, instead of a vector that grows as long
+/// as the server keeps sending (a hostile node's list need never end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_past_the_client_s_bound_is_an_error_naming_the_bound() {
+    let store = Arc::new(cosi_state::MemoryState::default());
+    for id in ["a", "b", "c"] {
+        let blob = Resource::new(
+            id,
+            Blob {
+                data: "x".repeat(1000),
+            },
+        );
+        store
+            .create(blob.into_shared(), CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    let server =
+        support::plaintext_server(store.clone(), server_codec(), support::any_port()).await;
+    let client = |bound: usize| {
+        let channel = channel(server.local_addr(), None, ClientSecurity::Plaintext).unwrap();
+        let options = RemoteOptions {
+            max_list_bytes: Some(bound),
+            ..RemoteOptions::default()
+        };
+        RemoteState::with_options(channel, client_codec(), options)
+    };
+    let kind = Blob::kind();
+    let all = client(1 << 20)
+        .list(&kind, &ListOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 3);
+    let error = client(2500)
+        .list(&kind, &ListOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "{}: backend failure: the list passed 2500 bytes, the most this client reads in \
+             one list (RemoteOptions::max_list_bytes)",
+            kind.pointer("")
+        )
+    );
+    assert!(!error.is_retryable());
+}

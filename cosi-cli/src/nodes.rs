@@ -5,7 +5,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use cosi_api::client::{channel, ClientSecurity, MachineClient, RemoteState};
+use cosi_api::client::{channel, ClientSecurity, MachineClient, RemoteOptions, RemoteState};
 use cosi_api::codec::Codec;
 use cosi_core::Registry;
 
@@ -13,6 +13,10 @@ use crate::error::CliError;
 
 /// The API port a node address without one means (Talos's).
 pub const DEFAULT_PORT: u16 = 50000;
+
+/// The most one list from a node may bring in, encoded: far more than any node's kind, and a
+/// bound for a node whose list never ends.
+pub const MAX_LIST_BYTES: usize = 256 << 20;
 
 /// A node as the operator named it, connected lazily (nothing is dialled before the first
 /// call).
@@ -88,7 +92,14 @@ pub async fn connect(name: &str, security: ClientSecurity) -> Result<Node, CliEr
     Ok(Node {
         name: name.to_string(),
         address,
-        state: RemoteState::new(channel.clone(), codec()),
+        state: RemoteState::with_options(
+            channel.clone(),
+            codec(),
+            RemoteOptions {
+                max_list_bytes: Some(MAX_LIST_BYTES),
+                ..RemoteOptions::default()
+            },
+        ),
         machine: MachineClient::new(channel),
     })
 }

@@ -32,6 +32,10 @@ pub struct RemoteOptions {
     pub reconnect: Backoff,
     /// Events buffered per watch between the connection and the consumer (at least 1).
     pub watch_buffer: usize,
+    /// The most encoded bytes one List may bring in; past it the list is an error. A server's
+    /// list need never end, so a client that cannot trust its server (an operator's CLI) sets
+    /// one; `None` (the default): no bound, as the nodes of one cluster trust each other.
+    pub max_list_bytes: Option<usize>,
 }
 
 impl Default for RemoteOptions {
@@ -40,6 +44,7 @@ impl Default for RemoteOptions {
             yaml_on_write: true,
             reconnect: Backoff::default(),
             watch_buffer: 256,
+            max_list_bytes: None,
         }
     }
 }
@@ -250,8 +255,21 @@ impl State for RemoteState {
                 .map_err(|s| from_status(&s, &ctx))?
                 .into_inner();
             let mut out = Vec::new();
+            let mut read = 0usize;
             while let Some(item) = stream.message().await.map_err(|s| from_status(&s, &ctx))? {
                 let bytes = item.resource.ok_or_else(|| missing_resource(&ctx))?;
+                read = read.saturating_add(bytes.len());
+                if let Some(max) = self.options.max_list_bytes.filter(|&max| read > max) {
+                    return Err(cosi_core::Error::Backend {
+                        subject: ctx.pointer.to_string(),
+                        message: format!(
+                            "the list passed {max} bytes, the most this client reads in one \
+                             list (RemoteOptions::max_list_bytes)"
+                        ),
+                        retryable: false,
+                        source: None,
+                    });
+                }
                 out.push(
                     self.codec
                         .decode_bytes(&bytes, Reader::Client, Tombstones::Typed)?,
