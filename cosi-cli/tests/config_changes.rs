@@ -134,6 +134,39 @@ async fn timeout_without_try_is_a_usage_error() {
     );
 }
 
+/// A try timeout longer than the wire's seconds (an i64) reaches the node as the longest one
+/// the wire carries, so the node says it is too long, not that it is negative.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_timeout_beyond_the_wire_is_refused_as_too_long_not_negative() {
+    let cluster = Cluster::start(1).await;
+    let node = &cluster.nodes[0];
+    let out = cluster
+        .cosictl(&[
+            "-n",
+            &node.name,
+            "patch",
+            "mc",
+            "-p",
+            "{machine: {nodeLabels: {zone: a}}}",
+            "--mode",
+            "try",
+            "--timeout",
+            "300000000000y",
+        ])
+        .await;
+    assert_eq!((out.code, out.stdout.as_str()), (1, ""));
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: node {} rejected patch config/MachineConfigs.config.cosi.dev/active: \
+             MachineConfig: invalid try_timeout: 9223372036854775807s is longer than the 86400s \
+             a try may last; to keep a config, apply it with no-reboot\n",
+            node.name
+        )
+    );
+    assert_eq!(node.config_version().await, 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_config_names_a_missing_file() {
     let cluster = Cluster::start(1).await;

@@ -51,9 +51,11 @@ impl MachineClient {
                 data: request.data,
                 mode: request.mode.to_wire() as i32,
                 dry_run: request.dry_run,
+                // Longer than the wire's seconds: the longest it carries (a cast would turn it
+                // negative), which the node refuses as too long.
                 try_mode_timeout: request.try_timeout.map(|d| prost_types::Duration {
-                    seconds: d.as_secs() as i64,
-                    nanos: d.subsec_nanos() as i32,
+                    seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+                    nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
                 }),
                 expected_version: request.expected_version,
                 patches: request.patches,
