@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::CliError;
 use crate::files::{self, MAX_CLIENT_CONFIG, MAX_PEM};
+use crate::terminal::escape_controls;
 use crate::yaml;
 
 /// The environment variable naming the client config file.
@@ -114,6 +115,9 @@ pub struct Credentials {
     pub ca_pem: String,
     /// The client certificate and key.
     pub identity: CertifiedKey,
+    /// What the operator should fix about them (a private key others can read), to be shown
+    /// as warnings; the credentials work all the same.
+    pub warnings: Vec<String>,
 }
 
 impl Credentials {
@@ -268,8 +272,28 @@ pub fn open_context(
     let base = path
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let credentials = context.credentials(name, &base).map_err(config_error)?;
+    let mut credentials = context.credentials(name, &base).map_err(config_error)?;
+    // The key is in its keyFile, or inline in the config file itself.
+    let key = context
+        .key_file
+        .as_ref()
+        .map_or_else(|| path.to_path_buf(), |file| base.join(file));
+    if let Some(mode) = readable_by_others(&key) {
+        let key = escape_controls(&key.to_string_lossy()).into_owned();
+        credentials.warnings.push(format!(
+            "the private key of context {name:?} can be read by others: {key} has mode {mode:o}; \
+             make it its owner's alone: chmod 600 {key}"
+        ));
+    }
     Ok((name.to_string(), context.clone(), credentials))
+}
+
+/// The permission bits of `path` when its group or everyone may read it (helm warns of such a
+/// kubeconfig; ssh refuses such a key).
+fn readable_by_others(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+    (mode & 0o044 != 0).then_some(mode)
 }
 
 impl Context {
@@ -308,6 +332,7 @@ impl Context {
                 cert_pem: read("crt", &self.crt, &self.crt_file)?,
                 key_pem: read("key", &self.key, &self.key_file)?,
             },
+            warnings: Vec::new(),
         })
     }
 }

@@ -105,33 +105,42 @@ pub async fn run(cli: Cli, io: &mut Io<'_>) -> i32 {
     }
 }
 
+/// The session of `cli`'s nodes and context; warnings about the credentials go to `warnings`.
+async fn session(cli: &Cli, warnings: &mut dyn std::io::Write) -> Result<Session, CliError> {
+    Session::from_config(
+        cli.config.as_deref(),
+        cli.context.as_deref(),
+        &cli.nodes,
+        warnings,
+    )
+    .await
+}
+
 /// Runs a parsed command line; a failure of the whole command is the error, failures of some
 /// nodes are counted in the report (and already printed).
 pub async fn execute(cli: Cli, io: &mut Io<'_>) -> Result<Report, CliError> {
-    let session =
-        || Session::from_config(cli.config.as_deref(), cli.context.as_deref(), &cli.nodes);
     match &cli.command {
-        Command::Get(args) => cmd::get::run(&session().await?, args, io).await,
+        Command::Get(args) => cmd::get::run(&session(&cli, io.err).await?, args, io).await,
         Command::ApplyConfig(args) => {
             let session = if args.insecure {
                 cmd::apply::maintenance_session(&cli.nodes, args).await?
             } else {
-                session().await?
+                session(&cli, io.err).await?
             };
             cmd::apply::apply_config(&session, args, io).await
         }
-        Command::Patch(args) => cmd::apply::patch(&session().await?, args, io).await,
-        Command::Edit(args) => cmd::edit::run(&session().await?, args, io).await,
-        Command::Services => cmd::services::list(&session().await?, io).await,
-        Command::Service(args) => cmd::services::one(&session().await?, args, io).await,
-        Command::Logs(args) => cmd::stream::logs(&session().await?, args, io).await,
-        Command::Events(args) => cmd::stream::events(&session().await?, args, io).await,
+        Command::Patch(args) => cmd::apply::patch(&session(&cli, io.err).await?, args, io).await,
+        Command::Edit(args) => cmd::edit::run(&session(&cli, io.err).await?, args, io).await,
+        Command::Services => cmd::services::list(&session(&cli, io.err).await?, io).await,
+        Command::Service(args) => cmd::services::one(&session(&cli, io.err).await?, args, io).await,
+        Command::Logs(args) => cmd::stream::logs(&session(&cli, io.err).await?, args, io).await,
+        Command::Events(args) => cmd::stream::events(&session(&cli, io.err).await?, args, io).await,
         Command::Version(args) => {
             if args.client {
                 cmd::version::client(io)?;
                 Ok(Report::default())
             } else {
-                cmd::version::run(&session().await?, io).await
+                cmd::version::run(&session(&cli, io.err).await?, io).await
             }
         }
         Command::Gen(command) => {

@@ -98,13 +98,19 @@ impl Session {
 
     /// The nodes of `-n` (else the context's), with the credentials of the context chosen by
     /// `--context` (else the current one) of the client config at `config` (else the default).
+    /// What is wrong with the credentials but does not stop them (a private key others can
+    /// read) is written to `warnings`.
     pub async fn from_config(
         config: Option<&Path>,
         context: Option<&str>,
         nodes: &[String],
+        warnings: &mut dyn Write,
     ) -> Result<Self, CliError> {
         let path = config_path(config)?;
         let (_, context, credentials) = open_context(&path, context)?;
+        for warning in &credentials.warnings {
+            let _ = writeln!(warnings, "warning: {warning}");
+        }
         let names = if nodes.is_empty() {
             context.default_nodes()
         } else {

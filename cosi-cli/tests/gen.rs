@@ -326,6 +326,29 @@ async fn a_certificate_file_larger_than_the_limit_is_refused_naming_the_context_
     );
 }
 
+/// A private key others can read is warned about (as helm warns of a group- or world-readable
+/// kubeconfig), with the command that fixes it; the command still runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_key_others_can_read_is_warned_about_with_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let cluster = Cluster::start(1).await;
+    let key = cluster.dir.path().join("pki").join("admin-key.pem");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = cluster
+        .cosictl(&["-n", &cluster.nodes[0].name, "get", "notes"])
+        .await;
+    assert_eq!(out.code, 0);
+    assert_eq!(out.stdout.lines().count(), 3);
+    let key = key.display();
+    assert_eq!(
+        out.stderr,
+        format!(
+            "warning: the private key of context \"demo\" can be read by others: {key} has \
+             mode 644; make it its owner's alone: chmod 600 {key}\n"
+        )
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_usage_error_exits_with_one() {
     let cluster = Cluster::start(0).await;

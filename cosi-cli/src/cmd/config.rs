@@ -77,6 +77,9 @@ fn info(path: &Path, context: Option<&str>, io: &mut Io<'_>) -> Result<(), CliEr
         message,
     };
     let (name, context, credentials) = open_context(path, context)?;
+    for warning in &credentials.warnings {
+        writeln!(io.err, "warning: {warning}").map_err(CliError::output)?;
+    }
     let (roles, expires) = certificate_facts(&credentials.identity.cert_pem)
         .map_err(|e| config_error(format!("context {name:?}: the client certificate: {e}")))?;
     // What the file (and the certificate) say is outside input: shown with its control
