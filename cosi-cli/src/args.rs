@@ -1,9 +1,13 @@
 //! The command line, as clap (derive) parses it: global flags ([`Cli`]) and one variant per
 //! command ([`Command`]). This module only describes; [`crate::run`] dispatches.
+//!
+//! Names (types, ids, namespaces, services) are never empty: an empty one names nothing, and
+//! is refused here rather than asked of a node (or, with `get -w`, watched forever).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::NonEmptyStringValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// `cosictl`: the operator's client of a node that has no shell.
@@ -76,15 +80,16 @@ pub enum OutputFormat {
 #[derive(Args, Debug, Clone)]
 pub struct GetArgs {
     /// The type: its full name, plural, singular or an alias (`mc`, `rd`).
-    #[arg(value_name = "TYPE")]
+    #[arg(value_name = "TYPE", value_parser = NonEmptyStringValueParser::new())]
     pub resource_type: String,
     /// One resource's id.
+    #[arg(value_parser = NonEmptyStringValueParser::new())]
     pub id: Option<String>,
     /// Output format.
     #[arg(short, long, value_enum, default_value_t)]
     pub output: OutputFormat,
     /// The namespace (default: the type's default namespace).
-    #[arg(long)]
+    #[arg(long, value_parser = NonEmptyStringValueParser::new())]
     pub namespace: Option<String>,
     /// Keep watching: `+` created, `-` destroyed, space updated (until interrupted).
     #[arg(short, long)]
@@ -144,9 +149,10 @@ pub struct ApplyConfigArgs {
 #[derive(Args, Debug, Clone)]
 pub struct PatchArgs {
     /// The machine config's type (`mc`).
-    #[arg(value_name = "TYPE")]
+    #[arg(value_name = "TYPE", value_parser = NonEmptyStringValueParser::new())]
     pub resource_type: String,
     /// Which config (default: `active`, or `persisted` with --mode staged).
+    #[arg(value_parser = NonEmptyStringValueParser::new())]
     pub id: Option<String>,
     /// A patch: strategic-merge YAML or an RFC 6902 JSON patch, inline or `@file`;
     /// repeatable, applied in order.
@@ -161,9 +167,10 @@ pub struct PatchArgs {
 #[derive(Args, Debug, Clone)]
 pub struct EditArgs {
     /// The machine config's type (`mc`).
-    #[arg(value_name = "TYPE")]
+    #[arg(value_name = "TYPE", value_parser = NonEmptyStringValueParser::new())]
     pub resource_type: String,
     /// Which config (default: `active`, or `persisted` with --mode staged).
+    #[arg(value_parser = NonEmptyStringValueParser::new())]
     pub id: Option<String>,
     /// Mode, timeout, dry run.
     #[command(flatten)]
@@ -185,6 +192,7 @@ pub enum ServiceActionArg {
 #[derive(Args, Debug, Clone)]
 pub struct ServiceArgs {
     /// The service.
+    #[arg(value_parser = NonEmptyStringValueParser::new())]
     pub id: String,
     /// What to do (default: show it).
     #[arg(value_enum)]
@@ -195,6 +203,7 @@ pub struct ServiceArgs {
 #[derive(Args, Debug, Clone)]
 pub struct LogsArgs {
     /// The service.
+    #[arg(value_parser = NonEmptyStringValueParser::new())]
     pub service: String,
     /// Keep printing new lines (until interrupted).
     #[arg(short, long)]

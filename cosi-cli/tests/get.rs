@@ -5,6 +5,7 @@ mod support;
 
 use std::sync::Arc;
 
+use clap::Parser;
 use cosi_core::{
     DynamicResource, Resource, ResourceDefinition, ResourceSpec, State, StateExt, UpdateOptions,
 };
@@ -546,4 +547,29 @@ async fn a_client_certificate_of_another_ca_is_turned_away_with_the_ca_hint() {
     assert!(out
         .stderr
         .ends_with("signed both the node's certificate and the context's client certificate\n"));
+}
+
+/// An empty id (or type, namespace, service) names nothing: it is refused when the command line is parsed, for every
+/// command that takes one. (`get -w TYPE ""` used to watch an id that can never exist until
+/// interrupted, and the others asked the node.)
+#[test]
+fn an_empty_name_is_refused_when_the_command_line_is_parsed() {
+    for args in [
+        &["get", ""][..],
+        &["get", "notes", ""],
+        &["get", "notes", "--namespace", ""],
+        &["get", "notes", "", "-w"],
+        &["patch", "mc", "", "-p", "{}"],
+        &["edit", "mc", ""],
+        &["service", ""],
+        &["logs", ""],
+    ] {
+        let argv = std::iter::once("cosictl").chain(args.iter().copied());
+        let error = cosi_cli::args::Cli::try_parse_from(argv).unwrap_err();
+        assert_eq!(
+            error.kind(),
+            clap::error::ErrorKind::InvalidValue,
+            "{args:?}"
+        );
+    }
 }
