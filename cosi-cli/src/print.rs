@@ -4,7 +4,7 @@
 //!
 //! Neither format writes a control character raw, so a node's values cannot steer the
 //! terminal: YAML writes them as escapes in double-quoted scalars (`"\e[2J"`, `"\x9B"`), and
-//! JSON as `\u` escapes — serde_json escapes only C0, so [`TerminalSafe`] adds DEL and C1
+//! JSON as `\u` escapes — serde_json escapes only C0, so this module adds DEL and C1
 //! (`\u009b`, a one-character CSI to terminals that read C1 controls).
 
 use std::time::{Duration, SystemTime};
