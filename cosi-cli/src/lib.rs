@@ -48,7 +48,12 @@
 //! - Tables: `NODE NAMESPACE TYPE ID VERSION` plus the definition's print columns, upper-cased,
 //!   columns padded by three spaces; `get -w` adds a `*` column after NODE with `+` created,
 //!   `-` destroyed and a space for updated. Widths are sticky across a watch's rows (talosctl's
-//!   tabwriter realigns per flush), so a watch stays aligned.
+//!   tabwriter realigns per flush), so a watch stays aligned. Widths are display widths (CJK
+//!   takes two columns) and a column grows to 128 at most (a wider cell overflows).
+//! - What a node sends (ids, values, messages, errors) and what the client config says is
+//!   printed with its control characters escaped (`\u{1b}`), in tables, error and warning
+//!   lines and free text alike; YAML and JSON escape them in their own syntax. Only `logs`
+//!   prints a service's raw output, as talosctl does.
 //! - YAML: `node:` first (then `event:` when watching), then `metadata` and `spec`, `---`
 //!   between resources; JSON: the same keys, one object per resource.
 //! - `-n a,b,c` queries the nodes **concurrently**; each node is **dialled directly** — there is
