@@ -32,12 +32,14 @@ pub struct Node {
     pub machine: MachineClient,
 }
 
-/// Splits `host[:port]` (`[v6]:port` for IPv6 with a port); no port means [`DEFAULT_PORT`].
+/// Splits `host[:port]` (`[v6]:port` for IPv6 with a port, `v6` or `[v6]` without); no port
+/// means [`DEFAULT_PORT`].
 ///
 /// ```
 /// use cosi_cli::nodes::split_address;
 /// assert_eq!(split_address("10.0.0.1").unwrap(), ("10.0.0.1".to_string(), 50000));
 /// assert_eq!(split_address("[fd00::1]:7").unwrap(), ("fd00::1".to_string(), 7));
+/// assert_eq!(split_address("[fd00::1]").unwrap(), ("fd00::1".to_string(), 50000));
 /// assert!(split_address("node:port").is_err());
 /// ```
 pub fn split_address(text: &str) -> Result<(String, u16), CliError> {
@@ -46,7 +48,12 @@ pub fn split_address(text: &str) -> Result<(String, u16), CliError> {
     if text.is_empty() {
         return Err(bad("empty"));
     }
-    if let Ok(ip) = text.parse::<IpAddr>() {
+    // `[v6]` alone is how an IPv6 address is written where a port could follow.
+    let bare = text
+        .strip_prefix('[')
+        .and_then(|rest| rest.strip_suffix(']'))
+        .unwrap_or(text);
+    if let Ok(ip) = bare.parse::<IpAddr>() {
         return Ok((ip.to_string(), DEFAULT_PORT));
     }
     if let Ok(address) = text.parse::<SocketAddr>() {
@@ -145,6 +152,14 @@ mod tests {
         fn any_text_splits_or_is_refused(text in "\\PC{0,40}") {
             let _ = split_address(&text);
         }
+    }
+
+    #[test]
+    fn a_bracketed_ipv6_address_without_a_port_takes_the_default_port() {
+        assert_eq!(
+            split_address("[fd00::1]").unwrap(),
+            ("fd00::1".into(), 50000)
+        );
     }
 
     #[test]
