@@ -182,6 +182,9 @@ fn config_text(resource: &dyn AnyResource) -> Option<String> {
 /// A patch argument: `@file` is read here, anything else is the patch itself.
 fn patch_bytes(argument: &str) -> Result<Vec<u8>, CliError> {
     match argument.strip_prefix('@') {
+        Some("") => Err(CliError::Usage(
+            "-p @ names no file: write -p @FILE for a patch in a file, or the patch itself".into(),
+        )),
         Some(path) => read_file(std::path::Path::new(path), "a patch"),
         None => Ok(argument.as_bytes().to_vec()),
     }
@@ -282,4 +285,15 @@ pub async fn patch(
         }
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_at_sign_without_a_file_is_a_usage_error_saying_what_to_write() {
+        assert_eq!(
+            super::patch_bytes("@").unwrap_err().to_string(),
+            "-p @ names no file: write -p @FILE for a patch in a file, or the patch itself"
+        );
+    }
 }
