@@ -1,6 +1,7 @@
 //! What a hostile or broken node sends cannot take over the operator's terminal: control
 //! characters in ids, values, messages and error texts reach the output escaped (`\u{1b}`),
-//! never raw. (`logs` prints a service's raw output on purpose and is not covered here.)
+//! never raw (`logs` prints a service's raw output on purpose and is not covered here); and a
+//! resource the CLI cannot print does not hide the others.
 
 mod support;
 
@@ -70,23 +71,32 @@ impl Machine for HostileMachine {
     }
 }
 
-/// Serves [`HostileMachine`] with the cluster's server certificate: its address, and the
-/// server (which serves until dropped).
-async fn start_hostile_node(cluster: &Cluster) -> (String, ServerHandle) {
+/// Serves `services` with the cluster's server certificate over mutual TLS: the node's
+/// address, and the server (which serves until dropped).
+async fn serve(
+    cluster: &Cluster,
+    services: impl FnOnce(ApiServer) -> ApiServer,
+) -> (String, ServerHandle) {
     let pki = cluster.dir.path().join("pki");
     let identity =
         CertifiedKey::read_pem(&pki.join("server.pem"), &pki.join("server-key.pem")).unwrap();
     let ca = std::fs::read_to_string(pki.join("ca.pem")).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let handle = ApiServer::new(Security::MutualTls {
+    let server = ApiServer::new(Security::MutualTls {
         identity,
         client_ca_pem: ca,
-    })
-    .with_machine(Arc::new(HostileMachine))
-    .serve(listener)
-    .unwrap();
+    });
+    let handle = services(server).serve(listener).unwrap();
     (address.to_string(), handle)
+}
+
+/// A node serving [`HostileMachine`].
+async fn start_hostile_node(cluster: &Cluster) -> (String, ServerHandle) {
+    serve(cluster, |server| {
+        server.with_machine(Arc::new(HostileMachine))
+    })
+    .await
 }
 
 /// Runs `args` through the library with the clock fixed at `now`.
@@ -344,29 +354,17 @@ impl State for MisdatedNotes {
     }
 }
 
-/// Serves the store of `node` through [`MisdatedNotes`] with the cluster's server certificate.
+/// A node serving the store of `node` through [`MisdatedNotes`].
 async fn start_misdating_node(
     cluster: &Cluster,
     node: &support::TestNode,
 ) -> (String, ServerHandle) {
-    let pki = cluster.dir.path().join("pki");
-    let identity =
-        CertifiedKey::read_pem(&pki.join("server.pem"), &pki.join("server-key.pem")).unwrap();
-    let ca = std::fs::read_to_string(pki.join("ca.pem")).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let handle = ApiServer::new(Security::MutualTls {
-        identity,
-        client_ca_pem: ca,
-    })
-    .with_state(cosi_api::server::StateService::new(
+    let state = cosi_api::server::StateService::new(
         Arc::new(MisdatedNotes(node.state.clone())),
         cosi_api::codec::Codec::new(Arc::new(support::registry())),
         cosi_api::auth::StatePolicy::default(),
-    ))
-    .serve(listener)
-    .unwrap();
-    (address.to_string(), handle)
+    );
+    serve(cluster, |server| server.with_state(state)).await
 }
 
 /// A resource that cannot be written in the output format is reported on its own error line,
