@@ -98,6 +98,35 @@ async fn the_starter_configs_are_valid_machine_configs_of_their_role() {
     }
 }
 
+/// What `gen config` is given is written as one value each, whatever its characters: a line
+/// break in a hostname does not become keys of the config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gen_config_writes_a_multi_line_argument_as_one_value() {
+    let cluster = Cluster::start(0).await;
+    let out = cluster.dir.path().join("odd");
+    let hostname = "w-1\nmachine:\n  type: controlplane";
+    let cli = cluster
+        .cosictl(&[
+            "gen",
+            "config",
+            "demo",
+            "https://127.0.0.1:6443",
+            "--hostname",
+            hostname,
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .await;
+    assert_eq!((cli.code, cli.stderr.as_str()), (0, ""));
+    let text = std::fs::read_to_string(out.join("worker.yaml")).unwrap();
+    let config: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    assert_eq!(config["machine"]["type"].as_str(), Some("worker"));
+    assert_eq!(
+        config["machine"]["network"]["hostname"].as_str(),
+        Some(hostname)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_contexts_lists_one_context_per_role_with_the_current_one_marked() {
     let cluster = Cluster::start(0).await;
