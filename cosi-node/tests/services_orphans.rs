@@ -19,6 +19,36 @@ use services_support::*;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
+/// Waits until the daemon's ledger (`<state>/groups/<pgid>-<start time>.json`) records the
+/// group led by `pid`: woken by inotify on each file created or renamed there, never by a timer.
+async fn recorded(state: &Path, pid: u32) {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    let groups = state.join("groups");
+    let wait = tokio::task::spawn_blocking(move || {
+        let inotify = Inotify::init(InitFlags::empty()).unwrap();
+        inotify
+            .add_watch(
+                &groups,
+                AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO,
+            )
+            .unwrap();
+        let prefix = format!("{pid}-");
+        let present = || {
+            std::fs::read_dir(&groups).unwrap().flatten().any(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                name.starts_with(&prefix) && name.ends_with(".json")
+            })
+        };
+        while !present() {
+            inotify.read_events().unwrap();
+        }
+    });
+    tokio::time::timeout(PATIENCE, wait)
+        .await
+        .expect("the daemon records the group")
+        .unwrap();
+}
+
 struct Daemon {
     child: Child,
     lines: Lines<BufReader<ChildStdout>>,
@@ -312,6 +342,9 @@ checked:
     .trim()
     .parse()
     .unwrap();
+    // The probe tells its pid as it starts, a moment before the daemon records its group: a
+    // daemon killed in that moment cannot leave a record (as for any group it starts).
+    recorded(state.path(), probe).await;
 
     // When the daemon is SIGKILLed
     first.child.start_kill().unwrap();
