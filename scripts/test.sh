@@ -20,10 +20,11 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 failed=()
 
-echo "==> cargo test --workspace --all-features"
+echo "==> cargo test --workspace --all-features --no-fail-fast"
 # Tee keeps cargo's full output on screen and a copy for the summary; pipefail keeps its status.
-if ! cargo test --workspace --all-features 2>&1 | tee "$log"; then
-    failed+=("cargo test --workspace --all-features")
+# --no-fail-fast: every test binary runs, so one failure does not hide the rest of the suite.
+if ! cargo test --workspace --all-features --no-fail-fast 2>&1 | tee "$log"; then
+    failed+=("cargo test --workspace --all-features --no-fail-fast")
 fi
 
 echo "==> scripts/interop.sh (wire compatibility with ../shared/peer)"
