@@ -111,8 +111,8 @@ impl Registry {
     ///
     /// Fails, registering nothing, when the type is already registered (compared
     /// case-insensitively), when a name of `S` is another type's full name or the other way
-    /// round, when the type name or an alias is empty or contains whitespace or `/`, when a print
-    /// column path does not parse, or when the definition's type is not `S::TYPE`.
+    /// round, when the type name or an alias is empty or contains whitespace, a control
+    /// character or `/`, when a print column path does not parse, or when the definition's type is not `S::TYPE`.
     ///
     /// ```
     /// use cosi_core::registry::Registry;
@@ -546,9 +546,14 @@ fn check_name(name: &str) -> std::result::Result<(), String> {
     if name.is_empty() {
         return Err("must not be empty".into());
     }
-    if let Some(c) = name.chars().find(|c| c.is_whitespace() || *c == '/') {
+    // Control characters too: a name is printed in every listing and error, and one from a
+    // remote node's definitions could otherwise steer a terminal that shows it.
+    if let Some(c) = name
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control() || *c == '/')
+    {
         return Err(format!(
-            "{name:?} contains {c:?}: names have no whitespace or '/'"
+            "{name:?} contains {c:?}: names have no whitespace, control characters or '/'"
         ));
     }
     Ok(())
@@ -588,6 +593,7 @@ mod tests {
     );
     spec!(Upper, "MACHINECONFIGS.CONFIG.COSI.DEV", []);
     spec!(Spaced, "Bad Types.test.cosi.dev", []);
+    spec!(Escaped, "Bad\u{1b}]0;t\u{7}.test.cosi.dev", []);
 
     fn registry() -> Registry {
         let mut r = Registry::new();
@@ -650,7 +656,17 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "Bad Types.test.cosi.dev: invalid resource type: \"Bad Types.test.cosi.dev\" \
-             contains ' ': names have no whitespace or '/'"
+             contains ' ': names have no whitespace, control characters or '/'"
+        );
+    }
+
+    #[test]
+    fn type_name_with_a_control_character_is_rejected() {
+        let err = Registry::new().register::<Escaped>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Bad\u{1b}]0;t\u{7}.test.cosi.dev: invalid resource type: \"Bad\\u{1b}]0;t\\u{7}.test.cosi.dev\" \
+             contains '\\u{1b}': names have no whitespace, control characters or '/'"
         );
     }
 
