@@ -186,21 +186,26 @@ async fn apply_config_names_a_missing_file() {
     );
 }
 
-/// A file larger than a node accepts in one message is refused before it is sent (or read
-/// whole), naming the file; nothing reaches the node.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_apply_file_larger_than_a_node_accepts_is_refused_before_sending() {
-    let cluster = Cluster::start(1).await;
-    let node = &cluster.nodes[0];
+/// A file one byte larger than one config change may hold; its path.
+fn huge_file(cluster: &Cluster) -> String {
     let path = cluster.dir.path().join("huge.yaml");
     std::fs::write(
         &path,
         vec![b'#'; cosi_cli::files::MAX_CONFIG_CHANGE as usize + 1],
     )
     .unwrap();
-    let path = path.to_str().unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// A file larger than a node accepts in one message is refused before it is sent (or read
+/// whole), naming the file; nothing reaches the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_file_larger_than_a_node_accepts_is_refused_before_sending() {
+    let cluster = Cluster::start(1).await;
+    let node = &cluster.nodes[0];
+    let path = huge_file(&cluster);
     let out = cluster
-        .cosictl(&["-n", &node.name, "apply-config", "-f", path])
+        .cosictl(&["-n", &node.name, "apply-config", "-f", &path])
         .await;
     assert_eq!((out.code, out.stdout.as_str()), (1, ""));
     assert_eq!(
@@ -217,13 +222,7 @@ async fn an_apply_file_larger_than_a_node_accepts_is_refused_before_sending() {
 async fn a_patch_file_larger_than_a_node_accepts_is_refused_before_sending() {
     let cluster = Cluster::start(1).await;
     let node = &cluster.nodes[0];
-    let path = cluster.dir.path().join("huge.yaml");
-    std::fs::write(
-        &path,
-        vec![b'#'; cosi_cli::files::MAX_CONFIG_CHANGE as usize + 1],
-    )
-    .unwrap();
-    let path = path.to_str().unwrap();
+    let path = huge_file(&cluster);
     let out = cluster
         .cosictl(&["-n", &node.name, "patch", "mc", "-p", &format!("@{path}")])
         .await;

@@ -228,19 +228,21 @@ async fn a_definition_the_client_cannot_use_is_named_with_control_characters_esc
     assert!(!err.contains('\u{1b}'), "{err}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn json_output_escapes_every_control_character_a_node_sends() {
-    let cluster = Cluster::start(1).await;
-    let node = &cluster.nodes[0];
+/// Note `c`, whose text holds a one-character CSI (U+009B), DEL and an ESC sequence.
+fn control_note() -> cosi_core::SharedResource {
     let note = Note {
         text: "\u{9b}2J\u{7f}\u{1b}[0m".into(),
         tags: vec![],
     };
+    Resource::new("c", note).into_shared()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_output_escapes_every_control_character_a_node_sends() {
+    let cluster = Cluster::start(1).await;
+    let node = &cluster.nodes[0];
     node.state
-        .create(
-            Resource::new("c", note).into_shared(),
-            CreateOptions::default(),
-        )
+        .create(control_note(), CreateOptions::default())
         .await
         .unwrap();
     let (code, out, err) = run_at(
@@ -257,19 +259,13 @@ async fn json_output_escapes_every_control_character_a_node_sends() {
     let parsed: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(parsed["spec"]["text"], "\u{9b}2J\u{7f}\u{1b}[0m");
 }
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn yaml_output_escapes_every_control_character_a_node_sends() {
     let cluster = Cluster::start(1).await;
     let node = &cluster.nodes[0];
-    let note = Note {
-        text: "\u{9b}2J\u{7f}\u{1b}[0m".into(),
-        tags: vec![],
-    };
     node.state
-        .create(
-            Resource::new("c", note).into_shared(),
-            CreateOptions::default(),
-        )
+        .create(control_note(), CreateOptions::default())
         .await
         .unwrap();
     let (code, out, err) = run_at(

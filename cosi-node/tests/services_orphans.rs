@@ -72,6 +72,18 @@ impl Daemon {
         Daemon { child, lines }
     }
 
+    /// The lines it prints before `ready` (its sweep's `leftover` reports).
+    async fn lines_until_ready(&mut self, seen: &mut Vec<String>) -> Vec<String> {
+        let mut lines = Vec::new();
+        loop {
+            let line = self.line("", seen).await;
+            if line == "ready" {
+                return lines;
+            }
+            lines.push(line);
+        }
+    }
+
     /// Reads lines until one starts with `prefix`; returns the rest. Collects every line
     /// read into `seen`.
     async fn line(&mut self, prefix: &str, seen: &mut Vec<String>) -> String {
@@ -154,14 +166,7 @@ async fn a_killed_daemon_leaves_no_orphan_after_its_next_start() {
 
     // When the next daemon starts on the same state directory
     let mut second = Daemon::start(state.path(), "{}").await;
-    let mut leftovers = Vec::new();
-    loop {
-        let line = second.line("", &mut seen).await;
-        if line == "ready" {
-            break;
-        }
-        leftovers.push(line);
-    }
+    let mut leftovers = second.lines_until_ready(&mut seen).await;
 
     // Then it killed every process of both groups before it was ready
     leftovers.sort();
@@ -353,14 +358,7 @@ checked:
 
     // Then the next daemon on the same state directory kills the check before it is ready
     let mut second = Daemon::start(state.path(), "{}").await;
-    let mut leftovers = Vec::new();
-    loop {
-        let line = second.line("", &mut seen).await;
-        if line == "ready" {
-            break;
-        }
-        leftovers.push(line);
-    }
+    let leftovers = second.lines_until_ready(&mut seen).await;
     assert!(
         leftovers.contains(&format!("leftover checked/health {probe} {probe}")),
         "{leftovers:?}"
