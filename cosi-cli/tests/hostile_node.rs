@@ -16,7 +16,7 @@ use cosi_api::machine::{
 use cosi_api::pki::CertifiedKey;
 use cosi_api::server::{ApiServer, Security, ServerHandle};
 use cosi_core::{CreateOptions, Error, Resource, ResourceDefinition, ResourceSpec, State};
-use support::{Cluster, Note};
+use support::{run_at, Cluster, Note};
 
 /// What a hostile node puts in every text it sends: a window title, a screen clear, a carriage
 /// return that would overwrite the line, a C1 CSI and a newline that would forge a line.
@@ -97,21 +97,6 @@ async fn start_hostile_node(cluster: &Cluster) -> (String, ServerHandle) {
         server.with_machine(Arc::new(HostileMachine))
     })
     .await
-}
-
-/// Runs `args` through the library with the clock fixed at `now`.
-async fn run_at(cluster: &Cluster, now: SystemTime, args: &[&str]) -> (i32, String, String) {
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let cli = support::cli(cluster, args);
-    let code = {
-        let mut io = cosi_cli::session::Io::new(&mut out, &mut err).with_clock(move || now);
-        cosi_cli::run(cli, &mut io).await
-    };
-    (
-        code,
-        String::from_utf8(out).unwrap(),
-        String::from_utf8(err).unwrap(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@ mod support;
 use std::time::{Duration, SystemTime};
 
 use cosi_api::machine::{ServiceEvent, ServiceHealth, ServiceStatus};
-use support::{Cluster, SharedOutput};
+use support::{run_at, Cluster, SharedOutput};
 
 /// A kubelet that crash-loops: two events, the newest naming the flag.
 fn crashing_kubelet(now: SystemTime) -> ServiceStatus {
@@ -31,21 +31,6 @@ fn crashing_kubelet(now: SystemTime) -> ServiceStatus {
             },
         ],
     }
-}
-
-/// Runs `args` through the library with the clock fixed at `now`.
-async fn run_at(cluster: &Cluster, now: SystemTime, args: &[&str]) -> (i32, String, String) {
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let cli = support::cli(cluster, args);
-    let code = {
-        let mut io = cosi_cli::session::Io::new(&mut out, &mut err).with_clock(move || now);
-        cosi_cli::run(cli, &mut io).await
-    };
-    (
-        code,
-        String::from_utf8(out).unwrap(),
-        String::from_utf8(err).unwrap(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

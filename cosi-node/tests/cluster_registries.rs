@@ -102,7 +102,6 @@ async fn the_directory_registry_reads_valid_files_and_skips_hostile_ones() {
 #[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_etcd_registry_skips_hostile_values_and_follows_valid_ones() {
-    use cosi_node::cluster::{EtcdRegistry, EtcdRegistryOptions};
     use cosi_test_support::etcd::EtcdServer;
 
     let server = EtcdServer::start().expect("etcd starts");
@@ -137,14 +136,8 @@ async fn the_etcd_registry_skips_hostile_values_and_follows_valid_ones() {
         .await
         .unwrap();
 
-    let options = EtcdRegistryOptions::new([server.endpoint()])
-        .with_prefix(prefix.clone())
-        .with_ttl(Duration::from_secs(2));
-    let registry = EtcdRegistry::start(options);
     let mine = affiliate(1, "node-1");
-    registry.publish(Some(mine.clone()));
-    let view = wait_view(&registry, |v| v.affiliates.contains_key(&mine.node_id)).await;
-    assert_eq!(view.health, RegistryHealth::Healthy);
+    let (registry, view) = start_publishing(&server, &prefix, Duration::from_secs(2), &mine).await;
     assert_eq!(view.affiliates.len(), 1, "{:?}", view.affiliates.keys());
 
     // When another node publishes a valid affiliate, the watch brings it
@@ -176,19 +169,32 @@ async fn etcd_registry_publishing(
     prefix: &str,
     mine: &Affiliate,
 ) -> (cosi_node::cluster::EtcdRegistry, etcd_client::Client) {
-    use cosi_node::cluster::{EtcdRegistry, EtcdRegistryOptions};
-
     let client = etcd_client::Client::connect([server.endpoint()], None)
         .await
         .unwrap();
+    let (registry, _) = start_publishing(server, prefix, Duration::from_secs(30), mine).await;
+    (registry, client)
+}
+
+/// An etcd registry on `prefix` with `ttl`, publishing `mine`, once its view holds `mine` and
+/// is healthy; and that view.
+#[cfg(feature = "etcd")]
+async fn start_publishing(
+    server: &cosi_test_support::etcd::EtcdServer,
+    prefix: &str,
+    ttl: Duration,
+    mine: &Affiliate,
+) -> (cosi_node::cluster::EtcdRegistry, RegistryView) {
+    use cosi_node::cluster::{EtcdRegistry, EtcdRegistryOptions};
+
     let options = EtcdRegistryOptions::new([server.endpoint()])
         .with_prefix(prefix)
-        .with_ttl(Duration::from_secs(30));
+        .with_ttl(ttl);
     let registry = EtcdRegistry::start(options);
     registry.publish(Some(mine.clone()));
     let view = wait_view(&registry, |v| v.affiliates.contains_key(&mine.node_id)).await;
     assert_eq!(view.health, RegistryHealth::Healthy);
-    (registry, client)
+    (registry, view)
 }
 
 /// A node publishing `node-1` through the etcd registry, its key and lease, a client of the
@@ -254,7 +260,6 @@ impl PublishedNode {
 #[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_etcd_registry_lists_past_oversized_values_and_publishes_itself() {
-    use cosi_node::cluster::{EtcdRegistry, EtcdRegistryOptions};
     use cosi_test_support::etcd::EtcdServer;
 
     let server = EtcdServer::start().expect("etcd starts");
@@ -285,16 +290,10 @@ async fn the_etcd_registry_lists_past_oversized_values_and_publishes_itself() {
         .await
         .unwrap();
 
-    let options = EtcdRegistryOptions::new([server.endpoint()])
-        .with_prefix(prefix.clone())
-        .with_ttl(Duration::from_secs(30));
-    let registry = EtcdRegistry::start(options);
-    let mine = affiliate(1, "node-1");
-    registry.publish(Some(mine.clone()));
-
     // Then the registry connects, skips them, lists the valid one and publishes this node
-    let view = wait_view(&registry, |v| v.affiliates.contains_key(&mine.node_id)).await;
-    assert_eq!(view.health, RegistryHealth::Healthy);
+    let mine = affiliate(1, "node-1");
+    let (_registry, view) =
+        start_publishing(&server, &prefix, Duration::from_secs(30), &mine).await;
     assert_eq!(
         view.affiliates,
         BTreeMap::from([

@@ -9,6 +9,13 @@ use std::time::Duration;
 use cosi_node::services::{read_stat, Health, HealthCheck, Probe, ServiceSpec, ServiceState};
 use services_support::*;
 
+/// A service that sleeps for ten minutes, checked by `health`.
+fn sleeper_checked_by(health: HealthCheck) -> ServiceSpec {
+    ServiceSpec::command("/bin/sleep")
+        .with_args(["600"])
+        .with_health(health)
+}
+
 fn check(probe: Probe) -> HealthCheck {
     HealthCheck {
         probe,
@@ -25,11 +32,9 @@ async fn health_flips_are_events_and_the_status_follows() {
     let address = listener.local_addr().unwrap();
     let supervisor = supervisor();
     let mut events = supervisor.events(0);
-    let spec = ServiceSpec::command("/bin/sleep")
-        .with_args(["600"])
-        .with_health(check(Probe::Tcp {
-            address: address.to_string(),
-        }));
+    let spec = sleeper_checked_by(check(Probe::Tcp {
+        address: address.to_string(),
+    }));
     supervisor.apply("db", spec).unwrap();
 
     // Then it turns healthy
@@ -111,12 +116,7 @@ async fn a_check_that_gets_no_answer_fails_after_its_timeout() {
     });
     health.timeout = Duration::from_millis(100);
     supervisor
-        .apply(
-            "hung",
-            ServiceSpec::command("/bin/sleep")
-                .with_args(["600"])
-                .with_health(health),
-        )
+        .apply("hung", sleeper_checked_by(health))
         .unwrap();
     wait_message(
         &mut events,
@@ -138,12 +138,7 @@ async fn an_exec_check_that_hangs_is_killed_at_its_timeout() {
     });
     health.timeout = Duration::from_millis(100);
     supervisor
-        .apply(
-            "slowcheck",
-            ServiceSpec::command("/bin/sleep")
-                .with_args(["600"])
-                .with_health(health),
-        )
+        .apply("slowcheck", sleeper_checked_by(health))
         .unwrap();
     wait_message(
         &mut events,
@@ -201,12 +196,7 @@ async fn stopping_a_service_ends_its_running_exec_check() {
     let supervisor = supervisor();
     let mut events = supervisor.events(0);
     supervisor
-        .apply(
-            "checked",
-            ServiceSpec::command("/bin/sleep")
-                .with_args(["600"])
-                .with_health(pid_telling_check(&fifo)),
-        )
+        .apply("checked", sleeper_checked_by(pid_telling_check(&fifo)))
         .unwrap();
     let probe = pid_from_fifo(&fifo).await;
     assert!(running(probe));
@@ -227,9 +217,7 @@ async fn a_health_check_changed_in_place_ends_the_running_exec_check_of_the_old_
     let fifo = make_fifo(dir.path());
     let supervisor = supervisor();
     let mut events = supervisor.events(0);
-    let spec = ServiceSpec::command("/bin/sleep")
-        .with_args(["600"])
-        .with_health(pid_telling_check(&fifo));
+    let spec = sleeper_checked_by(pid_telling_check(&fifo));
     supervisor.apply("checked", spec.clone()).unwrap();
     let probe = pid_from_fifo(&fifo).await;
 
@@ -261,12 +249,7 @@ async fn an_exec_check_that_writes_much_to_stderr_is_judged_by_its_exit_quoting_
     let supervisor = supervisor();
     let mut events = supervisor.events(0);
     supervisor
-        .apply(
-            "chatty",
-            ServiceSpec::command("/bin/sleep")
-                .with_args(["600"])
-                .with_health(health),
-        )
+        .apply("chatty", sleeper_checked_by(health))
         .unwrap();
 
     // Then the check fails on its exit, quoting its last line (it does not stall on the pipe)
@@ -290,12 +273,7 @@ async fn a_health_check_with_a_zero_period_fails_the_service_naming_the_field() 
     let supervisor = supervisor();
     let mut events = supervisor.events(0);
     supervisor
-        .apply(
-            "busy",
-            ServiceSpec::command("/bin/sleep")
-                .with_args(["600"])
-                .with_health(health),
-        )
+        .apply("busy", sleeper_checked_by(health))
         .unwrap();
 
     let failed = wait_state(&mut events, "busy", ServiceState::Failed).await;
@@ -313,9 +291,7 @@ async fn a_health_check_changed_in_place_to_a_zero_period_fails_the_service_nami
     let health = check(Probe::Tcp {
         address: listener.local_addr().unwrap().to_string(),
     });
-    let spec = ServiceSpec::command("/bin/sleep")
-        .with_args(["600"])
-        .with_health(health.clone());
+    let spec = sleeper_checked_by(health.clone());
     let supervisor = supervisor();
     let mut events = supervisor.events(0);
     supervisor.apply("busy", spec.clone()).unwrap();

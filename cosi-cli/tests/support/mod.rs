@@ -419,6 +419,25 @@ pub fn cli(cluster: &Cluster, args: &[&str]) -> cosi_cli::args::Cli {
     cosi_cli::args::Cli::parse_from(argv)
 }
 
+/// Runs `args` through the library with the clock fixed at `now`: exit code, stdout, stderr.
+pub async fn run_at(
+    cluster: &Cluster,
+    now: std::time::SystemTime,
+    args: &[&str],
+) -> (i32, String, String) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let cli = cli(cluster, args);
+    let code = {
+        let mut io = cosi_cli::session::Io::new(&mut out, &mut err).with_clock(move || now);
+        cosi_cli::run(cli, &mut io).await
+    };
+    (
+        code,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}
+
 /// A node in maintenance mode (no config, server-only TLS with a self-signed key) and the
 /// fingerprint of its key.
 pub async fn start_maintenance_node() -> (TestNode, cosi_api::tls::Fingerprint) {

@@ -242,10 +242,7 @@ impl Runner {
             },
         );
         self.capture_output(&mut running);
-        running.health = spec
-            .health
-            .clone()
-            .map(|check| start_health(check, self.sup.clone(), &self.id));
+        running.health = self.start_health(spec.health.as_ref());
 
         loop {
             tokio::select! {
@@ -284,7 +281,7 @@ impl Runner {
                         if let Some(old) = running.health.take() {
                             old.stop().await;
                         }
-                        running.health = self.spec.health.clone().map(|check| start_health(check, self.sup.clone(), &self.id));
+                        running.health = self.start_health(self.spec.health.as_ref());
                         self.health = Health::Unknown;
                         self.sup.update(&self.id, |r| {
                             r.health = Health::Unknown;
@@ -499,6 +496,11 @@ impl Runner {
             started: Instant::now(),
             health: None,
         })
+    }
+
+    /// Starts `check` for this service, if there is one.
+    fn start_health(&self, check: Option<&HealthCheck>) -> Option<HealthTask> {
+        check.map(|check| start_health(check.clone(), self.sup.clone(), &self.id))
     }
 
     /// Starts reading the process's output into the service's logs. Called once the record

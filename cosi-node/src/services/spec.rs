@@ -247,6 +247,9 @@ pub struct ServiceSpec {
     pub enabled: bool,
 }
 
+/// Why a text with a NUL byte cannot reach a process (argv, environ and paths are C strings).
+const NUL: &str = "contains a NUL byte, which a process cannot be given";
+
 impl ServiceSpec {
     /// A spec running `program` with no arguments, restart `always`, no health check and a
     /// 10 s stop timeout.
@@ -329,7 +332,6 @@ impl ServiceSpec {
     /// assert!(ServiceSpec::command("/bin/echo").with_env("A", "1").check_process_fields().is_ok());
     /// ```
     pub fn check_process_fields(&self) -> Result<(), String> {
-        const NUL: &str = "contains a NUL byte, which a process cannot be given";
         if let Program::Command(command) = &self.program {
             if command.contains('\0') {
                 return Err(format!("program.command {NUL}"));
@@ -382,7 +384,6 @@ impl ServiceSpec {
             }
         }
         if let Probe::Exec { command, args } = &check.probe {
-            const NUL: &str = "contains a NUL byte, which a process cannot be given";
             if command.contains('\0') {
                 return Err(format!("health.probe.exec.command {NUL}"));
             }
