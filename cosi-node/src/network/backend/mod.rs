@@ -9,11 +9,15 @@ mod memory;
 #[cfg(all(target_os = "linux", feature = "netlink"))]
 mod netlink;
 
+use std::future::Future;
 use std::net::IpAddr;
 
 use async_trait::async_trait;
+use cosi_controllers::Backoff;
+use futures::{Stream, StreamExt};
 use ipnet::IpNet;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 pub use memory::{BackendOperation, MemoryBackend};
 #[cfg(all(target_os = "linux", feature = "netlink"))]
@@ -122,6 +126,51 @@ impl ChangeSignal {
             receiver: self.sender.subscribe(),
         }
     }
+
+    /// Turns an OS change source into notices, for as long as the backend lives: every item of
+    /// the source is a notice. A source ends when its socket fails; `reopen` then opens a new
+    /// one, after `backoff`'s delay (failed opens count as failures too; the delays start over
+    /// once a source has stayed up for the backoff's longest delay). Changes made while no
+    /// source was open are not lost: one notice goes out as soon as the new source is open, so
+    /// every subscriber reads the state afresh. Without this, a failed socket would leave the
+    /// subscribers waiting, unaware, for notices that never come.
+    pub(crate) async fn keep_following<S, F, Fut>(
+        &self,
+        mut source: S,
+        mut reopen: F,
+        mut backoff: Backoff,
+        what: &str,
+    ) where
+        S: Stream + Unpin,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<S, BackendError>>,
+    {
+        loop {
+            let opened = Instant::now();
+            while source.next().await.is_some() {
+                self.notify();
+            }
+            if opened.elapsed() >= backoff.max_delay() {
+                backoff.reset();
+            }
+            source = loop {
+                let delay = backoff.next_delay();
+                tracing::warn!(
+                    source = what,
+                    ?delay,
+                    "the change subscription ended; opening a new one"
+                );
+                tokio::time::sleep(delay).await;
+                match reopen().await {
+                    Ok(source) => break source,
+                    Err(error) => {
+                        tracing::warn!(source = what, %error, "could not open a new change subscription")
+                    }
+                }
+            };
+            self.notify();
+        }
+    }
 }
 
 /// What the address controllers need from the OS. See the module docs.
@@ -147,4 +196,152 @@ pub trait NetworkBackend: Send + Sync + 'static {
 
     /// Subscribes to changes of links and addresses.
     async fn subscribe(&self) -> Result<Changes, BackendError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use futures::channel::mpsc;
+
+    use super::*;
+
+    type Source = mpsc::UnboundedReceiver<()>;
+
+    /// What successive reopens return, and how many there were.
+    #[derive(Clone, Default)]
+    struct Reopens {
+        results: Arc<Mutex<VecDeque<Result<Source, BackendError>>>>,
+        calls: Arc<Mutex<usize>>,
+    }
+
+    impl Reopens {
+        fn new(results: Vec<Result<Source, BackendError>>) -> Self {
+            Reopens {
+                results: Arc::new(Mutex::new(results.into())),
+                calls: Arc::default(),
+            }
+        }
+
+        fn calls(&self) -> usize {
+            *self.calls.lock().unwrap()
+        }
+
+        async fn next(&self) -> Result<Source, BackendError> {
+            *self.calls.lock().unwrap() += 1;
+            self.results
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or_else(|| Err(BackendError::Injected("no more sources".into())))
+        }
+    }
+
+    /// Waits for the next notice; fails after a minute of the test's (paused) clock.
+    async fn notice(changes: &mut Changes) {
+        tokio::time::timeout(Duration::from_secs(60), changes.changed())
+            .await
+            .expect("a notice")
+            .expect("the subscription");
+    }
+
+    fn refused() -> Result<Source, BackendError> {
+        Err(BackendError::Injected("open".into()))
+    }
+
+    /// Follows `first`, reopening from `reopens`, with a backoff of 100 ms doubling to 1 s.
+    fn follow(first: Source, reopens: &Reopens) -> (Changes, tokio::task::JoinHandle<()>) {
+        let signal = Arc::new(ChangeSignal::default());
+        let changes = signal.subscribe();
+        let reopens = reopens.clone();
+        let task = tokio::spawn(async move {
+            let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+            signal
+                .keep_following(
+                    first,
+                    move || {
+                        let r = reopens.clone();
+                        async move { r.next().await }
+                    },
+                    backoff,
+                    "test",
+                )
+                .await
+        });
+        (changes, task)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_item_of_the_source_is_a_notice() {
+        let (sender, first) = mpsc::unbounded();
+        let (mut changes, _task) = follow(first, &Reopens::default());
+        sender.unbounded_send(()).unwrap();
+        notice(&mut changes).await;
+        sender.unbounded_send(()).unwrap();
+        notice(&mut changes).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ended_source_is_reopened_after_the_backoff_and_subscribers_hear_once_it_is_open() {
+        let (sender, first) = mpsc::unbounded();
+        let (second_sender, second) = mpsc::unbounded();
+        let reopens = Reopens::new(vec![Ok(second)]);
+        let (mut changes, _task) = follow(first, &reopens);
+        let ended = Instant::now();
+        drop(sender);
+        notice(&mut changes).await;
+        assert_eq!(ended.elapsed(), Duration::from_millis(100));
+        assert_eq!(reopens.calls(), 1);
+        second_sender.unbounded_send(()).unwrap();
+        notice(&mut changes).await;
+        assert_eq!(reopens.calls(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_reopen_is_tried_again_with_a_longer_delay() {
+        let (sender, first) = mpsc::unbounded();
+        let (_second_sender, second) = mpsc::unbounded();
+        let reopens = Reopens::new(vec![refused(), refused(), Ok(second)]);
+        let (mut changes, _task) = follow(first, &reopens);
+        let ended = Instant::now();
+        drop(sender);
+        notice(&mut changes).await;
+        assert_eq!(ended.elapsed(), Duration::from_millis(100 + 200 + 400));
+        assert_eq!(reopens.calls(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_source_that_ends_again_at_once_waits_longer_before_the_next() {
+        let (sender, first) = mpsc::unbounded();
+        let (second_sender, second) = mpsc::unbounded();
+        let (_third_sender, third) = mpsc::unbounded();
+        let reopens = Reopens::new(vec![Ok(second), Ok(third)]);
+        let (mut changes, _task) = follow(first, &reopens);
+        drop(sender);
+        notice(&mut changes).await;
+        let ended = Instant::now();
+        drop(second_sender);
+        notice(&mut changes).await;
+        assert_eq!(ended.elapsed(), Duration::from_millis(200));
+        assert_eq!(reopens.calls(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_source_that_stayed_up_for_the_longest_delay_starts_the_delays_over() {
+        let (sender, first) = mpsc::unbounded();
+        let (second_sender, second) = mpsc::unbounded();
+        let (_third_sender, third) = mpsc::unbounded();
+        let reopens = Reopens::new(vec![Ok(second), Ok(third)]);
+        let (mut changes, _task) = follow(first, &reopens);
+        drop(sender);
+        notice(&mut changes).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let ended = Instant::now();
+        drop(second_sender);
+        notice(&mut changes).await;
+        assert_eq!(ended.elapsed(), Duration::from_millis(100));
+        assert_eq!(reopens.calls(), 2);
+    }
 }

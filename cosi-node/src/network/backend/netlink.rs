@@ -7,7 +7,10 @@
 //! and `RTNLGRP_IPV6_IFADDR` multicast groups. Every message on the second one is a change
 //! notice for [`NetworkBackend::subscribe`]rs; nothing polls. rtnetlink hands the messages over
 //! through its own unbounded channel, which a task here drains as they come, collapsing them
-//! into one coalescing notice, so they cannot pile up.
+//! into one coalescing notice, so they cannot pile up. A kernel overrun (`ENOBUFS`: messages
+//! lost) is a message like the others, so subscribers re-read; any other socket error ends
+//! that socket, and a new one is opened in the same namespace after a backoff, followed by one
+//! notice (see [`NetlinkBackend::connect`]).
 //!
 //! The kernel has one habit the controllers must live with: deleting the primary IPv4 address
 //! of a subnet also deletes that subnet's secondary addresses, unless the link's
@@ -15,20 +18,28 @@
 //! subscription and adds back the ones still stated.
 
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use async_trait::async_trait;
-use futures::StreamExt;
-use futures::TryStreamExt;
+use cosi_controllers::Backoff;
+use futures::channel::mpsc::UnboundedReceiver;
+use futures::{Stream, StreamExt, TryStreamExt};
 use ipnet::IpNet;
+use nix::sched::{setns, CloneFlags};
+use rtnetlink::packet_core::NetlinkMessage;
 use rtnetlink::packet_route::address::{
     AddressAttribute, AddressFlags, AddressMessage, AddressScope as KernelScope,
 };
 use rtnetlink::packet_route::link::LinkAttribute;
 use rtnetlink::packet_route::AddressFamily as KernelFamily;
+use rtnetlink::packet_route::RouteNetlinkMessage;
+use rtnetlink::sys::SocketAddr;
 use rtnetlink::{Handle, MulticastGroup};
-use tokio::task::JoinHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 
 use super::{
     AddressRequest, BackendError, ChangeSignal, Changes, Link, NetworkBackend, ObservedAddress,
@@ -47,6 +58,77 @@ pub struct NetlinkBackend {
     handle: Handle,
     signal: Arc<ChangeSignal>,
     tasks: Vec<JoinHandle<()>>,
+    /// The open subscription's socket task.
+    #[cfg(test)]
+    current: Arc<Mutex<Option<AbortHandle>>>,
+}
+
+/// The subscription socket's messages; dropping it closes the socket.
+struct Subscription {
+    messages: UnboundedReceiver<(NetlinkMessage<RouteNetlinkMessage>, SocketAddr)>,
+    connection: JoinHandle<()>,
+}
+
+impl Subscription {
+    /// Opens a socket bound to the link and address groups, in the calling thread's network
+    /// namespace (inside a tokio runtime: the socket's task is spawned on it). `current` is
+    /// told the socket's task.
+    fn open(current: &Mutex<Option<AbortHandle>>) -> Result<Self, BackendError> {
+        let (connection, _, messages) = rtnetlink::new_multicast_connection(&[
+            MulticastGroup::Link,
+            MulticastGroup::Ipv4Ifaddr,
+            MulticastGroup::Ipv6Ifaddr,
+        ])
+        .map_err(|e| os_error("subscribe to netlink link and address groups", e))?;
+        let connection = tokio::spawn(connection);
+        *current.lock().expect("not poisoned") = Some(connection.abort_handle());
+        Ok(Subscription {
+            messages,
+            connection,
+        })
+    }
+
+    /// Opens one in `namespace`, from a thread of its own (a thread that enters a namespace
+    /// stays in it, so it must not be one of the runtime's).
+    async fn open_in(
+        namespace: Arc<File>,
+        runtime: tokio::runtime::Handle,
+        current: Arc<Mutex<Option<AbortHandle>>>,
+    ) -> Result<Self, BackendError> {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("netlink-subscribe".into())
+            .spawn(move || {
+                let opened = setns(&*namespace, CloneFlags::CLONE_NEWNET)
+                    .map_err(|e| os_error("enter the backend's network namespace", e))
+                    .and_then(|()| {
+                        let _runtime = runtime.enter();
+                        Subscription::open(&current)
+                    });
+                let _ = answer.send(opened);
+            })
+            .map_err(|e| os_error("start a thread to open a netlink socket", e))?;
+        answered.await.unwrap_or_else(|_| {
+            Err(os_error(
+                "open a netlink socket",
+                "its thread ended without an answer",
+            ))
+        })
+    }
+}
+
+impl Stream for Subscription {
+    type Item = ();
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<()>> {
+        self.messages.poll_next_unpin(cx).map(|m| m.map(|_| ()))
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.connection.abort();
+    }
 }
 
 impl std::fmt::Debug for NetlinkBackend {
@@ -81,33 +163,50 @@ fn errno(error: &rtnetlink::Error) -> Option<i32> {
 impl NetlinkBackend {
     /// Opens the request and subscription sockets in the calling thread's network namespace.
     /// Must be called inside a tokio runtime (the sockets' tasks are spawned on it).
+    ///
+    /// If the subscription socket fails later (the kernel reports an error other than an
+    /// overrun), a new one is opened in the same namespace, after a backoff (100 ms doubling
+    /// to 30 s), and subscribers get a notice once it is open, so they read the kernel's
+    /// state afresh.
     pub fn connect() -> Result<Self, BackendError> {
+        let namespace = Arc::new(
+            File::open("/proc/thread-self/ns/net")
+                .map_err(|e| os_error("open this thread's network namespace", e))?,
+        );
         let (connection, handle, _) =
             rtnetlink::new_connection().map_err(|e| os_error("open a netlink socket", e))?;
         let requests = tokio::spawn(connection);
-        let (connection, _, mut messages) = rtnetlink::new_multicast_connection(&[
-            MulticastGroup::Link,
-            MulticastGroup::Ipv4Ifaddr,
-            MulticastGroup::Ipv6Ifaddr,
-        ])
-        .map_err(|e| {
-            requests.abort();
-            os_error("subscribe to netlink link and address groups", e)
-        })?;
-        let subscription = tokio::spawn(connection);
+        let current = Arc::new(Mutex::new(None));
+        let first = Subscription::open(&current).inspect_err(|_| requests.abort())?;
         let signal = Arc::new(ChangeSignal::default());
-        let notices = signal.clone();
-        let drain = tokio::spawn(async move {
-            while messages.next().await.is_some() {
-                notices.notify();
-            }
-            tracing::warn!("the netlink subscription socket closed; no more change notices");
-        });
+        let runtime = tokio::runtime::Handle::current();
+        let follow = {
+            let signal = signal.clone();
+            let current = current.clone();
+            tokio::spawn(async move {
+                let reopen = move || {
+                    Subscription::open_in(namespace.clone(), runtime.clone(), current.clone())
+                };
+                signal
+                    .keep_following(first, reopen, Backoff::default(), "netlink")
+                    .await;
+            })
+        };
         Ok(NetlinkBackend {
             handle,
             signal,
-            tasks: vec![requests, subscription, drain],
+            tasks: vec![requests, follow],
+            #[cfg(test)]
+            current,
         })
+    }
+
+    /// Ends the subscription's socket task, as a socket error does (tests only).
+    #[cfg(test)]
+    fn end_subscription(&self) {
+        if let Some(task) = self.current.lock().expect("not poisoned").take() {
+            task.abort();
+        }
     }
 
     async fn link_index(&self, name: &str) -> Result<Option<u32>, BackendError> {
@@ -330,5 +429,44 @@ impl NetworkBackend for NetlinkBackend {
 
     async fn subscribe(&self) -> Result<Changes, BackendError> {
         Ok(self.signal.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use cosi_test_support::netns::Namespace;
+
+    use super::*;
+
+    /// Bounds every wait; only a broken system takes this long.
+    const EVENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+    #[test]
+    fn a_subscription_whose_socket_ended_is_opened_again_and_hears_the_kernel() {
+        let ns = Namespace::create();
+        let kernel = ns.kernel();
+        ns.enter(move || async move {
+            let backend = NetlinkBackend::connect().expect("netlink sockets in the namespace");
+            let mut changes = backend.subscribe().await.unwrap();
+            backend.end_subscription();
+            tokio::time::timeout(EVENT_TIMEOUT, changes.changed())
+                .await
+                .expect("a notice once a new socket is open")
+                .expect("the subscription");
+            kernel.ip(&["addr", "add", "192.0.2.40/24", "dev", "veth0"]);
+            let added: IpNet = "192.0.2.40/24".parse().unwrap();
+            loop {
+                tokio::time::timeout(EVENT_TIMEOUT, changes.changed())
+                    .await
+                    .expect("the new socket hears the kernel's change")
+                    .expect("the subscription");
+                let addresses = backend.addresses().await.unwrap();
+                if addresses.iter().any(|a| a.address == added) {
+                    break;
+                }
+            }
+        });
     }
 }
