@@ -364,8 +364,8 @@ impl StatePolicy {
             return Err(not_authorized(
                 subject,
                 &format!(
-                    "{resource_type} is written by controller {}; change what it reads (the \
-                     machine config, through ApplyConfiguration) instead",
+                    "{resource_type} is written by controller {}; change its inputs instead \
+                     (on a node: the machine config, through ApplyConfiguration)",
                     names.join(", ")
                 ),
             ));

@@ -36,7 +36,10 @@
 //! ([`query::MAX_LABEL_QUERIES`] and the next two); status texts are cut at 1 KiB
 //! ([`status::MAX_STATUS_TEXT`]).
 //!
-//! A server over an in-memory store and a client, on a loopback port:
+//! A server over an in-memory store and a client, on a loopback port (the `remote` program in
+//! the workspace's `examples` package does the same over mutual TLS, with a controller in the
+//! server and the role rules refusing a reader and an admin: `cargo run -p examples --bin
+//! remote`):
 //!
 //! ```
 //! use std::sync::Arc;

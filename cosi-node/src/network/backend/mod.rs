@@ -134,6 +134,7 @@ impl ChangeSignal {
     /// source was open are not lost: one notice goes out as soon as the new source is open, so
     /// every subscriber reads the state afresh. Without this, a failed socket would leave the
     /// subscribers waiting, unaware, for notices that never come.
+    #[cfg_attr(not(all(target_os = "linux", feature = "netlink")), allow(dead_code))]
     pub(crate) async fn keep_following<S, F, Fut>(
         &self,
         mut source: S,
