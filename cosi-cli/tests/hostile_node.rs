@@ -1,5 +1,6 @@
 //! What a hostile or broken node sends cannot take over the operator's terminal: control
-//! characters in ids, values, messages and error texts reach the output escaped (`\u{1b}`),
+//! characters (and bidirectional controls and invisible spaces) in ids, values, messages and
+//! error texts reach the output escaped (`\u{1b}`, `\u{202e}`),
 //! never raw (`logs` prints a service's raw output on purpose and is not covered here); and a
 //! resource the CLI cannot print does not hide the others.
 
@@ -19,11 +20,14 @@ use cosi_core::{CreateOptions, Error, Resource, ResourceDefinition, ResourceSpec
 use support::{run_at, Cluster, Note};
 
 /// What a hostile node puts in every text it sends: a window title, a screen clear, a carriage
-/// return that would overwrite the line, a C1 CSI and a newline that would forge a line.
-const HOSTILE: &str = "\u{1b}]0;owned\u{7}\u{1b}[2J\rx\u{9b}1m\nerror: forged";
+/// return that would overwrite the line, a C1 CSI, a newline that would forge a line, a
+/// right-to-left override that would make the rest read backwards and a zero-width space.
+const HOSTILE: &str =
+    "\u{1b}]0;owned\u{7}\u{1b}[2J\rx\u{9b}1m\nerror: forged\u{202e}dekcol\u{200b}";
 
 /// [`HOSTILE`] as the operator must see it.
-const ESCAPED: &str = "\\u{1b}]0;owned\\u{7}\\u{1b}[2J\\rx\\u{9b}1m\\nerror: forged";
+const ESCAPED: &str =
+    "\\u{1b}]0;owned\\u{7}\\u{1b}[2J\\rx\\u{9b}1m\\nerror: forged\\u{202e}dekcol\\u{200b}";
 
 /// A machine service whose every answer carries [`HOSTILE`]: version fields and apply
 /// accounts, and refusals for everything else.

@@ -75,18 +75,10 @@ fn cell(value: Option<&serde_json::Value>) -> String {
         Some(serde_json::Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),
     };
-    if !text.chars().any(char::is_control) {
-        return text;
+    match crate::text::escape_for_terminal(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(escaped) => escaped,
     }
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 /// The columns of one definition, ready to turn resources into rows: `NAMESPACE TYPE ID

@@ -1,5 +1,8 @@
-//! Text helpers for messages that quote what a caller sent: ids, patterns and log lines can be
-//! megabytes, and an error or status that quotes them must stay small.
+//! Text helpers for what a caller sent: ids, patterns and log lines can be megabytes, and an
+//! error or status that quotes them must stay small ([`prefix_within`]); and they can hold
+//! characters that a terminal obeys or that change how a line reads ([`escape_for_terminal`]).
+
+use std::borrow::Cow;
 
 /// The longest prefix of `text` of at most `max_bytes` bytes that ends on a character
 /// boundary.
@@ -22,12 +25,72 @@ pub fn prefix_within(text: &str, max_bytes: usize) -> &str {
     &text[..end]
 }
 
+/// Whether a table cell or an error line shows `c` as its escape rather than itself: every
+/// control character (category Cc: C0, DEL, C1), which a terminal obeys; the bidirectional
+/// embeddings, overrides and isolates and the direction marks (U+202A–U+202E, U+2066–U+2069,
+/// U+200E, U+200F, U+061C), which reorder how the rest of a line reads (CVE-2021-42574); and the
+/// invisible spaces (U+200B, U+2060, U+FEFF), which make two different ids look the same. The
+/// joiners U+200C and U+200D stay: scripts and emoji need them.
+pub fn shown_escaped(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{061c}'
+                | '\u{200b}'
+                | '\u{2060}'
+                | '\u{feff}'
+        )
+}
+
+/// `text` as one line that moves no cursor and reads as it is stored: every character
+/// [`shown_escaped`] is written as its Rust escape (`\u{1b}`, `\n`, `\u{202e}`); the rest,
+/// unicode included, is left as it is. Borrowed when there is nothing to escape.
+///
+/// ```
+/// use cosi_core::text::escape_for_terminal;
+/// assert_eq!(escape_for_terminal("etcd né"), "etcd né");
+/// assert_eq!(escape_for_terminal("\u{1b}]0;owned\u{7}up\r\n"), "\\u{1b}]0;owned\\u{7}up\\r\\n");
+/// assert_eq!(escape_for_terminal("admin\u{202e}txt.exe"), "admin\\u{202e}txt.exe");
+/// assert_eq!(escape_for_terminal("eth\u{200b}0"), "eth\\u{200b}0");
+/// ```
+pub fn escape_for_terminal(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(shown_escaped) {
+        return Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if shown_escaped(c) {
+            escaped.extend(c.escape_default());
+        } else {
+            escaped.push(c);
+        }
+    }
+    Cow::Owned(escaped)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
     proptest! {
+        /// Whatever the text, the escaped text holds no character shown escaped, and text
+        /// without any comes back unchanged.
+        #[test]
+        fn escaped_text_holds_nothing_a_terminal_obeys_or_reorders(
+            text in "\\PC{0,20}[\\x00-\\x1f\\x7f\\u{80}-\\u{9f}\\u{202a}-\\u{202e}\\u{2066}-\\u{2069}\\u{200b}-\\u{200f}\\u{061c}\\u{2060}\\u{feff}]{0,4}\\PC{0,20}"
+        ) {
+            let escaped = escape_for_terminal(&text);
+            prop_assert!(!escaped.chars().any(shown_escaped));
+            if !text.chars().any(shown_escaped) {
+                prop_assert_eq!(escaped.as_ref(), text.as_str());
+            }
+        }
+
         #[test]
         fn the_prefix_is_the_longest_within_the_limit(text in "\\PC{0,40}", max in 0usize..160) {
             let prefix = prefix_within(&text, max);
