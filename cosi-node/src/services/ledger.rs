@@ -64,10 +64,13 @@ pub struct Leftover {
 pub struct Ledger {
     dir: Option<PathBuf>,
     boot_id: String,
-    /// This supervisor's identity: its pid and start time, unique within a boot.
+    /// This process's identity: its pid and start time, unique within a boot.
     instance: String,
-    next: AtomicU64,
 }
+
+/// The number of the next token: process-wide, so two ledgers of one process (tests run
+/// several supervisors) never hand out the same token.
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 
 impl Ledger {
     /// A ledger in `dir` (created if needed); `None` keeps no records.
@@ -81,13 +84,12 @@ impl Ledger {
             dir: dir.map(Path::to_path_buf),
             boot_id: process::boot_id().unwrap_or_default(),
             instance: format!("{me}.{start}"),
-            next: AtomicU64::new(1),
         })
     }
 
-    /// A fresh token for the next group of `service`.
+    /// A fresh token for the next group of `service`, unique within the boot.
     pub fn token(&self, service: &str) -> String {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let n = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
         format!("{}.{}.{service}", self.instance, n)
     }
 
