@@ -10,8 +10,11 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Stdio;
 
-use cosi_node::services::ledger::{GroupRecord, Ledger};
-use cosi_node::services::read_stat;
+use cosi_node::services::ledger::{GroupRecord, Ledger, Leftover, GROUP_TOKEN_VAR};
+use cosi_node::services::{
+    read_stat, HealthCheck, Probe, RestartPolicy, ServiceSpec, ServiceState, Supervisor,
+    SupervisorOptions,
+};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
@@ -19,8 +22,9 @@ use services_support::*;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
-/// Waits until the daemon's ledger (`<state>/groups/<pgid>-<start time>.json`) records the
-/// group led by `pid`: woken by inotify on each file created or renamed there, never by a timer.
+/// Waits until the daemon's ledger (`<state>/groups/<token>.json`) holds the complete record of
+/// the group led by `pid`: woken by inotify on each file created or renamed there, never by a
+/// timer.
 async fn recorded(state: &Path, pid: u32) {
     use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
     let groups = state.join("groups");
@@ -32,11 +36,14 @@ async fn recorded(state: &Path, pid: u32) {
                 AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO,
             )
             .unwrap();
-        let prefix = format!("{pid}-");
+        // Records appear whole, by rename; one may be released between listing and reading.
         let present = || {
             std::fs::read_dir(&groups).unwrap().flatten().any(|entry| {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                name.starts_with(&prefix) && name.ends_with(".json")
+                entry.path().extension().is_some_and(|e| e == "json")
+                    && std::fs::read(entry.path())
+                        .ok()
+                        .and_then(|b| serde_json::from_slice::<GroupRecord>(&b).ok())
+                        .is_some_and(|record| record.pgid == Some(pid))
             })
         };
         while !present() {
@@ -259,7 +266,7 @@ async fn a_record_whose_pid_was_reused_kills_nothing() {
     let stat = read_stat(pid).unwrap().unwrap();
     let record = GroupRecord {
         service: "old".into(),
-        pgid: pid,
+        pgid: Some(pid),
         start_time: stat.start_time - 1,
         boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
             .unwrap()
@@ -291,7 +298,7 @@ fn a_record_of_another_boot_is_dropped_unread() {
     let dir = tempfile::tempdir().unwrap();
     let record = GroupRecord {
         service: "old".into(),
-        pgid: 1,
+        pgid: Some(1),
         start_time: 1,
         boot_id: "another-boot".into(),
         token: "t".into(),
@@ -347,8 +354,9 @@ checked:
     .trim()
     .parse()
     .unwrap();
-    // The probe tells its pid as it starts, a moment before the daemon records its group: a
-    // daemon killed in that moment cannot leave a record (as for any group it starts).
+    // The probe tells its pid as it starts, a moment before the daemon completes its group's
+    // record: wait for it, so the sweep meets a complete record (a daemon killed in that
+    // moment leaves the intent, which the intent tests below cover).
     recorded(state.path(), probe).await;
 
     // When the daemon is SIGKILLed
@@ -370,4 +378,243 @@ checked:
     );
     second.child.start_kill().unwrap();
     let _ = second.child.wait().await;
+}
+
+/// The records in a ledger directory.
+fn records_in(dir: &Path) -> Vec<GroupRecord> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            serde_json::from_slice(&std::fs::read(entry.unwrap().path()).unwrap()).unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_started_under_an_intent_is_killed_by_the_next_sweep() {
+    // Given a ledger that recorded the intent to start a group, whose leader then started
+    // with the token, and the ledger gone before it completed the record (a daemon killed
+    // in between)
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(Some(dir.path())).unwrap();
+    let token = ledger.token("window");
+    ledger.intend("window", &token).unwrap();
+    let mut leader = Command::new("/bin/sleep")
+        .arg("1000")
+        .env(GROUP_TOKEN_VAR, &token)
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = leader.id().unwrap();
+    drop(ledger);
+
+    // When the next ledger sweeps the directory
+    let leftovers = Ledger::open(Some(dir.path())).unwrap().sweep().unwrap();
+
+    // Then the leader was killed and reported with its group, and the intent is gone
+    assert_eq!(
+        leftovers,
+        [Leftover {
+            service: "window".into(),
+            pgid: pid,
+            killed: vec![pid],
+        }]
+    );
+    let status = tokio::time::timeout(PATIENCE, leader.wait())
+        .await
+        .expect("the leader exits")
+        .unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+    assert_eq!(records_in(dir.path()), []);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intent_sweep_kills_what_the_leader_forked_even_outside_its_group() {
+    nix::sys::prctl::set_child_subreaper(true).unwrap();
+    // Given an intent, and its group's leader that forked a child into a session of its own
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(Some(dir.path())).unwrap();
+    let token = ledger.token("forks");
+    ledger.intend("forks", &token).unwrap();
+    let mut leader = Command::new("/bin/sh")
+        .args(["-c", "setsid sh -c 'echo $$; exec sleep 1000' & wait"])
+        .env(GROUP_TOKEN_VAR, &token)
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = leader.id().unwrap();
+    // The child tells its pid once it is in its own session.
+    let mut lines = BufReader::new(leader.stdout.take().unwrap()).lines();
+    let child: u32 = tokio::time::timeout(PATIENCE, lines.next_line())
+        .await
+        .expect("the child tells its pid")
+        .unwrap()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let cleanup = KillOnDrop(child);
+    assert_eq!(read_stat(child).unwrap().unwrap().pgrp, child);
+    drop(ledger);
+
+    // When the next ledger sweeps the directory
+    let leftovers = Ledger::open(Some(dir.path())).unwrap().sweep().unwrap();
+
+    // Then both were killed, and the group reported is the leader's
+    assert_eq!(
+        leftovers,
+        [Leftover {
+            service: "forks".into(),
+            pgid: pid,
+            killed: sorted_pids(&[pid, child]),
+        }]
+    );
+    let status = tokio::time::timeout(PATIENCE, leader.wait())
+        .await
+        .expect("the leader exits")
+        .unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+    assert_eq!(
+        reap(child).await,
+        WaitStatus::Signaled(Pid::from_raw(child as i32), Signal::SIGKILL, false),
+        "the child (an orphan of this process, the subreaper) was killed by the sweep"
+    );
+    // Reaped: its pid may be someone else's by now.
+    std::mem::forget(cleanup);
+}
+
+/// SIGKILLs a process the test did not start itself (so no `kill_on_drop`) if the test ends
+/// before the sweep killed it: a failed test leaves no process holding its output open.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = kill(Pid::from_raw(self.0 as i32), Signal::SIGKILL);
+    }
+}
+
+fn sorted_pids(pids: &[u32]) -> Vec<u32> {
+    let mut pids = pids.to_vec();
+    pids.sort_unstable();
+    pids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intent_of_another_boot_is_dropped_without_killing() {
+    // Given an intent of another boot, and a live process that carries its token
+    let dir = tempfile::tempdir().unwrap();
+    let token = "an.earlier.boot";
+    let record = GroupRecord {
+        service: "old".into(),
+        pgid: None,
+        start_time: 0,
+        boot_id: "another-boot".into(),
+        token: token.into(),
+    };
+    std::fs::write(
+        dir.path().join("an.earlier.boot.json"),
+        serde_json::to_vec(&record).unwrap(),
+    )
+    .unwrap();
+    let mut bystander = Command::new("/bin/sleep")
+        .arg("1000")
+        .env(GROUP_TOKEN_VAR, token)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = bystander.id().unwrap();
+
+    // When a ledger sweeps the directory
+    let leftovers = Ledger::open(Some(dir.path())).unwrap().sweep().unwrap();
+
+    // Then nothing is reported, the process lives, and the intent is gone
+    assert_eq!(leftovers, []);
+    assert!(running(pid));
+    assert_eq!(records_in(dir.path()), []);
+    bystander.kill().await.unwrap();
+}
+
+/// A supervisor whose ledger is `<state>/groups`.
+fn recording_supervisor(state: &Path) -> Supervisor {
+    Supervisor::new(SupervisorOptions {
+        state_dir: Some(state.to_path_buf()),
+        ..options()
+    })
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_fails_to_start_leaves_no_record() {
+    // Given a supervisor with a state directory
+    let state = tempfile::tempdir().unwrap();
+    let supervisor = recording_supervisor(state.path());
+    let mut events = supervisor.events(0);
+
+    // When a service's program cannot be started
+    supervisor
+        .apply(
+            "missing",
+            ServiceSpec::command("/nonexistent/program").with_restart(RestartPolicy::Never),
+        )
+        .unwrap();
+    let failed = wait_state(&mut events, "missing", ServiceState::Failed).await;
+    assert_eq!(
+        failed.event.message,
+        "Failed to start /nonexistent/program: No such file or directory"
+    );
+
+    // Then its intent was removed: no record is left
+    assert_eq!(records_in(&state.path().join("groups")), []);
+    supervisor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_probe_that_fails_to_start_leaves_no_record() {
+    // Given a running service whose exec probe cannot be started (and is not retried soon)
+    let state = tempfile::tempdir().unwrap();
+    let supervisor = recording_supervisor(state.path());
+    let mut events = supervisor.events(0);
+    let health = HealthCheck {
+        probe: Probe::Exec {
+            command: "/nonexistent/probe".into(),
+            args: vec![],
+        },
+        initial_delay: std::time::Duration::ZERO,
+        period: std::time::Duration::from_secs(3600),
+        timeout: std::time::Duration::from_secs(3600),
+    };
+    supervisor
+        .apply(
+            "checked",
+            ServiceSpec::command("/bin/sleep")
+                .with_args(["600"])
+                .with_health(health),
+        )
+        .unwrap();
+    let started = wait_state(&mut events, "checked", ServiceState::Running).await;
+
+    // When its probe fails to start
+    wait_message(
+        &mut events,
+        "checked",
+        "Health check failed: /nonexistent/probe: entity not found",
+    )
+    .await;
+
+    // Then the only record is the service's own, complete
+    let records = records_in(&state.path().join("groups"));
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (records[0].service.as_str(), records[0].pgid),
+        ("checked", Some(pid_in(&started.event.message)))
+    );
+    supervisor.shutdown().await;
 }

@@ -115,29 +115,27 @@ async fn exec(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let token = records.map(|(ledger, name)| ledger.token(name));
-    if let Some(token) = &token {
-        cmd.env(GROUP_TOKEN_VAR, token);
-    }
-    let mut child = match reaper::spawn(&mut cmd) {
-        Ok(child) => child,
+    let spawn = |cmd: &mut Command| {
+        let child = reaper::spawn(cmd)?;
+        // Invariant: a child just spawned has not been waited for, so it has its pid.
+        let pid = child
+            .id()
+            .ok_or_else(|| io::Error::other("started without a pid"))?;
+        Ok((child, pid))
+    };
+    let spawned = match records {
+        Some((ledger, name)) => {
+            let token = ledger.token(name);
+            cmd.env(GROUP_TOKEN_VAR, &token);
+            ledger.start(name, token, || spawn(&mut cmd))
+        }
+        None => spawn(&mut cmd).map(|started| (started, None)),
+    };
+    let ((mut child, pid), record) = match spawned {
+        Ok(spawned) => spawned,
         Err(e) => return Some(Err(format!("{command}: {}", io_reason(&e)))),
     };
-    let Some(pid) = child.id() else {
-        // Invariant: a child just spawned has not been waited for, so it has its pid.
-        return Some(Err(format!("{command}: started without a pid")));
-    };
     let mut guard = GroupGuard { pid, armed: true };
-    let record = match (records, token) {
-        (Some((ledger, name)), Some(token)) => match ledger.record(name, pid, token) {
-            Ok(record) => record,
-            Err(error) => {
-                tracing::warn!(probe = %name, pid, %error, "recording the probe's process group failed; a killed daemon may leave it behind");
-                None
-            }
-        },
-        _ => None,
-    };
     let mut stderr = child.stderr.take();
     let outcome = {
         let work = tokio::time::timeout(timeout, async {

@@ -462,31 +462,25 @@ impl Runner {
         }
         // fork and exec block the calling thread for up to a millisecond: keep them off the
         // runtime's workers, so a crash loop does not stall other tasks.
-        // The group's record is written in the same blocking task, before the process is
-        // reported running.
+        // The group's records (intent, then complete) are written in the same blocking task,
+        // before the process is reported running.
         let sup = self.sup.clone();
         let id = self.id.clone();
         let spawned = tokio::task::spawn_blocking(move || {
-            let child = reaper::spawn(&mut command)?;
-            let pid = child.id().unwrap_or(0);
-            let record = match sup.ledger.record(&id, pid, token) {
-                Ok(record) => record,
-                Err(error) => {
-                    tracing::warn!(service = %id, pid, %error, "recording the process group failed; a killed daemon may leave it behind");
-                    None
-                }
-            };
-            Ok::<_, std::io::Error>((child, record))
+            sup.ledger.start(&id, token, || {
+                let child = reaper::spawn(&mut command)?;
+                let pid = child.id().unwrap_or(0);
+                Ok((child, pid))
+            })
         })
         .await
         .map_err(|e| format!("Failed to start {program}: {e}"))?;
-        let (child, record) = spawned.map_err(|e| {
+        let ((child, pid), record) = spawned.map_err(|e| {
             format!(
                 "Failed to start {program}: {}",
                 spawn_reason(&e, spec.working_dir.as_deref())
             )
         })?;
-        let pid = child.id().unwrap_or(0);
         Ok(Running {
             child,
             pid,

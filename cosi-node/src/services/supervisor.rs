@@ -12,10 +12,10 @@
 //!   process exits is SIGKILLed too. Direct children are reaped by their handles; orphans of a
 //!   service group are reaped by the [`super::Reaper`] when
 //!   [`SupervisorOptions::reap_orphans`] is on. Groups are recorded in the state directory
-//!   ([`super::ledger`]), so what a SIGKILLed daemon left running is killed when the next
-//!   supervisor starts on that directory, before any service starts. Exec health probes run
-//!   in groups of their own, recorded the same way; a stop (or a new health check) kills and
-//!   reaps the probe in flight.
+//!   from before their first process starts ([`super::ledger`]), so what a SIGKILLed daemon
+//!   left running is killed when the next supervisor starts on that directory, before any
+//!   service starts. Exec health probes run in groups of their own, recorded the same way; a
+//!   stop (or a new health check) kills and reaps the probe in flight.
 //! - A spec a process cannot be given (a NUL byte, an environment name with `=`) or with a
 //!   zero health period or timeout fails its service with `Invalid spec: <field> ...` and is
 //!   not retried until the spec changes.
