@@ -663,6 +663,27 @@ async fn a_program_that_cannot_start_fails_with_the_reason_and_is_retried() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arguments_longer_than_the_kernel_takes_fail_the_service_and_are_not_retried() {
+    let supervisor = supervisor();
+    let mut events = supervisor.events(0);
+    // Linux takes at most 32 pages (128 KiB) in one argument, whatever the stack limit.
+    let long = "x".repeat(256 * 1024);
+    supervisor
+        .apply("long", ServiceSpec::command("/bin/echo").with_args([long]))
+        .unwrap();
+
+    let failed = wait_state(&mut events, "long", ServiceState::Failed).await;
+    assert_eq!(
+        failed.event.message,
+        "Failed to start /bin/echo: Argument list too long: its arguments and environment are \
+         more than the kernel takes (at most 128 KiB in one string, a quarter of the stack size \
+         limit in all); change the spec"
+    );
+    assert_eq!(supervisor.get("long").unwrap().restarts, 0);
+    supervisor.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nul_byte_in_an_argument_fails_the_service_naming_the_argument_and_is_not_retried() {
     let supervisor = supervisor();
     let mut events = supervisor.events(0);

@@ -216,7 +216,15 @@ impl Runner {
             .transition(&self.id, ServiceState::Preparing, preparing, |_| {});
         let mut running = match self.spawn(&spec, &program, &args).await {
             Ok(running) => running,
-            Err(message) => {
+            Err(SpawnFailed {
+                message,
+                retry: false,
+            }) => {
+                self.sup
+                    .transition(&self.id, ServiceState::Failed, message, |r| r.alive = false);
+                return Next::Blocked;
+            }
+            Err(SpawnFailed { message, .. }) => {
                 let restart = self.restarts_after(true);
                 self.sup
                     .transition(&self.id, ServiceState::Failed, message, |r| {
@@ -445,7 +453,7 @@ impl Runner {
         spec: &ServiceSpec,
         program: &str,
         args: &[String],
-    ) -> Result<Running, String> {
+    ) -> Result<Running, SpawnFailed> {
         let token = self.sup.ledger.token(&self.id);
         let mut command = Command::new(program);
         command
@@ -474,12 +482,17 @@ impl Runner {
             })
         })
         .await
-        .map_err(|e| format!("Failed to start {program}: {e}"))?;
-        let ((child, pid), record) = spawned.map_err(|e| {
-            format!(
+        .map_err(|e| SpawnFailed {
+            message: format!("Failed to start {program}: {e}"),
+            retry: true,
+        })?;
+        let ((child, pid), record) = spawned.map_err(|e| SpawnFailed {
+            message: format!(
                 "Failed to start {program}: {}",
                 spawn_reason(&e, spec.working_dir.as_deref())
-            )
+            ),
+            // Too long for the kernel: only a changed spec helps.
+            retry: e.raw_os_error() != Some(nix::errno::Errno::E2BIG as i32),
         })?;
         Ok(Running {
             child,
@@ -806,6 +819,13 @@ fn quote(line: &str) -> &str {
     cosi_core::text::prefix_within(line, QUOTE_LIMIT)
 }
 
+/// A spawn that failed: the service's message, and whether starting again can help (a
+/// missing program may appear; arguments the kernel refuses as too long stay too long).
+struct SpawnFailed {
+    message: String,
+    retry: bool,
+}
+
 /// Why a spawn failed. The OS reports a working directory it cannot enter with the same
 /// error as a missing program; name the directory when it is the culprit.
 fn spawn_reason(error: &std::io::Error, working_dir: Option<&str>) -> String {
@@ -819,8 +839,20 @@ fn spawn_reason(error: &std::io::Error, working_dir: Option<&str>) -> String {
     }
 }
 
+/// What the OS said, and for a refusal that only a changed spec can cure, what to change.
+fn os_reason(error: &std::io::Error) -> String {
+    let reason = os_text(error);
+    if error.raw_os_error() == Some(nix::errno::Errno::E2BIG as i32) {
+        return format!(
+            "{reason}: its arguments and environment are more than the kernel takes (at most \
+             128 KiB in one string, a quarter of the stack size limit in all); change the spec"
+        );
+    }
+    reason
+}
+
 /// An OS error without the `(os error N)` suffix: `No such file or directory`.
-pub(crate) fn os_reason(error: &std::io::Error) -> String {
+fn os_text(error: &std::io::Error) -> String {
     let text = error.to_string();
     match text.find(" (os error ") {
         Some(at) => text[..at].to_string(),
