@@ -18,7 +18,8 @@
 //!   (`DiskState::close`), so the next start finds what this one derived.
 //!
 //! The library holds what the demo and its story test share ([`starter`]), and what joins `cosi-node` to `cosi-api`, for the daemon and its tests:
-//! [`machine::NodeMachine`], the node behind the API's machine service.
+//! [`machine::NodeMachine`], the node behind the API's machine service, and
+//! [`maintenance::MaintenanceMachine`], the gate in front of it while the node has no config.
 //!
 //! The rest of this page is the project's README; its tour is compiled and run as a doc test of
 //! this crate, so it cannot drift from the API.
@@ -26,4 +27,5 @@
 #![doc = include_str!("../../README.md")]
 
 pub mod machine;
+pub mod maintenance;
 pub mod starter;

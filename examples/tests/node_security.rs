@@ -247,3 +247,72 @@ async fn a_configured_node_refuses_clients_without_a_certificate_of_its_ca() {
         .unwrap();
     assert_eq!(active.metadata.version().get(), 1);
 }
+
+#[tokio::test]
+async fn a_maintenance_apply_is_refused_once_a_config_is_active() {
+    use cosi_api::proto::machine::{ApplyConfigurationRequest, ApplyConfigurationResponse};
+    use tonic::codegen::http::uri::PathAndQuery;
+
+    // Given a node in maintenance, and a pinned caller that has begun an apply but holds back
+    // its request
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+    let mut node = Daemon::start(&pki, state.path(), &[]);
+    let (address, _) = node.ready().await;
+    let channel = cosi_api::client::channel(
+        address,
+        None,
+        ClientSecurity::Pinned {
+            fingerprints: vec![pki.fingerprint()],
+        },
+    )
+    .unwrap();
+    let (release, held) = tokio::sync::oneshot::channel::<ApplyConfigurationRequest>();
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.unwrap();
+    let mut held_apply = Box::pin(
+        grpc.client_streaming::<_, _, ApplyConfigurationResponse, _>(
+            tonic::Request::new(futures::stream::once(async { held.await.unwrap() })),
+            PathAndQuery::from_static(cosi_api::auth::APPLY_CONFIGURATION),
+            tonic_prost::ProstCodec::default(),
+        ),
+    );
+    // (its first poll queues the call on the channel, ahead of any later call on it: the node
+    // takes it in before the apply below)
+    assert!(futures::poll!(&mut held_apply).is_pending());
+
+    // When another apply makes a config active, and then the held request arrives
+    let applied = cosi_api::client::MachineClient::new(channel)
+        .apply_configuration(ApplyRequest {
+            data: config("node-1", "worker").into_bytes(),
+            ..ApplyRequest::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(applied.version, 1);
+    release
+        .send(ApplyConfigurationRequest {
+            data: config("intruder", "controlplane").into_bytes(),
+            ..ApplyConfigurationRequest::default()
+        })
+        .unwrap();
+    let late = held_apply.await;
+
+    // Then it is refused: an unauthenticated caller changes nothing on a configured node
+    let status = late.expect_err("a maintenance apply to a configured node is refused");
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert_eq!(node.ready().await, (address, Mode::MutualTls));
+    let admin = mtls(&pki, address, Role::Admin);
+    let active = admin
+        .state
+        .get_typed::<MachineConfig>(&MachineConfig::pointer(ACTIVE))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            active.metadata.version().get(),
+            active.spec.config().machine().network.hostname.as_deref()
+        ),
+        (1, Some("node-1"))
+    );
+}

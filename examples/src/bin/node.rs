@@ -58,7 +58,9 @@
 //! server gracefully (the apply's answer is delivered first) and serves mutual TLS on the same
 //! listening socket — it is never closed, so the port cannot be taken meanwhile, and clients
 //! that connect during the switch are answered by the new server — then prints the new ready
-//! line. A node never goes back to maintenance.
+//! line. A node never goes back to maintenance. A maintenance apply is accepted only while no
+//! config is active ([`examples::maintenance::MaintenanceMachine`]), one at a time: a call the
+//! maintenance server took in before it stopped cannot change the configured node.
 //!
 //! The State service serves the whole store with [`cosi_api::auth::StatePolicy`]: the machine
 //! config and its history are written only by `ApplyConfiguration` (so validation cannot be
@@ -124,6 +126,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use cosi_api::auth::{ControllerOwners, StatePolicy};
 use cosi_api::codec::Codec;
+use cosi_api::machine::Machine;
 use cosi_api::pki::CertifiedKey;
 use cosi_api::server::{ApiServer, Security, ServerHandle, StateService};
 use cosi_core::{Registry, State, StateExt};
@@ -135,6 +138,7 @@ use cosi_node::network::{Cmdline, MemoryBackend, NetworkBackend};
 use cosi_node::node::{self, Node, NodeOptions, NodeParts, NodeStore, APPLY_ONLY_TYPES};
 use cosi_node::services::{ImageResolver, SupervisorOptions};
 use examples::machine::NodeMachine;
+use examples::maintenance::MaintenanceMachine;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -456,6 +460,8 @@ fn resolver(flags: &Flags) -> Result<ImageResolver, String> {
 struct Api {
     state: StateService,
     machine: Arc<NodeMachine>,
+    /// The node's state, where the maintenance gate looks for an active config.
+    node_state: Arc<dyn State>,
     tls: Tls,
 }
 
@@ -471,9 +477,18 @@ impl Api {
                 identity: self.tls.identity.clone(),
             }
         };
+        // A maintenance caller is unauthenticated: it may configure the node, and only once.
+        let machine: Arc<dyn Machine> = if configured {
+            self.machine.clone()
+        } else {
+            Arc::new(MaintenanceMachine::new(
+                self.machine.clone(),
+                self.node_state.clone(),
+            ))
+        };
         let server = ApiServer::new(security)
             .with_state(self.state.clone())
-            .with_machine(self.machine.clone())
+            .with_machine(machine)
             .serve(listener)
             .map_err(|e| format!("serving the API: {e}"))?;
         let address = server.local_addr();
@@ -542,6 +557,7 @@ async fn run(flags: Flags) -> Result<(), String> {
                         .with_controller_outputs(node.controller_outputs().clone()),
                 ),
                 machine: Arc::new(NodeMachine::new(node.handle())),
+                node_state: store.state(),
                 tls,
             };
             // Whatever ends the serving, the node stops: no service outlives the daemon.
