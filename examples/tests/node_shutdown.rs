@@ -12,7 +12,7 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 use node_support::*;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 fn become_subreaper() {
     nix::sys::prctl::set_child_subreaper(true).unwrap();
@@ -104,4 +104,46 @@ async fn a_killed_daemons_services_are_killed_at_its_next_start() {
     let admin = mtls(&pki, address, Role::Admin);
     let started = running_pid_except(&admin, "kubelet", Some(kubelet)).await;
     assert!(alive(started));
+}
+
+#[tokio::test]
+async fn a_closed_stdout_does_not_stop_the_node() {
+    // Given a node in maintenance whose stdout reader went away after the first ready line
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+    let mut command = command(&pki, state.path(), "127.0.0.1:0", &[]);
+    command
+        .env("RUST_LOG", "node=info")
+        .stderr(std::process::Stdio::piped());
+    let mut node = Daemon::spawn(command);
+    let (address, _) = node.ready().await;
+    let mut logs = BufReader::new(node.child.stderr.take().unwrap()).lines();
+    node.close_stdout();
+
+    // When it is configured, and so has a second ready line to print (its log says when)
+    pinned(&pki, address)
+        .machine
+        .apply_configuration(cosi_api::machine::ApplyRequest {
+            data: config("node-1", "worker").into_bytes(),
+            ..cosi_api::machine::ApplyRequest::default()
+        })
+        .await
+        .unwrap();
+    loop {
+        let line = tokio::time::timeout(PATIENCE, logs.next_line())
+            .await
+            .expect("the daemon logs the switch")
+            .unwrap()
+            .expect("the daemon logs the switch before its stderr ends");
+        if line.contains("serving the API over mutual TLS") {
+            break;
+        }
+    }
+
+    // Then it serves on over mutual TLS and runs its services, and stops cleanly on SIGTERM
+    let admin = mtls(&pki, address, Role::Admin);
+    let kubelet = running_pid(&admin, "kubelet").await;
+    let status = node.signal(Signal::SIGTERM).await;
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert!(!alive(kubelet), "kubelet {kubelet} still runs");
 }

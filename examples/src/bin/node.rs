@@ -32,6 +32,9 @@
 //! - `listening on ADDR (mutual TLS)`: the node has a config (at start, or once the first
 //!   config is applied in maintenance: the switch prints this second line).
 //!
+//! A reader of stdout that went away (a closed pipe) does not stop the node: a line it cannot
+//! print is logged as a warning, and the node serves on.
+//!
 //! Logs go to stderr through `tracing`, filtered by `RUST_LOG` (e.g. `RUST_LOG=info`,
 //! `RUST_LOG=cosi_node=debug`); the default is `warn`, so a demo shows no noise.
 //!
@@ -116,7 +119,7 @@
 //! Exit codes: 0 after a clean shutdown, 1 when the node cannot start or fails, 2 for bad
 //! flags.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -494,15 +497,24 @@ impl Api {
         let address = server.local_addr();
         if configured {
             tracing::info!(%address, "serving the API over mutual TLS");
-            println!("listening on {address} (mutual TLS)");
+            announce(&format!("listening on {address} (mutual TLS)"));
         } else {
             tracing::info!(%address, fingerprint = %self.tls.fingerprint, "serving the API in maintenance mode");
-            println!(
+            announce(&format!(
                 "listening on {address} (maintenance, fingerprint {})",
                 self.tls.fingerprint
-            );
+            ));
         }
         Ok(server)
+    }
+}
+
+/// Prints a ready line on stdout. Whoever read it may be gone (a closed pipe): the node
+/// serves on regardless — `println!` would panic, and the services would outlive the daemon.
+fn announce(line: &str) {
+    let mut stdout = std::io::stdout().lock();
+    if let Err(error) = writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
+        tracing::warn!(%error, line, "cannot print the ready line on stdout; serving on");
     }
 }
 

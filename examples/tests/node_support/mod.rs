@@ -150,7 +150,8 @@ pub fn command(pki: &Pki, state: &Path, listen: &str, extra: &[&str]) -> Command
 /// A `node` process.
 pub struct Daemon {
     pub child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
+    /// Its stdout (`None` once [`Daemon::close_stdout`] closed it).
+    lines: Option<Lines<BufReader<ChildStdout>>>,
     /// Every stdout line read so far.
     pub seen: Vec<String>,
     /// Its address, from the last ready line.
@@ -173,7 +174,7 @@ impl Daemon {
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
         Daemon {
             child,
-            lines,
+            lines: Some(lines),
             seen: Vec::new(),
             address: None,
         }
@@ -185,7 +186,8 @@ impl Daemon {
 
     /// The next stdout line; panics if the daemon exits first.
     pub async fn line(&mut self) -> String {
-        let read = tokio::time::timeout(PATIENCE, self.lines.next_line()).await;
+        let lines = self.lines.as_mut().expect("the daemon's stdout is open");
+        let read = tokio::time::timeout(PATIENCE, lines.next_line()).await;
         match read {
             Ok(Ok(Some(line))) => {
                 self.seen.push(line.clone());
@@ -225,6 +227,12 @@ impl Daemon {
         };
         self.address = Some(address);
         (address, mode)
+    }
+
+    /// Closes the read end of its stdout, as a reader that went away does: its next line
+    /// meets a broken pipe.
+    pub fn close_stdout(&mut self) {
+        self.lines = None;
     }
 
     pub fn address(&self) -> SocketAddr {
