@@ -113,6 +113,46 @@ pub fn server_mutual(
     Ok(config)
 }
 
+/// Checks that the certificate of `identity` is one that clients verifying the server against
+/// `ca_pem` accept, its validity period aside: issued by that CA (directly, or through the
+/// intermediates that follow it in `cert_pem`) for server authentication. A server configured
+/// with another CA's certificate serves, and every such client refuses it. The time is left
+/// out because it is not the files' fault: a machine whose clock is off at boot would refuse a
+/// good certificate.
+///
+/// ```
+/// use cosi_api::pki::{CertificateAuthority, CERT_VALIDITY};
+/// let ca = CertificateAuthority::generate("cosi").unwrap();
+/// let server = ca.issue_server(&["127.0.0.1".parse().unwrap()], &[], CERT_VALIDITY).unwrap();
+/// assert!(cosi_api::tls::check_issued_by(&server, ca.cert_pem()).is_ok());
+///
+/// let other = CertificateAuthority::generate("other").unwrap();
+/// assert!(cosi_api::tls::check_issued_by(&server, other.cert_pem()).is_err());
+/// ```
+pub fn check_issued_by(identity: &CertifiedKey, ca_pem: &str) -> Result<(), TlsError> {
+    let chain = certificates("server certificate", &identity.cert_pem)?;
+    let roots = roots(ca_pem)?;
+    let (_, parsed) =
+        x509_parser::parse_x509_certificate(&chain[0]).map_err(|e| TlsError::Pem {
+            what: "server certificate",
+            message: e.to_string(),
+        })?;
+    // A moment the certificate is valid at, so that only the issuer and the usage are checked.
+    let valid_at = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
+        u64::try_from(parsed.validity().not_before.timestamp()).unwrap_or(0),
+    ));
+    let end_entity = rustls::server::ParsedCertificate::try_from(&chain[0])
+        .map_err(rustls_err("server certificate"))?;
+    rustls::client::verify_server_cert_signed_by_trust_anchor(
+        &end_entity,
+        &roots,
+        &chain[1..],
+        valid_at,
+        provider().signature_verification_algorithms.all,
+    )
+    .map_err(rustls_err("server certificate"))
+}
+
 /// The server side of maintenance mode: server-only TLS (no client certificate).
 pub fn server_maintenance(identity: &CertifiedKey) -> Result<ServerConfig, TlsError> {
     let mut config = ServerConfig::builder_with_provider(provider())

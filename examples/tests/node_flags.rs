@@ -127,3 +127,50 @@ async fn a_listen_address_in_use_is_refused_before_anything_starts() {
         "no state was opened"
     );
 }
+
+#[tokio::test]
+async fn a_certificate_the_ca_did_not_issue_is_refused_at_start() {
+    // Given the server certificate of one cluster and the CA of another
+    let mut pki = Pki::new();
+    let other = cosi_api::pki::CertificateAuthority::generate("other").unwrap();
+    let (other_ca, _) = other
+        .certified()
+        .write_pem(pki.dir.path(), "other-ca")
+        .unwrap();
+    pki.ca_path = other_ca;
+    let state = tempfile::tempdir().unwrap();
+
+    // Then the node refuses to start (once out of maintenance, no client trusting that CA
+    // could reach it), naming both files, and writes nothing
+    let stderr = refused(&run(&pki, state.path(), &[]).await);
+
+    assert!(
+        stderr.starts_with(&format!(
+            "node: --cert {} was not issued by --ca {}: ",
+            pki.cert_path.display(),
+            pki.ca_path.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
+}
+
+#[tokio::test]
+async fn a_ca_file_that_is_not_the_ca_is_refused_at_start() {
+    // Given the server certificate given as the CA too
+    let mut pki = Pki::new();
+    pki.ca_path = pki.cert_path.clone();
+    let state = tempfile::tempdir().unwrap();
+
+    let stderr = refused(&run(&pki, state.path(), &[]).await);
+
+    assert!(
+        stderr.starts_with(&format!(
+            "node: --cert {} was not issued by --ca {}: ",
+            pki.cert_path.display(),
+            pki.ca_path.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
+}

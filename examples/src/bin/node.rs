@@ -51,7 +51,9 @@
 //! # Security: maintenance, then mutual TLS
 //!
 //! The node presents the server certificate of `--cert`/`--key` (what `gen` writes, signed by
-//! the cluster CA) in both modes. **Without an active config** it serves
+//! the cluster CA) in both modes; a certificate `--ca` did not issue is refused at start, as
+//! clients verify the node against that CA (its validity period is not checked: a node whose
+//! clock is off at boot still starts). **Without an active config** it serves
 //! `Security::Maintenance`: server-only TLS, and only `ApplyConfiguration` is accepted (any
 //! other call is refused as not authorized); clients pin the key's fingerprint, printed on the
 //! ready line and stable across restarts (the key is the operator's, not generated). **Once a
@@ -373,6 +375,15 @@ fn read_tls(paths: &Paths) -> Result<Tls, String> {
             "--cert {}, --key {}, --ca {}: {e}",
             paths.cert.display(),
             paths.key.display(),
+            paths.ca.display()
+        )
+    })?;
+    // Otherwise the node would start, and be unreachable once it leaves maintenance: clients
+    // verify it against the CA.
+    cosi_api::tls::check_issued_by(&identity, &ca_pem).map_err(|e| {
+        format!(
+            "--cert {} was not issued by --ca {}: {e}",
+            paths.cert.display(),
             paths.ca.display()
         )
     })?;
