@@ -174,3 +174,26 @@ async fn a_ca_file_that_is_not_the_ca_is_refused_at_start() {
     );
     assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
 }
+
+#[tokio::test]
+async fn a_hostname_the_config_would_refuse_is_a_bad_flag() {
+    // Given a --hostname that is not an RFC 1123 name (a config naming it is refused; as the
+    // node's name, its member would be left out)
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+
+    let output = run(&pki, state.path(), &["--hostname", "Node/1"]).await;
+
+    // Then it is refused as a bad flag, naming the rule, before anything is served or written
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(output.stdout.is_empty(), "nothing served: {output:?}");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.starts_with(
+            "error: invalid value 'Node/1' for '--hostname <HOSTNAME>': \
+             \"Node/1\" is not an RFC 1123 hostname: "
+        ),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
+}

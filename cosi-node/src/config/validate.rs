@@ -538,6 +538,21 @@ fn dns_label(label: &str) -> Result<(), String> {
     }
 }
 
+/// Checks a hostname by the rule `machine.network.hostname` is held to (an RFC 1123 name), for
+/// a hostname that comes from elsewhere (a daemon's flag).
+///
+/// ```
+/// use cosi_node::config::validate::hostname;
+/// assert!(hostname("node-1.example").is_ok());
+/// assert_eq!(
+///     hostname("Node/1").unwrap_err(),
+///     "\"Node/1\" is not an RFC 1123 hostname: \"Node/1\" is not a DNS label (1-63 lowercase letters, digits and '-', not starting or ending with '-')"
+/// );
+/// ```
+pub fn hostname(name: &str) -> Result<(), String> {
+    dns_name(name)
+}
+
 fn dns_name(name: &str) -> Result<(), String> {
     if name.len() > 253 {
         return Err(format!("{name:?} is longer than 253 characters"));

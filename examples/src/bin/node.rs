@@ -92,7 +92,8 @@
 //! `machine.network.interfaces` adds the `configuration` layer. Members come from a registry:
 //! `--registry-dir` (a directory the nodes of one machine share; an entry expires after
 //! `--registry-ttl` without a refresh) and/or `--etcd` (feature `etcd`). `--hostname` is the
-//! hostname while the config names none (the config's `machine.network.hostname` wins).
+//! hostname while the config names none (the config's `machine.network.hostname` wins); it is
+//! held to the config's rule (an RFC 1123 name), and any other is a bad flag.
 //!
 //! # Restarts
 //!
@@ -174,8 +175,8 @@ struct Flags {
     /// The server certificate's private key (PEM).
     #[arg(long, required_unless_present = "print_graph")]
     key: Option<PathBuf>,
-    /// The hostname while the config names none.
-    #[arg(long)]
+    /// The hostname while the config names none (an RFC 1123 name, as the config's).
+    #[arg(long, value_parser = parse_hostname)]
     hostname: Option<String>,
     /// A directory the nodes of this machine share to find each other (the directory
     /// registry). Created if missing.
@@ -231,6 +232,11 @@ fn parse_image(text: &str) -> Result<(String, PathBuf), String> {
         }
         _ => Err(format!("{text:?} is not REPOSITORY=PROGRAM")),
     }
+}
+
+fn parse_hostname(text: &str) -> Result<String, String> {
+    cosi_node::config::validate::hostname(text)?;
+    Ok(text.to_string())
 }
 
 fn main() -> ExitCode {
