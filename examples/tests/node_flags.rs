@@ -197,3 +197,33 @@ async fn a_hostname_the_config_would_refuse_is_a_bad_flag() {
     );
     assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
 }
+
+#[tokio::test]
+async fn a_registry_ttl_under_a_second_is_a_bad_flag() {
+    // Given a registry TTL of zero (every entry expired at once: nodes would delete each
+    // other's entries, rewriting their own every few milliseconds, and find no member)
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+    let registry = state.path().join("registry");
+    let registry = registry.to_str().unwrap();
+
+    let output = run(
+        &pki,
+        state.path(),
+        &["--registry-dir", registry, "--registry-ttl", "0s"],
+    )
+    .await;
+
+    // Then it is refused as a bad flag, before anything is served or written
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(output.stdout.is_empty(), "nothing served: {output:?}");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.starts_with(
+            "error: invalid value '0s' for '--registry-ttl <REGISTRY_TTL>': \
+             a registry TTL is at least 1s"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
+}

@@ -91,9 +91,10 @@
 //! links (the `cmdline` address layer, as `ip=192.0.2.10:::24::eth0:off`); the config's
 //! `machine.network.interfaces` adds the `configuration` layer. Members come from a registry:
 //! `--registry-dir` (a directory the nodes of one machine share; an entry expires after
-//! `--registry-ttl` without a refresh) and/or `--etcd` (feature `etcd`). `--hostname` is the
-//! hostname while the config names none (the config's `machine.network.hostname` wins); it is
-//! held to the config's rule (an RFC 1123 name), and any other is a bad flag.
+//! `--registry-ttl`, at least 1s, without a refresh) and/or `--etcd` (feature `etcd`).
+//! `--hostname` is the hostname while the config names none (the config's
+//! `machine.network.hostname` wins); it is held to the config's rule (an RFC 1123 name), and
+//! any other is a bad flag.
 //!
 //! # Restarts
 //!
@@ -183,8 +184,8 @@ struct Flags {
     #[arg(long)]
     registry_dir: Option<PathBuf>,
     /// How long a node's entry in the registry lives without a refresh (refreshed at a third
-    /// of it).
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    /// of it; at least 1s).
+    #[arg(long, default_value = "30s", value_parser = parse_registry_ttl)]
     registry_ttl: Duration,
     /// An etcd endpoint for the etcd member registry (repeatable; feature `etcd`).
     #[arg(long = "etcd")]
@@ -232,6 +233,21 @@ fn parse_image(text: &str) -> Result<(String, PathBuf), String> {
         }
         _ => Err(format!("{text:?} is not REPOSITORY=PROGRAM")),
     }
+}
+
+/// The least registry TTL: etcd leases are whole seconds (a shorter TTL would mean one thing
+/// to etcd and another to the directory registry), and a zero one expires every entry at once.
+const MIN_REGISTRY_TTL: Duration = Duration::from_secs(1);
+
+fn parse_registry_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if ttl < MIN_REGISTRY_TTL {
+        return Err(format!(
+            "a registry TTL is at least {}",
+            humantime::format_duration(MIN_REGISTRY_TTL)
+        ));
+    }
+    Ok(ttl)
 }
 
 fn parse_hostname(text: &str) -> Result<String, String> {
