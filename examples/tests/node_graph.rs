@@ -71,3 +71,24 @@ fn without_a_registry_the_graph_has_no_discovery_controller() {
     assert!(output.status.success());
     assert!(!text.contains("AffiliateDiscoveryController"), "{text}");
 }
+
+#[test]
+fn a_graph_that_cannot_be_printed_is_an_error_not_a_panic() {
+    // Given a stdout whose reader has gone (`node --print-graph dot | head` once head exits)
+    let (reader, writer) = nix::unistd::pipe().unwrap();
+    drop(reader);
+
+    // When the graph is printed to it
+    let output = Command::new(NODE)
+        .args(["--print-graph", "text"])
+        .stdout(std::process::Stdio::from(writer))
+        .output()
+        .expect("the node daemon runs");
+
+    // Then the node says so and exits 1
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert_eq!(
+        String::from_utf8(output.stderr).unwrap(),
+        "node: printing the graph: Broken pipe (os error 32)\n"
+    );
+}

@@ -344,14 +344,16 @@ fn print_graph(flags: &Flags, format: GraphFormat) -> Result<(), String> {
         default_hostname: flags.hostname.clone(),
     };
     let graph = node::graph(&parts).map_err(|e| e.to_string())?;
-    print!(
-        "{}",
-        match format {
-            GraphFormat::Dot => graph.to_dot(),
-            GraphFormat::Text => graph.to_text(),
-        }
-    );
-    Ok(())
+    let text = match format {
+        GraphFormat::Dot => graph.to_dot(),
+        GraphFormat::Text => graph.to_text(),
+    };
+    // Not print!, which panics when the reader has gone (`node --print-graph dot | head`).
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|e| format!("printing the graph: {e}"))
 }
 
 /// Every path flag of a running node (required unless printing the graph).
