@@ -227,3 +227,26 @@ async fn a_registry_ttl_under_a_second_is_a_bad_flag() {
     );
     assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
 }
+
+#[tokio::test]
+async fn a_refusal_exits_one_even_when_stderr_is_closed() {
+    // Given a missing certificate, and a stderr whose reader has gone
+    let mut pki = Pki::new();
+    pki.cert_path = pki.dir.path().join("missing.pem");
+    let state = tempfile::tempdir().unwrap();
+    let (reader, writer) = nix::unistd::pipe().unwrap();
+    drop(reader);
+
+    // When the daemon refuses to start
+    let status = command(&pki, state.path(), "127.0.0.1:0", &[])
+        .stderr(std::process::Stdio::from(writer))
+        .kill_on_drop(true)
+        .status();
+    let status = tokio::time::timeout(PATIENCE, status)
+        .await
+        .expect("the daemon exits")
+        .unwrap();
+
+    // Then its exit code still says so (1, not a panic's 101)
+    assert_eq!(status.code(), Some(1), "{status:?}");
+}

@@ -265,7 +265,7 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("node: cannot start the async runtime: {error}");
+            complain(&format!("cannot start the async runtime: {error}"));
             return ExitCode::FAILURE;
         }
     };
@@ -278,10 +278,16 @@ fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("node: {error}");
+            complain(&error);
             ExitCode::FAILURE
         }
     }
+}
+
+/// Says what went wrong on stderr. A closed stderr must not turn the exit code into a panic's
+/// (`eprintln!` panics when it cannot write).
+fn complain(message: &str) {
+    let _ = writeln!(std::io::stderr(), "node: {message}");
 }
 
 fn init_logs() {
@@ -289,7 +295,9 @@ fn init_logs() {
         Ok(filter) => filter,
         Err(error) => {
             if std::env::var_os("RUST_LOG").is_some() {
-                eprintln!("node: RUST_LOG is not a log filter ({error}); logging warnings");
+                complain(&format!(
+                    "RUST_LOG is not a log filter ({error}); logging warnings"
+                ));
             }
             tracing_subscriber::EnvFilter::new("warn")
         }
