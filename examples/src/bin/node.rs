@@ -576,6 +576,16 @@ async fn run(flags: Flags) -> Result<(), String> {
         .await
         .map_err(|e| format!("--listen {}: {e}", flags.listen))?;
 
+    // Every part that can fail is set up before the state directory is made or the store
+    // opened, so a failed start leaves the directory as it found it.
+    let parts = NodeParts {
+        network: network(&flags)?,
+        cmdline,
+        registries: registries(&flags)?,
+        default_hostname: flags.hostname.clone(),
+    };
+    let resolver = resolver(&flags)?;
+
     std::fs::create_dir_all(&paths.state_dir)
         .map_err(|e| format!("--state-dir {}: {e}", paths.state_dir.display()))?;
     let mut registry = Registry::new();
@@ -585,15 +595,10 @@ async fn run(flags: Flags) -> Result<(), String> {
         .await
         .map_err(|e| format!("--state-dir {}: {e}", paths.state_dir.display()))?;
     let options = NodeOptions {
-        parts: NodeParts {
-            network: network(&flags)?,
-            cmdline,
-            registries: registries(&flags)?,
-            default_hostname: flags.hostname.clone(),
-        },
+        parts,
         supervisor: SupervisorOptions {
             state_dir: Some(paths.state_dir.join("services")),
-            resolver: resolver(&flags)?,
+            resolver,
             reap_orphans: true,
             ..SupervisorOptions::default()
         },
