@@ -23,6 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -88,6 +89,10 @@ pub struct Caller {
     pub organizations: BTreeSet<String>,
     /// How the caller connected.
     pub transport: Transport,
+    /// Where a maintenance caller connected from (`None` for the others, and for a maintenance
+    /// caller made without one): maintenance callers have no name, so their connections and
+    /// calls are counted per address.
+    pub address: Option<IpAddr>,
 }
 
 impl Caller {
@@ -105,6 +110,7 @@ impl Caller {
                 .map(str::to_string)
                 .collect(),
             transport: Transport::MutualTls,
+            address: None,
         }
     }
 
@@ -114,6 +120,7 @@ impl Caller {
             name: String::new(),
             organizations: BTreeSet::new(),
             transport: Transport::Plaintext,
+            address: None,
         }
     }
 
@@ -123,6 +130,16 @@ impl Caller {
             name: String::new(),
             organizations: BTreeSet::new(),
             transport: Transport::Maintenance,
+            address: None,
+        }
+    }
+
+    /// A maintenance caller connected from `address` (an IPv4-mapped IPv6 address counts as
+    /// its IPv4 address).
+    pub fn maintenance_from(address: IpAddr) -> Self {
+        Caller {
+            address: Some(address.to_canonical()),
+            ..Caller::maintenance()
         }
     }
 

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cosi_api::auth::{ControllerOwners, Role, StatePolicy};
-use cosi_api::client::{channel, ClientSecurity, MachineClient, RemoteState};
+use cosi_api::client::{
+    channel, channel_with, ChannelOptions, ClientSecurity, MachineClient, RemoteState,
+};
 use cosi_api::codec::Codec;
 use cosi_api::machine::{ApplyRequest, ServiceAction};
 use cosi_api::pki::{CertificateAuthority, CertifiedKey, Validity, CERT_VALIDITY};
@@ -697,11 +699,17 @@ struct MaintenanceNode {
 }
 
 async fn maintenance_node() -> MaintenanceNode {
+    maintenance_node_serving(|server| server).await
+}
+
+async fn maintenance_node_serving(
+    configure: impl FnOnce(ApiServer) -> ApiServer,
+) -> MaintenanceNode {
     let identity = cosi_api::pki::self_signed_server(&[localhost()], &[]).unwrap();
     let fingerprint = fingerprint_of_pem(&identity.cert_pem).unwrap();
     let machine = Arc::new(TestMachine::new());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server = ApiServer::new(Security::Maintenance { identity })
+    let server = configure(ApiServer::new(Security::Maintenance { identity }))
         .with_state(StateService::new(
             Arc::new(MemoryState::default()),
             codec(),
@@ -761,6 +769,43 @@ async fn maintenance_mode_accepts_only_apply_configuration_from_a_pinned_client(
     assert_eq!(
         node.machine.snapshot().config.as_deref(),
         Some("hostname: node-1\n")
+    );
+}
+
+#[tokio::test]
+async fn maintenance_callers_are_counted_per_address() {
+    let node = maintenance_node_serving(|server| server.with_max_connections_per_caller(1)).await;
+    let from = |local: &str| {
+        let options = ChannelOptions {
+            local_address: Some(local.parse().unwrap()),
+            ..Default::default()
+        };
+        let security = ClientSecurity::Pinned {
+            fingerprints: vec![node.fingerprint],
+        };
+        MachineClient::new(channel_with(node.server.local_addr(), None, security, options).unwrap())
+    };
+    let dry_run = || ApplyRequest {
+        data: b"hostname: node-1\n".to_vec(),
+        dry_run: true,
+        ..Default::default()
+    };
+    // One address holds its one connection...
+    let first = from("127.0.0.1");
+    within(first.apply_configuration(dry_run())).await.unwrap();
+    let second = from("127.0.0.1");
+    assert_connection_refused(
+        "a second connection from the same address",
+        within(second.apply_configuration(dry_run())).await,
+    );
+    // ...and another address (the operator's) has a place of its own.
+    let other = from("127.0.0.2");
+    within(other.apply_configuration(dry_run())).await.unwrap();
+    within(first.apply_configuration(dry_run())).await.unwrap();
+    assert_eq!(
+        node.machine.snapshot().version,
+        0,
+        "dry runs changed nothing"
     );
 }
 

@@ -264,6 +264,7 @@ async fn a_log_reader_that_stops_reading_never_slows_the_service_and_learns_what
         },
         cosi_api::client::ChannelOptions {
             stream_window: Some(1024),
+            ..Default::default()
         },
     )
     .unwrap();

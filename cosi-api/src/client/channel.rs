@@ -61,6 +61,10 @@ pub struct ChannelOptions {
     /// The HTTP/2 receive window per stream, in bytes (`None`: the transport's default, 2 MiB).
     /// It bounds how many bytes of a watch travel ahead of a consumer that is not reading.
     pub stream_window: Option<u32>,
+    /// The local address to connect from (`None`: the one the OS picks). For a host with
+    /// several addresses whose peer tells callers apart by address (a node in maintenance
+    /// counts its unauthenticated callers' connections per address).
+    pub local_address: Option<std::net::IpAddr>,
 }
 
 /// A channel to `address`. `server_name` is the name the server's certificate must carry
@@ -108,12 +112,23 @@ pub fn channel_with(
         None => ServerName::IpAddress(address.ip().into()),
     };
     let connector = tls.map(|config| TlsConnector::from(Arc::new(config)));
+    let local_address = options.local_address;
     Ok(
         endpoint.connect_with_connector_lazy(tower::service_fn(move |_uri| {
             let connector = connector.clone();
             let name = name.clone();
             async move {
-                let tcp = TcpStream::connect(address).await?;
+                let tcp = match local_address {
+                    None => TcpStream::connect(address).await?,
+                    Some(local) => {
+                        let socket = match local {
+                            std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+                            std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+                        };
+                        socket.bind(SocketAddr::new(local, 0))?;
+                        socket.connect(address).await?
+                    }
+                };
                 tcp.set_nodelay(true)?;
                 Ok::<_, std::io::Error>(match connector {
                     None => Transport::Plain(TokioIo::new(tcp)),

@@ -6,9 +6,9 @@
 //! resource (file descriptors, memory) is retried after a growing wait ([`AcceptBackoff`]), not
 //! at once in a busy loop. At most [`Limits::connections`] connections are open at once; at
 //! the limit the loop stops accepting until one closes, so callers queue in the kernel's listen
-//! queue instead of taking the process's last descriptors. One certificate (or all maintenance
-//! callers together) holds at most [`Limits::per_caller`] of them: a connection past that is
-//! closed after its handshake, so one caller cannot take every place.
+//! queue instead of taking the process's last descriptors. One certificate (or one address, for
+//! maintenance callers, who have no certificate) holds at most [`Limits::per_caller`] of them: a
+//! connection past that is closed after its handshake, so one caller cannot take every place.
 
 use std::collections::HashMap;
 use std::io;
@@ -38,7 +38,7 @@ pub(crate) struct Limits {
     /// Connections open at once, handshaking ones included.
     pub(crate) connections: usize,
     /// Connections one caller may hold: per client certificate name, and for maintenance
-    /// callers together (plaintext callers are trusted and not counted).
+    /// callers per address (plaintext callers are trusted and not counted).
     pub(crate) per_caller: usize,
 }
 
@@ -244,11 +244,12 @@ impl Acceptor {
                 })
             }
             Acceptor::Maintenance(acceptor) => {
+                let caller = Caller::maintenance_from(tcp.peer_addr()?.ip());
                 let tls = acceptor.accept(tcp).await?;
-                registered.claim(&Caller::maintenance(), per_caller)?;
+                registered.claim(&caller, per_caller)?;
                 Ok(Connection {
                     stream: Stream::Tls(Box::new(tls)),
-                    caller: Caller::maintenance(),
+                    caller,
                     _registered: registered,
                     _slot: slot,
                 })

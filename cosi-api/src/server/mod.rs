@@ -43,7 +43,7 @@ pub const MAX_CONCURRENT_STREAMS: u32 = 1024;
 /// ([`ApiServer::with_max_connections`]): half of the 1,024 descriptors a process gets by
 /// default, so callers cannot take the ones the node needs for its own files and services.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
-/// Open connections one caller (one client certificate name; all maintenance callers together)
+/// Open connections one caller (one client certificate name; one maintenance caller's address)
 /// holds at once by default ([`ApiServer::with_max_connections_per_caller`]).
 pub const DEFAULT_MAX_CONNECTIONS_PER_CALLER: usize = 64;
 /// Calls one caller holds open at once by default, over all its connections
@@ -134,8 +134,8 @@ impl ApiServer {
 
     /// Lets one caller hold at most `max` connections at once (at least 1; default
     /// [`DEFAULT_MAX_CONNECTIONS_PER_CALLER`]): callers are told apart by their client
-    /// certificate's name, maintenance callers count as one, plaintext callers (trusted) are
-    /// not counted. A connection past the limit is closed after its handshake.
+    /// certificate's name, maintenance callers by the address they connect from, plaintext
+    /// callers (trusted) are not counted. A connection past the limit is closed after its handshake.
     ///
     /// ```
     /// use cosi_api::server::{ApiServer, Security};
@@ -149,7 +149,7 @@ impl ApiServer {
 
     /// Lets one caller hold at most `max` calls open at once over all its connections (at
     /// least 1; default [`DEFAULT_MAX_CALLS_PER_CALLER`]), counted as connections are (per
-    /// client certificate name; maintenance callers as one; plaintext callers not at all). A
+    /// client certificate name; maintenance callers per address; plaintext callers not at all). A
     /// watch, list or log follow holds its place until its stream ends or is cancelled; a call
     /// past the limit is refused with `ResourceExhausted` (retryable) before any service
     /// sees it. Without it, one certificate's 64 connections of 1,024 streams each could hold

@@ -1,8 +1,10 @@
 //! What one caller holds at once: its connections and its open calls, counted per caller so
 //! that one client certificate cannot take every place the server has.
 //!
-//! Callers are told apart by their client certificate's name; every maintenance caller counts
-//! as one; plaintext callers (trusted, loopback) are not counted. [`PerCaller::claim`] takes a
+//! Callers are told apart by their client certificate's name, maintenance callers (who have
+//! none) by the address they connect from; plaintext callers (trusted, loopback) are not
+//! counted. So in maintenance one peer cannot take the places the operator's first apply
+//! needs. [`PerCaller::claim`] takes a
 //! place and returns a [`Claim`] that gives it back when dropped. [`CallLimit`] is the tower
 //! layer that claims a place for every call and holds it until the call's response body is
 //! dropped — for a unary call when its answer is sent, for a watch, a list or a log follow when
@@ -55,12 +57,15 @@ impl PerCaller {
     }
 }
 
-/// Whom a place counts for: the client certificate's name, or every maintenance caller
-/// together; plaintext callers (trusted, loopback) are not counted.
+/// Whom a place counts for: the client certificate's name, or a maintenance caller's address;
+/// plaintext callers (trusted, loopback) are not counted.
 fn counted_key(caller: &Caller) -> Option<String> {
     match caller.transport {
         Transport::Plaintext => None,
-        Transport::Maintenance => Some("maintenance".to_string()),
+        Transport::Maintenance => Some(match caller.address {
+            Some(address) => format!("maintenance {address}"),
+            None => "maintenance".to_string(),
+        }),
         Transport::MutualTls => Some(format!("certificate {}", caller.name)),
     }
 }

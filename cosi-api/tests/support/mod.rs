@@ -73,6 +73,7 @@ pub fn tight_client(address: SocketAddr, codec: Codec) -> RemoteState {
         ClientSecurity::Plaintext,
         ChannelOptions {
             stream_window: Some(1024),
+            ..Default::default()
         },
     )
     .unwrap();
