@@ -199,6 +199,28 @@ async fn a_hostname_the_config_would_refuse_is_a_bad_flag() {
 }
 
 #[tokio::test]
+async fn a_link_name_the_config_would_refuse_is_a_bad_flag() {
+    // Given an empty --link (no config could name that link)
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+
+    let output = run(&pki, state.path(), &["--link", ""]).await;
+
+    // Then it is refused as a bad flag, naming the rule, before anything is served or written
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(output.stdout.is_empty(), "nothing served: {output:?}");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.starts_with(
+            "error: invalid value '' for '--link <LINKS>': \"\" is not a link name \
+             (1-15 characters, no '/', ':' or whitespace)"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
+}
+
+#[tokio::test]
 async fn a_registry_ttl_under_a_second_is_a_bad_flag() {
     // Given a registry TTL of zero (every entry expired at once: nodes would delete each
     // other's entries, rewriting their own every few milliseconds, and find no member)

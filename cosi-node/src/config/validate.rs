@@ -562,7 +562,19 @@ fn dns_name(name: &str) -> Result<(), String> {
         .map_err(|m| format!("{name:?} is not an RFC 1123 hostname: {m}"))
 }
 
-fn link_name(name: &str) -> Result<(), String> {
+/// Checks a link name by the rule the config's `interface` fields are held to (what Linux
+/// takes: 1-15 characters, no '/', ':' or whitespace), for a link named elsewhere (a daemon's
+/// flag).
+///
+/// ```
+/// use cosi_node::config::validate::link_name;
+/// assert!(link_name("eth0").is_ok());
+/// assert_eq!(
+///     link_name("").unwrap_err(),
+///     "\"\" is not a link name (1-15 characters, no '/', ':' or whitespace)"
+/// );
+/// ```
+pub fn link_name(name: &str) -> Result<(), String> {
     let valid = !name.is_empty()
         && name.len() <= 15
         && name != "."

@@ -196,8 +196,8 @@ struct Flags {
     /// Where addresses go.
     #[arg(long, value_enum, default_value_t = NetworkKind::Memory)]
     network: NetworkKind,
-    /// A link of the in-memory network (repeatable).
-    #[arg(long = "link", default_values_t = ["lo".to_string(), "eth0".to_string()])]
+    /// A link of the in-memory network (repeatable; a Linux link name, as the config's).
+    #[arg(long = "link", default_values_t = ["lo".to_string(), "eth0".to_string()], value_parser = parse_link)]
     links: Vec<String>,
     /// A kernel command line; its `ip=` arguments put addresses on links.
     #[arg(long, default_value = "")]
@@ -248,6 +248,11 @@ fn parse_registry_ttl(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(ttl)
+}
+
+fn parse_link(text: &str) -> Result<String, String> {
+    cosi_node::config::validate::link_name(text)?;
+    Ok(text.to_string())
 }
 
 fn parse_hostname(text: &str) -> Result<String, String> {
