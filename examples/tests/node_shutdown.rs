@@ -1,5 +1,5 @@
-//! How the `node` daemon ends, with real processes: SIGTERM and SIGINT stop its services and
-//! exit 0; a SIGKILLed daemon leaves its services running, and its next start kills them
+//! How the `node` daemon ends, with real processes: SIGTERM, SIGINT and SIGHUP stop its
+//! services and exit 0; a SIGKILLed daemon leaves its services running, and its next start kills them
 //! before anything else (checked by pid).
 //!
 //! This test process makes itself a child subreaper, so a SIGKILLed daemon's orphans are
@@ -68,6 +68,11 @@ async fn sigterm_stops_the_services_and_exits_zero() {
 #[tokio::test]
 async fn sigint_stops_the_services_and_exits_zero() {
     stops_cleanly_on(Signal::SIGINT).await;
+}
+
+#[tokio::test]
+async fn sighup_stops_the_services_and_exits_zero() {
+    stops_cleanly_on(Signal::SIGHUP).await;
 }
 
 #[tokio::test]

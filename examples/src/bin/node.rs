@@ -110,7 +110,9 @@
 //! - **A pending `try` is reverted by any restart** (in place or of the process): `try` never
 //!   writes the persisted config, and every start makes the persisted config active. A
 //!   **`staged`** config becomes active at the next start.
-//! - **SIGTERM or SIGINT**: the API stops (open streams end with `Unavailable`), the services
+//! - **SIGTERM, SIGINT or SIGHUP** (the terminal it ran in closed; there is no file to
+//!   reload, and its default, dying on the spot, would leave the services running until the
+//!   next start): the API stops (open streams end with `Unavailable`), the services
 //!   stop in dependency order, the controllers stop, the store finishes its writes and closes;
 //!   exit code 0.
 //! - **SIGKILL** leaves the services running; the next start of the daemon on the same state
@@ -576,6 +578,7 @@ async fn run(flags: Flags) -> Result<(), String> {
     let mut signals = Signals {
         terminate: signal(SignalKind::terminate()).map_err(|e| e.to_string())?,
         interrupt: signal(SignalKind::interrupt()).map_err(|e| e.to_string())?,
+        hangup: signal(SignalKind::hangup()).map_err(|e| e.to_string())?,
     };
     let listener = TcpListener::bind(flags.listen)
         .await
@@ -642,6 +645,7 @@ async fn run(flags: Flags) -> Result<(), String> {
 struct Signals {
     terminate: tokio::signal::unix::Signal,
     interrupt: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
 }
 
 /// Serves the API on `listener` until a signal (`Ok`) or a failure (`Err`): maintenance until
@@ -674,6 +678,7 @@ async fn serve(
         tokio::select! {
             _ = signals.terminate.recv() => break Ok(()),
             _ = signals.interrupt.recv() => break Ok(()),
+            _ = signals.hangup.recv() => break Ok(()),
             request = node.restart_requested() => {
                 tracing::info!(
                     persisted_version = %request.persisted_version,
