@@ -160,6 +160,48 @@ async fn a_file_from_a_newer_store_format_is_refused() {
 }
 
 #[tokio::test]
+async fn a_redb_file_that_is_not_a_cosi_store_is_refused_and_left_as_it_was() {
+    // Given another program's redb database where the store was expected,
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(redb::TableDefinition::<&str, u64>::new("app.settings"))
+            .unwrap()
+            .insert("answer", 42)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let bytes = std::fs::read(&path).unwrap();
+
+    // when a store opens it,
+    let err = open(&path).await.unwrap_err();
+
+    // it is refused, naming the file and why,
+    let Error::Backend {
+        subject,
+        message,
+        retryable,
+        ..
+    } = &err
+    else {
+        panic!("expected a backend error, got {err:?}");
+    };
+    assert_eq!(subject, &path.display().to_string());
+    assert_eq!(
+        message,
+        "not a cosi store: the file is a redb database without the cosi.meta table"
+    );
+    assert!(!retryable);
+    // and not a byte of it is written.
+    assert!(
+        std::fs::read(&path).unwrap() == bytes,
+        "a failed open must not touch the file"
+    );
+}
+
+#[tokio::test]
 async fn a_record_with_a_newer_encoding_is_refused_naming_the_resource() {
     let dir = tempfile::tempdir().unwrap();
     let path = populated_store(dir.path()).await;

@@ -271,14 +271,7 @@ impl StoreFile {
             .begin_read()
             .map_err(|e| storage_error(&path, "reading the store", e))?;
         let meta = read.open_table(META).map_err(|e| match e {
-            redb::TableError::TableDoesNotExist(_) => Error::Backend {
-                subject: display(&path),
-                message:
-                    "not a cosi store: the file is a redb database without the cosi.meta table"
-                        .into(),
-                retryable: false,
-                source: None,
-            },
+            redb::TableError::TableDoesNotExist(_) => not_a_store(&path),
             other => storage_error(&path, "reading the store format", other),
         })?;
         let format = meta
@@ -479,10 +472,21 @@ fn check_format(path: &Path, format: Option<u64>) -> Result<()> {
     }
 }
 
+/// The error for a redb file without `cosi.meta`: some other program's database.
+fn not_a_store(path: &Path) -> Error {
+    Error::Backend {
+        subject: display(path),
+        message: "not a cosi store: the file is a redb database without the cosi.meta table".into(),
+        retryable: false,
+        source: None,
+    }
+}
+
 /// Checks the store format of an existing file through a read-only open, so that a file this
-/// build refuses is not even opened for writing (which would touch its header). A file the
-/// read-only open cannot read (it needs a repair, or another store holds it) is left to the
-/// writable open, which repairs it or reports the lock; the format is checked again at load.
+/// build refuses — another format, or no cosi store at all — is not even opened for writing
+/// (which would touch its header). A file the read-only open cannot read (it needs a repair,
+/// or another store holds it) is left to the writable open, which repairs it or reports the
+/// lock; the format is checked again at load.
 fn check_format_read_only(path: &Path, options: &DiskOptions) -> Result<()> {
     let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         builder(options).open_read_only(path)
@@ -495,6 +499,8 @@ fn check_format_read_only(path: &Path, options: &DiskOptions) -> Result<()> {
     };
     let meta = match read.open_table(META) {
         Ok(meta) => meta,
+        // Every store has it from its first commit, before it is linked into place.
+        Err(redb::TableError::TableDoesNotExist(_)) => return Err(not_a_store(path)),
         Err(_) => return Ok(()),
     };
     match meta.get(FORMAT_KEY) {
