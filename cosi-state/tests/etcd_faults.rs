@@ -7,7 +7,8 @@ mod etcd_common;
 use std::time::Duration;
 
 use cosi_core::{
-    CreateOptions, Error, Event, ListOptions, ResourceSpec, SharedResource, State, WatchKindOptions,
+    CreateOptions, DynamicResource, Error, Event, ListOptions, Metadata, Pointer, ResourceSpec,
+    SharedResource, State, WatchKindOptions,
 };
 use cosi_state::etcd::{EtcdOptions, EtcdState};
 use etcd_common::{
@@ -161,6 +162,42 @@ async fn watch_sees_a_resource_overwritten_with_garbage_as_destroyed() {
     assert!(matches!(gone, Event::Destroyed { .. }), "{gone:?}");
     assert_eq!(summary(&gone), ev("destroyed", "a", 1));
     assert_eq!(next_summary(&mut watch).await, ev("created", "b", 2));
+}
+
+#[tokio::test]
+async fn a_write_too_large_for_etcd_fails_without_a_retry() {
+    // etcd refuses a request over --max-request-bytes (1.5 MiB by default) itself, and one over
+    // that plus gRPC's allowance (2 MiB) already in its gRPC server; neither size ever fits.
+    let state = state("too-large").await;
+    for (size, refusal) in [
+        (1_600_000, "etcdserver: request is too large"),
+        (2_200_000, "grpc: received message larger than max"),
+    ] {
+        let note = DynamicResource {
+            metadata: Metadata::new(Pointer::new(
+                "test",
+                "Notes.test.cosi.dev",
+                format!("note-{size}"),
+            )),
+            spec: serde_json::json!("x".repeat(size)),
+        };
+        let err = state
+            .create(std::sync::Arc::new(note), CreateOptions::default())
+            .await
+            .unwrap_err();
+        let Error::Backend {
+            subject,
+            message,
+            retryable,
+            ..
+        } = &err
+        else {
+            panic!("expected a backend error, got {err:?}");
+        };
+        assert_eq!(subject, &format!("test/Notes.test.cosi.dev/note-{size}"));
+        assert!(message.contains(refusal), "{size} bytes: {message}");
+        assert!(!retryable, "{size} bytes can never be written: {err}");
+    }
 }
 
 #[tokio::test]

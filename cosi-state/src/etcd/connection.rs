@@ -200,9 +200,14 @@ pub(super) fn etcd_error(
     let retryable = match &e {
         // gRPC codes: 1 cancelled, 2 unknown (broken connections surface so), 4 deadline
         // exceeded, 8 resource exhausted, 10 aborted, 14 unavailable.
-        etcd_client::Error::GRpcStatus(status) => {
-            matches!(status.code() as i32, 1 | 2 | 4 | 8 | 10 | 14)
-        }
+        etcd_client::Error::GRpcStatus(status) => match status.code() as i32 {
+            // Resource exhausted is also how etcd's gRPC server refuses a message over its size
+            // limit ("received message larger than max"): that request never fits, however
+            // often it is sent. Otherwise (etcd's space quota, too many requests) it may pass
+            // later.
+            8 => !status.message().contains("larger than max"),
+            code => matches!(code, 1 | 2 | 4 | 10 | 14),
+        },
         etcd_client::Error::TransportError(_)
         | etcd_client::Error::IoError(_)
         | etcd_client::Error::WatchError(_)

@@ -19,9 +19,11 @@
 //!   watchers of that kind. A bookmark etcd has compacted away gets `Resync` and a full
 //!   bootstrap, never a silent gap.
 //! - **Failures**: every call is bounded by [`EtcdOptions::request_timeout`]; an unreachable etcd
-//!   is an [`Error::Backend`] with `retryable: true`. Watches survive etcd restarts and resume
-//!   from the last delivered revision; if etcd comes back with its revision gone backwards (its
-//!   data was replaced), watchers get `Resync` and the new contents.
+//!   is an [`Error::Backend`] with `retryable: true`; a write etcd refuses as too large (over
+//!   its `--max-request-bytes`, whichever layer of etcd refuses it) is not retryable. Watches
+//!   survive etcd restarts and resume from the last delivered revision; if etcd comes back with
+//!   its revision gone backwards (its data was replaced), watchers get `Resync` and the new
+//!   contents.
 //! - **Invalid records** (bytes under a resource key that are not a valid record): `get` of that
 //!   resource fails with a non-retryable [`Error::Backend`] naming it; `list` and watches skip it
 //!   (and log it at error level) so the rest of the kind is still served — a watcher sees a
