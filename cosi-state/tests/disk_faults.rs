@@ -416,3 +416,26 @@ async fn stores_racing_to_create_one_file_leave_one_store() {
     assert_eq!(ids(&reopened).await, ["a"]);
     assert!(!dir.path().join("store.redb.creating").exists());
 }
+
+#[tokio::test]
+async fn a_store_removed_after_an_interrupted_creation_is_not_resurrected() {
+    // Given a store whose creation crashed between linking it into place and removing its
+    // temporary name (what is on disk then: two names of one file),
+    let dir = tempfile::tempdir().unwrap();
+    let path = populated_store(dir.path()).await;
+    let creating = dir.path().join("store.redb.creating");
+    std::fs::hard_link(&path, &creating).unwrap();
+    // which was opened and used since,
+    let state = open(&path).await.unwrap();
+    create(&state, "d", 10).await.unwrap();
+    state.close().await;
+
+    // when the operator removes the store to start afresh,
+    std::fs::remove_file(&path).unwrap();
+    let state = open(&path).await.unwrap();
+
+    // the new store is empty: the old contents do not come back through the temporary name.
+    assert_eq!(ids(&state).await, Vec::<String>::new());
+    state.close().await;
+    assert!(!creating.exists());
+}

@@ -212,7 +212,9 @@ impl StoreFile {
     ) -> Result<(StoreFile, BTreeMap<Kind, LoadedKind>)> {
         let db = if path.exists() {
             check_format_read_only(path, options)?;
-            open_existing(path, options)?
+            let db = open_existing(path, options)?;
+            finish_interrupted_creation(path);
+            db
         } else {
             create_new(path, options)?
         };
@@ -560,9 +562,7 @@ fn open_existing(path: &Path, options: &DiskOptions) -> Result<Database> {
 /// by redb while it is being prepared, and it is linked to `path` with `hard_link`, which never
 /// replaces an existing file. The loser opens (or finds locked) the winner's store.
 fn create_new(path: &Path, options: &DiskOptions) -> Result<Database> {
-    let mut creating = path.as_os_str().to_owned();
-    creating.push(".creating");
-    let creating = PathBuf::from(creating);
+    let creating = creating_path(path);
     let io_error = |doing: &str, e: std::io::Error| {
         Error::backend(display(path), format!("{doing}: {e}"), false, e)
     };
@@ -617,12 +617,52 @@ fn create_new(path: &Path, options: &DiskOptions) -> Result<Database> {
         Err(e) => return Err(io_error("moving the new store into place", e)),
     }
     remove_partial()?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| io_error("syncing the store directory", e))?;
-    }
+    sync_directory(path).map_err(|e| io_error("syncing the store directory", e))?;
     Ok(db)
+}
+
+/// The name a store is prepared under before it is linked to `path`.
+fn creating_path(path: &Path) -> PathBuf {
+    let mut creating = path.as_os_str().to_owned();
+    creating.push(".creating");
+    PathBuf::from(creating)
+}
+
+/// Makes the directory entries of `path`'s directory durable.
+fn sync_directory(path: &Path) -> std::io::Result<()> {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => std::fs::File::open(dir).and_then(|d| d.sync_all()),
+        None => Ok(()),
+    }
+}
+
+/// Removes the temporary name of a creation that crashed after linking the store to `path`
+/// but before unlinking that name. Left there, it would be a second name of the live store: once
+/// the store at `path` is removed (to start afresh), the next open would take that name for a
+/// creation leftover and bring the old contents back. Called with the store's lock held, so no
+/// creation of this store can be under way; a temporary file that is not this store is left to
+/// the creation that owns it.
+fn finish_interrupted_creation(path: &Path) {
+    let creating = creating_path(path);
+    match (std::fs::metadata(path), std::fs::metadata(&creating)) {
+        (Ok(store), Ok(temporary)) if same_file(&store, &temporary) => {}
+        _ => return,
+    }
+    if let Err(error) = std::fs::remove_file(&creating).and_then(|()| sync_directory(path)) {
+        tracing::warn!(path = %creating.display(), %error, "cannot remove the second name an interrupted creation left to the store; remove it before removing the store");
+    }
+}
+
+#[cfg(unix)]
+fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    (a.dev(), a.ino()) == (b.dev(), b.ino())
+}
+
+/// Without inode numbers a second name cannot be told from another file: it is left alone.
+#[cfg(not(unix))]
+fn same_file(_: &std::fs::Metadata, _: &std::fs::Metadata) -> bool {
+    false
 }
 
 impl StoreFile {
