@@ -23,8 +23,34 @@ impl ResourceSpec for Blob {
     const DEFAULT_NAMESPACE: &'static str = "test";
 }
 
+/// A spec whose `Serialize` has a bug: it panics on negative values.
+#[derive(Clone, PartialEq, Debug, Deserialize)]
+struct Fragile {
+    value: i64,
+}
+impl Serialize for Fragile {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Plain {
+            value: i64,
+        }
+        assert!(self.value >= 0, "negative values are a bug");
+        Plain { value: self.value }.serialize(serializer)
+    }
+}
+impl ResourceSpec for Fragile {
+    const TYPE: &'static str = "Fragiles.test.cosi.dev";
+    const DEFAULT_NAMESPACE: &'static str = "test";
+}
+
 fn types() -> std::sync::Arc<cosi_core::Registry> {
-    std::sync::Arc::new(cosi_core::Registry::new().with::<Blob>().unwrap())
+    std::sync::Arc::new(
+        cosi_core::Registry::new()
+            .with::<Blob>()
+            .unwrap()
+            .with::<Fragile>()
+            .unwrap(),
+    )
 }
 
 async fn open(path: &Path) -> Result<DiskState, Error> {
@@ -438,4 +464,50 @@ async fn a_store_removed_after_an_interrupted_creation_is_not_resurrected() {
     assert_eq!(ids(&state).await, Vec::<String>::new());
     state.close().await;
     assert!(!creating.exists());
+}
+
+#[tokio::test]
+async fn a_spec_that_panics_while_encoded_fails_its_write_and_the_store_keeps_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let state = open(&path).await.unwrap();
+    let fragile = |id: &str, value: i64| Resource::new(id, Fragile { value }).into_shared();
+
+    // When a write's spec panics in its serde implementation (on the store's committer),
+    let err = state
+        .create(fragile("bad", -1), CreateOptions::default())
+        .await
+        .unwrap_err();
+
+    // that write fails, saying so,
+    let Error::Backend {
+        subject,
+        message,
+        retryable,
+        ..
+    } = &err
+    else {
+        panic!("expected a backend error, got {err:?}");
+    };
+    assert_eq!(subject, "test/Fragiles.test.cosi.dev/bad");
+    assert_eq!(
+        message,
+        "checking and encoding the write panicked: negative values are a bug"
+    );
+    assert!(!retryable);
+    // and the store keeps working for every other write.
+    state
+        .create(fragile("good", 1), CreateOptions::default())
+        .await
+        .unwrap();
+    let kind = Fragile::kind();
+    let listed: Vec<_> = state
+        .list(&kind, &ListOptions::default())
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.metadata().id().to_string())
+        .collect();
+    assert_eq!(listed, ["good"]);
+    state.close().await;
 }

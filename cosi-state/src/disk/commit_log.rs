@@ -88,7 +88,7 @@ impl Committer {
         let mut changes = Vec::with_capacity(batch.len());
         let mut waiting = Vec::with_capacity(batch.len());
         for request in batch {
-            match self.stage(request.op, &mut pending, now) {
+            match self.stage_guarded(request.op, &mut pending, now) {
                 Ok((change, collection)) => {
                     changes.push(change);
                     waiting.push(Waiting {
@@ -117,6 +117,39 @@ impl Committer {
                 }
             }
         }
+    }
+
+    /// [`Self::stage`], with a panic in it (a spec's `Serialize` or `Deserialize` is the
+    /// writer's code, running here) failing that write alone: unwinding would end the committer
+    /// and with it every later write of the store. `stage` changes `pending` only after the
+    /// spec's serde code has run, so the batch goes on as if the write had not been sent.
+    fn stage_guarded(
+        &self,
+        op: WriteOp,
+        pending: &mut Pending,
+        now: SystemTime,
+    ) -> Result<(Change, Arc<Collection>)> {
+        let subject = match &op {
+            WriteOp::Create(resource, _) | WriteOp::Update(resource, _) => {
+                resource.metadata().pointer().to_string()
+            }
+            WriteOp::Destroy(pointer, _) => pointer.to_string(),
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.stage(op, pending, now)
+        }))
+        .unwrap_or_else(|panic| {
+            Err(Error::Backend {
+                subject,
+                message: format!(
+                    "checking and encoding the write panicked: {}",
+                    super::panic_message(&*panic)
+                        .unwrap_or_else(|| "a panic without a message".into())
+                ),
+                retryable: false,
+                source: None,
+            })
+        })
     }
 
     /// Checks one write against the committed state and the batch so far; stamps it and

@@ -543,14 +543,9 @@ fn open_existing(path: &Path, options: &DiskOptions) -> Result<Database> {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder(options).open(path)));
     match opened {
         Ok(result) => result.map_err(|e| storage_error(path, "opening the store", e)),
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "redb rejected it".into());
-            Err(damaged(what))
-        }
+        Err(panic) => Err(damaged(
+            super::panic_message(&*panic).unwrap_or_else(|| "redb rejected it".into()),
+        )),
     }
 }
 

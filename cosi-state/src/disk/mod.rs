@@ -85,6 +85,14 @@ pub struct DiskOptions {
     pub paused_clock: bool,
 }
 
+/// The message a caught panic carried (`panic!` and `assert!` carry a `&str` or a `String`).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> Option<String> {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+}
+
 impl Default for DiskOptions {
     fn default() -> Self {
         DiskOptions {
