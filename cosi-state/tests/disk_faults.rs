@@ -228,6 +228,40 @@ async fn a_redb_file_that_is_not_a_cosi_store_is_refused_and_left_as_it_was() {
 }
 
 #[tokio::test]
+async fn a_file_of_a_newer_redb_file_format_is_refused_as_newer_not_as_corrupt() {
+    // Given a store whose redb file format is newer than this build's redb reads (as a newer
+    // build on a newer redb would leave it: redb keeps the version in the first byte of both
+    // commit slots of its header, at offsets 64 and 192),
+    let dir = tempfile::tempdir().unwrap();
+    let path = populated_store(dir.path()).await;
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert_eq!((bytes[64], bytes[192]), (3, 3), "redb file format 3");
+    bytes[64] = 4;
+    bytes[192] = 4;
+    std::fs::write(&path, &bytes).unwrap();
+
+    // when this build opens it,
+    let err = open(&path).await.unwrap_err();
+
+    // it says the file is newer (an operator must not take it for damage and remove it),
+    let Error::Unsupported { subject, message } = &err else {
+        panic!("expected unsupported, got {err:?}");
+    };
+    assert_eq!(subject, &path.display().to_string());
+    assert_eq!(
+        message,
+        "the file uses redb file format 4, newer than the 3 this build reads: it was written by \
+         a newer version (of cosi-rs, or of another program on redb), unless that header byte \
+         is damaged; its data is left unchanged: open it with that version"
+    );
+    // and leaves it as it was.
+    assert!(
+        std::fs::read(&path).unwrap() == bytes,
+        "a failed open must not touch the file"
+    );
+}
+
+#[tokio::test]
 async fn a_record_with_a_newer_encoding_is_refused_naming_the_resource() {
     let dir = tempfile::tempdir().unwrap();
     let path = populated_store(dir.path()).await;

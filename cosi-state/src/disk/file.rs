@@ -542,11 +542,37 @@ fn open_existing(path: &Path, options: &DiskOptions) -> Result<Database> {
     let opened =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder(options).open(path)));
     match opened {
-        Ok(result) => result.map_err(|e| storage_error(path, "opening the store", e)),
+        Ok(result) => result.map_err(|e| {
+            newer_redb_format(path, &e)
+                .unwrap_or_else(|| storage_error(path, "opening the store", e))
+        }),
         Err(panic) => Err(damaged(
             super::panic_message(&*panic).unwrap_or_else(|| "redb rejected it".into()),
         )),
     }
+}
+
+/// The error for a file in a redb file format newer than this build's redb reads, which redb
+/// reports as corrupt ("Expected file format version <= 3, found 4"): such a file is most
+/// likely not damaged but newer, and an operator told it is corrupt might remove it. (The
+/// message is redb's; `a_file_of_a_newer_redb_file_format_is_refused_as_newer_not_as_corrupt`
+/// catches a change to it.)
+fn newer_redb_format(path: &Path, error: &redb::DatabaseError) -> Option<Error> {
+    let redb::DatabaseError::Storage(redb::StorageError::Corrupted(message)) = error else {
+        return None;
+    };
+    let (reads, found) = message
+        .strip_prefix("Expected file format version <= ")?
+        .split_once(", found ")?;
+    let (reads, found): (u8, u8) = (reads.parse().ok()?, found.parse().ok()?);
+    (found > reads).then(|| Error::Unsupported {
+        subject: display(path),
+        message: format!(
+            "the file uses redb file format {found}, newer than the {reads} this build reads: it \
+             was written by a newer version (of cosi-rs, or of another program on redb), unless \
+             that header byte is damaged; its data is left unchanged: open it with that version"
+        ),
+    })
 }
 
 /// Creates a store under a temporary name and links it into place once its format is
