@@ -124,6 +124,42 @@ async fn a_corrupted_file_fails_to_open_and_is_left_as_it_was() {
 }
 
 #[tokio::test]
+async fn a_file_damaged_anywhere_in_its_first_pages_fails_to_open_as_damaged_never_as_a_panic() {
+    // redb panics on some damaged pages (while it opens the file, or as the store loads what it
+    // holds) instead of returning an error.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let state = open(&path).await.unwrap();
+    for i in 0..200 {
+        create(&state, &format!("r{i}"), 300).await.unwrap();
+    }
+    state.close().await;
+    let intact = std::fs::read(&path).unwrap();
+    for offset in (1024..64 * 1024).step_by(1024) {
+        let mut bytes = intact.clone();
+        bytes[offset..offset + 2000].fill(0xab);
+        std::fs::write(&path, &bytes).unwrap();
+        match open(&path).await {
+            Ok(state) => state.close().await,
+            Err(err) => {
+                assert!(!err.is_retryable(), "offset {offset}: {err}");
+                let message = backend_message(&err);
+                assert!(!message.contains("panicked"), "offset {offset}: {err}");
+                if message.contains("damaged") {
+                    assert!(
+                        message.ends_with(
+                            "; restore it from a copy, or move it aside to start with an empty \
+                             store"
+                        ),
+                        "offset {offset}: {err}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_truncated_file_fails_to_open_and_is_left_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
     let path = populated_store(dir.path()).await;

@@ -517,13 +517,22 @@ fn builder(options: &DiskOptions) -> redb::Builder {
     builder
 }
 
-fn open_existing(path: &Path, options: &DiskOptions) -> Result<Database> {
-    let damaged = |what: String| Error::Backend {
+/// The error for a store file that cannot be read as one: `what` says how it is damaged, and
+/// the message what an operator can do (the store cannot repair it).
+pub(crate) fn damaged(path: &Path, what: &str) -> Error {
+    Error::Backend {
         subject: display(path),
-        message: format!("opening the store: the file is damaged (truncated or corrupt): {what}"),
+        message: format!(
+            "opening the store: the file is damaged (truncated or corrupt): {what}; restore it \
+             from a copy, or move it aside to start with an empty store"
+        ),
         retryable: false,
         source: None,
-    };
+    }
+}
+
+fn open_existing(path: &Path, options: &DiskOptions) -> Result<Database> {
+    let damaged = |what: String| damaged(path, &what);
     match std::fs::metadata(path) {
         // redb would initialize an empty file; here it can only be a store that lost its data.
         Ok(m) if m.len() == 0 => return Err(damaged("it is empty".into())),

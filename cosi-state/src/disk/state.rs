@@ -88,14 +88,26 @@ impl DiskState {
         let path = path.as_ref().to_path_buf();
         let (file, loaded) = {
             let (at, options, registry) = (path.clone(), options.clone(), registry.clone());
-            tokio::task::spawn_blocking(move || StoreFile::open(&at, &options, &registry))
-                .await
-                .map_err(|e| Error::Backend {
-                    subject: path.display().to_string(),
-                    message: format!("opening the store failed: {e}"),
-                    retryable: false,
-                    source: None,
-                })??
+            // redb panics on some damaged pages instead of returning an error, while it opens
+            // the file or as the store loads its contents: either way the file is damaged.
+            tokio::task::spawn_blocking(move || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    StoreFile::open(&at, &options, &registry)
+                }))
+                .unwrap_or_else(|panic| {
+                    Err(super::file::damaged(
+                        &at,
+                        &super::panic_message(&*panic).unwrap_or_else(|| "redb rejected it".into()),
+                    ))
+                })
+            })
+            .await
+            .map_err(|e| Error::Backend {
+                subject: path.display().to_string(),
+                message: format!("opening the store failed: {e}"),
+                retryable: false,
+                source: None,
+            })??
         };
         // Shared by readers, watchers and the committer (their only writer).
         let collections = Arc::new(Collections::new(options.memory.clone(), file.origin()));
