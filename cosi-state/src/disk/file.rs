@@ -658,12 +658,14 @@ fn creating_path(path: &Path) -> PathBuf {
     PathBuf::from(creating)
 }
 
-/// Makes the directory entries of `path`'s directory durable.
+/// Makes the directory entries of `path`'s directory durable (the current directory for a
+/// bare file name).
 fn sync_directory(path: &Path) -> std::io::Result<()> {
-    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        Some(dir) => std::fs::File::open(dir).and_then(|d| d.sync_all()),
-        None => Ok(()),
-    }
+    let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => dir,
+        None => Path::new("."),
+    };
+    std::fs::File::open(dir).and_then(|d| d.sync_all())
 }
 
 /// Removes the temporary name of a creation that crashed after linking the store to `path`
