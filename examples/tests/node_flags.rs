@@ -30,6 +30,16 @@ fn refused(output: &Output) -> String {
     String::from_utf8(output.stderr.clone()).unwrap()
 }
 
+/// Runs the daemon with `extra` flags, expects them refused as bad flags (exit 2) before
+/// anything is served or written to `state`, and returns what it said.
+async fn bad_flag(pki: &Pki, state: &std::path::Path, extra: &[&str]) -> String {
+    let output = run(pki, state, extra).await;
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(output.stdout.is_empty(), "nothing served: {output:?}");
+    assert_eq!(std::fs::read_dir(state).unwrap().count(), 0);
+    String::from_utf8(output.stderr).unwrap()
+}
+
 #[tokio::test]
 async fn a_missing_certificate_file_is_named_by_its_flag() {
     let mut pki = Pki::new();
@@ -182,12 +192,9 @@ async fn a_hostname_the_config_would_refuse_is_a_bad_flag() {
     let pki = Pki::new();
     let state = tempfile::tempdir().unwrap();
 
-    let output = run(&pki, state.path(), &["--hostname", "Node/1"]).await;
+    let stderr = bad_flag(&pki, state.path(), &["--hostname", "Node/1"]).await;
 
     // Then it is refused as a bad flag, naming the rule, before anything is served or written
-    assert_eq!(output.status.code(), Some(2), "{output:?}");
-    assert!(output.stdout.is_empty(), "nothing served: {output:?}");
-    let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(
         stderr.starts_with(
             "error: invalid value 'Node/1' for '--hostname <HOSTNAME>': \
@@ -195,7 +202,6 @@ async fn a_hostname_the_config_would_refuse_is_a_bad_flag() {
         ),
         "{stderr}"
     );
-    assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
 }
 
 #[tokio::test]
@@ -204,12 +210,9 @@ async fn a_link_name_the_config_would_refuse_is_a_bad_flag() {
     let pki = Pki::new();
     let state = tempfile::tempdir().unwrap();
 
-    let output = run(&pki, state.path(), &["--link", ""]).await;
+    let stderr = bad_flag(&pki, state.path(), &["--link", ""]).await;
 
     // Then it is refused as a bad flag, naming the rule, before anything is served or written
-    assert_eq!(output.status.code(), Some(2), "{output:?}");
-    assert!(output.stdout.is_empty(), "nothing served: {output:?}");
-    let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(
         stderr.starts_with(
             "error: invalid value '' for '--link <LINKS>': \"\" is not a link name \
@@ -217,7 +220,6 @@ async fn a_link_name_the_config_would_refuse_is_a_bad_flag() {
         ),
         "{stderr}"
     );
-    assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
 }
 
 #[tokio::test]
@@ -229,7 +231,7 @@ async fn a_registry_ttl_under_a_second_is_a_bad_flag() {
     let registry = state.path().join("registry");
     let registry = registry.to_str().unwrap();
 
-    let output = run(
+    let stderr = bad_flag(
         &pki,
         state.path(),
         &["--registry-dir", registry, "--registry-ttl", "0s"],
@@ -237,9 +239,6 @@ async fn a_registry_ttl_under_a_second_is_a_bad_flag() {
     .await;
 
     // Then it is refused as a bad flag, before anything is served or written
-    assert_eq!(output.status.code(), Some(2), "{output:?}");
-    assert!(output.stdout.is_empty(), "nothing served: {output:?}");
-    let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(
         stderr.starts_with(
             "error: invalid value '0s' for '--registry-ttl <REGISTRY_TTL>': \
@@ -247,7 +246,6 @@ async fn a_registry_ttl_under_a_second_is_a_bad_flag() {
         ),
         "{stderr}"
     );
-    assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
 }
 
 #[tokio::test]
