@@ -129,18 +129,19 @@ impl Committer {
         pending: &mut Pending,
         now: SystemTime,
     ) -> Result<(Change, Arc<Collection>)> {
-        let subject = match &op {
+        // A shared handle, named only if the write panics (no string per write).
+        let pointer = match &op {
             WriteOp::Create(resource, _) | WriteOp::Update(resource, _) => {
-                resource.metadata().pointer().to_string()
+                resource.metadata().pointer().clone()
             }
-            WriteOp::Destroy(pointer, _) => pointer.to_string(),
+            WriteOp::Destroy(pointer, _) => pointer.clone(),
         };
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.stage(op, pending, now)
         }))
         .unwrap_or_else(|panic| {
             Err(Error::Backend {
-                subject,
+                subject: pointer.to_string(),
                 message: format!(
                     "checking and encoding the write panicked: {}",
                     super::panic_message(&*panic)
