@@ -199,6 +199,38 @@ async fn a_tail_longer_than_the_window_is_read_from_the_log() {
 }
 
 #[tokio::test]
+async fn a_tail_longer_than_the_retained_log_gets_every_retained_change_after_a_restart() {
+    // A store that keeps 16 changes per kind, closed (a checkpoint trims the log to them) after
+    // widget `a`'s creation and 40 updates, and opened again: its window holds 8.
+    let (_dir, path) = temp_store();
+    let registry = Arc::new(Registry::new().with::<Widget>().unwrap());
+    let options = DiskOptions {
+        retained_changes: 16,
+        ..DiskOptions::default()
+    };
+    let state = DiskState::open(&path, options.clone(), registry.clone())
+        .await
+        .unwrap();
+    write_past_the_window(&state).await;
+    state.close().await;
+    let state = DiskState::open(&path, options, registry).await.unwrap();
+
+    // A tail of 30 asks for more than the log holds: it gets the 16 the log holds, exactly,
+    // then the next live change.
+    let tail = WatchKindOptions {
+        tail: Some(30),
+        ..WatchKindOptions::default()
+    };
+    let mut watch = watch(&state, tail).await;
+    set(&state, "a", 1000, "web").await;
+    let events = take(&mut watch, 17).await;
+    let mut expected = updates_of_a()[usize::try_from(CHANGES).unwrap() - 16..].to_vec();
+    let live = u64::from(CHANGES) + 2;
+    expected.push(format!("updated a@{live} #{live}"));
+    assert_eq!(events.iter().map(describe).collect::<Vec<_>>(), expected);
+}
+
+#[tokio::test]
 async fn a_filtered_watch_resumed_from_the_log_sees_resources_enter_and_leave_exactly() {
     let (_dir, path) = temp_store();
     let state = open(&path).await;

@@ -387,7 +387,8 @@ impl StoreFile {
 
 /// The logged changes of `kind` with sequence numbers in `(after, upto]`, oldest first, decoded
 /// with `registry` — or `None` when the log no longer holds every one of them (a checkpoint
-/// trimmed it) or the file is closed. Only changes already published to memory are asked for,
+/// trimmed it) or the file is closed. With `up_to` (a `tail`), the newest of them the log still
+/// holds, without a gap up to `upto`, are enough. Only changes already published to memory are asked for,
 /// so they are all committed.
 pub(crate) fn read_changes(
     handle: &Handle,
@@ -395,6 +396,7 @@ pub(crate) fn read_changes(
     kind: &Kind,
     after: u64,
     upto: u64,
+    up_to: bool,
     registry: &Registry,
 ) -> Result<Option<Vec<LoadedChange>>> {
     let Some(db) = handle.get() else {
@@ -415,12 +417,15 @@ pub(crate) fn read_changes(
         .range((namespace, resource_type, after + 1)..=(namespace, resource_type, upto))
         .map_err(read_err)?;
     let mut changes = Vec::with_capacity((upto - after).min(1 << 16) as usize);
-    for (expected, row) in (after + 1..).zip(range) {
+    // With `up_to`, the changes may start where the log begins, if that is after `after`.
+    let mut expected = (!up_to).then_some(after + 1);
+    for row in range {
         let (key, value) = row.map_err(read_err)?;
         let seq = key.value().2;
-        if seq != expected {
+        if seq != *expected.get_or_insert(seq) {
             return Ok(None);
         }
+        expected = Some(seq + 1);
         let entry = record::decode_change(value.value(), &format!("{kind} change {seq}"))?;
         let pointer = kind.pointer(entry.id.as_str());
         changes.push(LoadedChange {
@@ -430,7 +435,11 @@ pub(crate) fn read_changes(
             old: entry.old.map(|old| old.into_resource(pointer, registry)),
         });
     }
-    let complete = changes.len() as u64 == upto - after;
+    // Every change up to `upto`, without a gap from the first one read.
+    let complete = changes
+        .first()
+        .is_some_and(|first| changes.len() as u64 == upto - first.seq + 1)
+        && (up_to || changes.len() as u64 == upto - after);
     Ok(complete.then_some(changes))
 }
 

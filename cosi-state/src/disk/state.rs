@@ -308,9 +308,9 @@ impl DiskState {
             // gets the exact changes from the durable log while it still holds them.
             let (log, path, kind) = (self.log.clone(), self.path.clone(), kind.clone());
             let registry = self.registry.clone();
-            let (after, upto) = (gap.after, gap.upto);
+            let (after, upto, up_to) = (gap.after, gap.upto, gap.up_to);
             let read = tokio::task::spawn_blocking(move || {
-                file::read_changes(&log, &path, &kind, after, upto, &registry)
+                file::read_changes(&log, &path, &kind, after, upto, up_to, &registry)
             })
             .await;
             match read {

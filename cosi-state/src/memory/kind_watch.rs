@@ -37,6 +37,10 @@ const PREFETCH: usize = 64;
 pub(crate) struct Gap {
     /// The watch's requested position.
     pub(crate) after: u64,
+    /// Whether the gap may start later than `after`: a `tail` asks for *up to* so many of the
+    /// latest events, so it takes what a log still holds of them; a `since` must resume exactly
+    /// (or catch up).
+    pub(crate) up_to: bool,
     /// The head when it started: the watcher continues from here once it has the gap.
     pub(crate) upto: u64,
     /// The store instance the events' bookmarks name.
@@ -154,6 +158,7 @@ impl KindWatcher {
             .filter(|&after| want_gap && !contents.window_reaches(after))
             .map(|after| Gap {
                 after,
+                up_to: options.tail.is_some(),
                 upto: head,
                 origin: contents.origin(),
                 // After the gap's events, the consumer holds what matches at the head.
