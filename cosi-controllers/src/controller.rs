@@ -19,6 +19,7 @@ pub enum Reconciled {
     #[default]
     Done,
     /// Run again after this delay, or earlier if an input changes.
+    /// Any delay is valid: one too long for the clock (`Duration::MAX`) waits for a change.
     RequeueAfter(Duration),
 }
 

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use crate::access::{Access, InputRegistry};
 use crate::feed::KindFeeds;
 use crate::level::LevelActivity;
-use crate::runner::{FeedTarget, IdleProbe, Signals, TaskContext};
+use crate::runner::{deadline_after, FeedTarget, IdleProbe, Signals, TaskContext};
 use crate::status::{FailureSink, Publisher, StatusCell, StatusCells};
 use crate::wake::WakeSignal;
 use crate::work_queue::WorkQueue;
@@ -443,7 +443,7 @@ impl Engine {
         let shared = &self.shared;
         shared.shutdown_tx.send_replace(true);
         let tasks = std::mem::take(&mut *shared.tasks.lock().unwrap_or_else(|e| e.into_inner()));
-        let deadline = Instant::now() + shared.options.shutdown_timeout;
+        let deadline = deadline_after(Instant::now(), shared.options.shutdown_timeout);
         let mut report = ShutdownReport::default();
         for mut task in tasks {
             match tokio::time::timeout_at(deadline, &mut task).await {

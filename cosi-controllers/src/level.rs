@@ -4,19 +4,18 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use cosi_core::SharedResource;
 use tokio::time::Instant;
 
 use crate::input_changes::InputChanges;
-use crate::runner::{run_reconcile, FeedTarget, IdleProbe, Outcome, Retry, TaskContext, Trigger};
+use crate::runner::{
+    deadline_after, run_reconcile, FeedTarget, IdleProbe, Outcome, Retry, TaskContext, Trigger,
+    NEVER,
+};
 use crate::status::Failure;
 use crate::wake::WakeSignal;
 use crate::{Controller, Input};
-
-/// Far enough to mean "never" for a timer that is disabled anyway.
-const NEVER: Duration = Duration::from_secs(86400 * 365);
 
 /// A restart the controller waits for after a failure.
 #[derive(Clone, Copy, Debug)]
@@ -115,7 +114,7 @@ pub(crate) async fn run(
             Err(error) => {
                 tracing::warn!(controller = %cx.name, %error, "watching inputs failed; retrying");
                 cx.record_failure(&Failure::Error(error), true);
-                let until = Instant::now() + backoff.next_delay();
+                let until = deadline_after(Instant::now(), backoff.next_delay());
                 activity.due().backoff = Some(Backoff {
                     until,
                     on_change: false,
@@ -154,7 +153,7 @@ pub(crate) async fn run(
             Outcome::Done => backoff.reset(),
             Outcome::RequeueAfter(delay) => {
                 backoff.reset();
-                activity.due().requeue_at = Some(Instant::now() + *delay);
+                activity.due().requeue_at = Some(deadline_after(Instant::now(), *delay));
             }
             Outcome::Failed(failure) => {
                 // The changes this reconcile took may not have been acted on.
@@ -163,7 +162,7 @@ pub(crate) async fn run(
                 backoff.next_delay();
                 tracing::warn!(controller = %cx.name, error = %failure, backoff = ?retry.after, on_change = retry.on_change, "reconcile failed; restarting the controller after backoff");
                 activity.due().backoff = Some(Backoff {
-                    until: Instant::now() + retry.after,
+                    until: deadline_after(Instant::now(), retry.after),
                     on_change: retry.on_change,
                 });
             }

@@ -15,12 +15,12 @@ use cosi_core::{ListOptions, Pointer, Result, SharedResource};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::runner::{run_reconcile, run_step, Outcome, Retry, TaskContext, Trigger};
+use crate::runner::{
+    deadline_after, run_reconcile, run_step, Outcome, Retry, TaskContext, Trigger, NEVER,
+};
 use crate::status::Failure;
 use crate::work_queue::{Finish, WorkQueue};
 use crate::{ControllerState, Input, Output, Reconciled};
-
-const NEVER: Duration = Duration::from_secs(86400 * 365);
 
 /// A controller reconciled per item of its primary input.
 ///
@@ -137,7 +137,7 @@ pub(crate) async fn run<Q: QueueController>(
                 let delay = restart.next_delay();
                 tracing::warn!(controller = %cx.name, error = %failure, backoff = ?delay, "queue controller failed to start; restarting after backoff");
                 cx.record_failure(&failure, true);
-                queue.block_until(Some(Instant::now() + delay));
+                queue.block_until(Some(deadline_after(Instant::now(), delay)));
                 tokio::select! {
                     biased;
                     _ = shutdown.changed() => return,
@@ -165,7 +165,7 @@ pub(crate) async fn run<Q: QueueController>(
                 cx.record_failure(&Failure::Error(error), false);
                 queue.request_relist();
                 let delay = cx.restart_backoff.delay_after(1);
-                queue.block_until(Some(Instant::now() + delay));
+                queue.block_until(Some(deadline_after(Instant::now(), delay)));
                 tokio::select! {
                     biased;
                     _ = shutdown.changed() => {}

@@ -13,7 +13,7 @@ use cosi_core::{Pointer, SharedResource};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::runner::{FeedTarget, IdleProbe, Retry};
+use crate::runner::{deadline_after, FeedTarget, IdleProbe, Retry};
 use crate::wake::WakeSignal;
 use crate::Input;
 
@@ -185,7 +185,11 @@ impl WorkQueue {
             drop(items);
             self.work.notify_one();
         } else if let Some(delay) = retry_after {
-            Self::add_after_locked(&mut items, item.clone(), Instant::now() + delay);
+            Self::add_after_locked(
+                &mut items,
+                item.clone(),
+                deadline_after(Instant::now(), delay),
+            );
             drop(items);
             // The runner may be sleeping towards a later deadline.
             self.bell.wake();

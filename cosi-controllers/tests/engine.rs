@@ -581,6 +581,28 @@ async fn non_retryable_failures_retry_after_the_longest_backoff_when_nothing_cha
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_restart_backoff_without_bound_keeps_a_failing_controller_waiting_for_its_next_change() {
+    let h = Harness::with_options(EngineOptions {
+        restart_backoff: Backoff::new(Duration::from_secs(1), Duration::MAX),
+        ..EngineOptions::default()
+    });
+    // The test provokes these failures.
+    h.expect_errors("Invalid");
+    let fail = Arc::new(Mutex::new(true));
+    let runs = register_flaky(&h, "Invalid", Failing::Invalid, &fail);
+    h.start().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    *fail.lock().unwrap() = false;
+    create(&h.state(), "c", Config { value: 1 }).await;
+    h.settle().await;
+
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "retried at the change");
+    let status = h.status("Invalid").await;
+    assert_eq!((status.reconciles, status.errors), (2, 1));
+}
+
 /// Requeues itself every 10 s, counting runs.
 struct Ticker {
     runs: Arc<AtomicUsize>,
@@ -623,6 +645,48 @@ async fn a_reconcile_runs_again_after_the_requested_delay() {
     assert_eq!(runs.load(Ordering::SeqCst), 3);
     h.advance(Duration::from_secs(1)).await;
     assert_eq!(runs.load(Ordering::SeqCst), 4);
+}
+
+/// Asks to run again after `Duration::MAX` (no `Instant` reaches it), counting runs.
+struct Patient {
+    runs: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Controller for Patient {
+    fn name(&self) -> &str {
+        "Patient"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak_of::<Config>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&mut self, _state: &ControllerState) -> Result<Reconciled> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(Reconciled::RequeueAfter(Duration::MAX))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_requeue_delay_beyond_the_clock_keeps_the_controller_running() {
+    let h = Harness::new();
+    let runs = Arc::new(AtomicUsize::new(0));
+    h.register(Patient { runs: runs.clone() }).unwrap();
+    h.start().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    create(&h.state(), "c", Config::default()).await;
+    h.settle().await;
+
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "an input change still runs it"
+    );
+    let status = h.status("Patient").await;
+    assert_eq!((status.reconciles, status.errors), (2, 0));
 }
 
 #[tokio::test(start_paused = true)]
@@ -807,6 +871,23 @@ async fn shutdown_aborts_a_reconcile_that_outlives_the_timeout() {
     let report = h.shutdown().await;
     assert_eq!(report.aborted, 1);
     assert_eq!(finished.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_timeout_without_bound_waits_for_the_running_reconcile() {
+    let h = Harness::with_options(EngineOptions {
+        shutdown_timeout: Duration::MAX,
+        ..EngineOptions::default()
+    });
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let finished = start_with_slow(&h, rx).await;
+    let engine = h.engine().clone();
+    let shutdown = tokio::spawn(async move { engine.shutdown().await });
+    tokio::task::yield_now().await;
+    tx.send(()).unwrap();
+    let report = shutdown.await.unwrap();
+    assert_eq!(finished.load(Ordering::SeqCst), 1);
+    assert_eq!(report.aborted, 0);
 }
 
 /// A memory state whose kind watches end at once, and whose second `watch_kind` call never

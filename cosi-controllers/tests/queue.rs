@@ -681,3 +681,41 @@ async fn a_single_id_primary_present_at_start_is_queued_however_long_its_id() {
     let status = h.status("OneLongId").await;
     assert_eq!((status.reconciles, status.errors), (1, 0));
 }
+
+/// Asks to run each item again after `Duration::MAX` (no `Instant` reaches it), counting runs.
+struct PatientItems {
+    log: Arc<Log>,
+}
+
+impl QueueController for PatientItems {
+    fn name(&self) -> &str {
+        "PatientItems"
+    }
+    fn primary(&self) -> Input {
+        Input::weak_of::<A>()
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&self, _state: &ControllerState, item: &Pointer) -> Result<Reconciled> {
+        self.log.count(item.id());
+        Ok(Reconciled::RequeueAfter(Duration::MAX))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_item_requeue_delay_beyond_the_clock_keeps_the_queue_running() {
+    let h = Harness::new();
+    let log = Arc::new(Log::default());
+    h.register_queue(PatientItems { log: log.clone() }).unwrap();
+    h.start().await;
+
+    create(&h.state(), "x", A { value: 1 }).await;
+    h.settle().await;
+    create(&h.state(), "y", A { value: 2 }).await;
+    h.settle().await;
+
+    assert_eq!((log.runs("x"), log.runs("y")), (1, 1));
+    let status = h.status("PatientItems").await;
+    assert_eq!((status.reconciles, status.errors), (2, 0));
+}
