@@ -61,7 +61,8 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
     /// Backoff between restarts of a failing controller (and between retries of a failing
-    /// queue item). Reset after a successful reconcile. Default: 100 ms doubling up to 30 s.
+    /// queue item, or of a status the store refused). Reset after a success. Default: 100 ms
+    /// doubling up to 30 s.
     pub restart_backoff: Backoff,
     /// Namespace of the published [`ControllerStatus`] resources; `None` publishes none.
     /// Default: `runtime`.
@@ -414,6 +415,7 @@ impl Engine {
                 publishing: shared.publishing.clone(),
                 activity: shared.activity.clone(),
                 shutdown: shared.shutdown_tx.subscribe(),
+                backoff: shared.options.restart_backoff.clone(),
             };
             let handle = tokio::spawn(publisher.run());
             shared

@@ -19,8 +19,11 @@ use cosi_core::{
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
+use crate::runner::deadline_after;
 use crate::wake::WakeSignal;
+use crate::Backoff;
 
 /// The owner of published status resources.
 pub const STATUS_OWNER: &str = "cosi.engine";
@@ -188,31 +191,48 @@ pub(crate) struct Publisher {
     pub(crate) publishing: Arc<AtomicBool>,
     pub(crate) activity: Arc<AtomicU64>,
     pub(crate) shutdown: watch::Receiver<bool>,
+    /// Between attempts after a failed write (reset once a round publishes everything).
+    pub(crate) backoff: Backoff,
 }
 
 impl Publisher {
     pub(crate) async fn run(mut self) {
+        // When a failed write is tried again: a status left unpublished must not wait for the
+        // next reconcile of its controller, which may never come.
+        let mut retry_at: Option<Instant> = None;
         loop {
             self.publishing.store(true, Ordering::SeqCst);
             if self.signal.take() {
                 let cells: Vec<_> = self.cells.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let mut failed = false;
                 for (name, cell) in cells {
                     if !cell.take_dirty() {
                         continue;
                     }
                     if let Err(error) = publish(&*self.state, &self.namespace, &name, &cell).await {
                         tracing::warn!(controller = %name, %error, "publishing controller status failed");
+                        failed = true;
                     }
                 }
+                retry_at = if failed {
+                    Some(deadline_after(Instant::now(), self.backoff.next_delay()))
+                } else {
+                    self.backoff.reset();
+                    None
+                };
                 self.activity.fetch_add(1, Ordering::SeqCst);
             }
             self.publishing.store(false, Ordering::SeqCst);
             if *self.shutdown.borrow() {
                 return;
             }
+            let retry = retry_at.unwrap_or_else(Instant::now);
             tokio::select! {
                 _ = self.shutdown.changed() => {}
                 _ = self.signal.rung() => {}
+                _ = tokio::time::sleep_until(retry), if retry_at.is_some() => {
+                    self.signal.wake();
+                }
             }
         }
     }

@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use common::*;
 use cosi_controllers::testing::Harness;
 use cosi_controllers::{
-    Backoff, Controller, ControllerState, EngineOptions, Input, Output, Reconciled,
-    RegistrationError,
+    Backoff, Controller, ControllerState, ControllerStatus, EngineOptions, Input, Output,
+    Reconciled, RegistrationError,
 };
 use cosi_core::{
     Call, Error, LabelOp, LabelQueries, LabelQuery, LabelTerm, ListOptions, Resource, ResourceSpec,
@@ -706,6 +706,32 @@ async fn status_counters_are_exact_and_published_as_resources() {
         "the paused clock did not move"
     );
     assert_eq!(h.engine().status("Copier"), Some(status));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_status_whose_publication_failed_is_published_again_after_the_restart_backoff() {
+    // Given a store that fails the first status write
+    let h = Harness::with_options(test_options());
+    h.faults().fail_nth_write(ControllerStatus::TYPE, 1);
+    let runs = Arc::new(AtomicUsize::new(0));
+    h.register(Copier {
+        name: "Copier",
+        runs: runs.clone(),
+    })
+    .unwrap();
+    h.start().await;
+    assert_eq!(h.faults().injected(), 1);
+    assert!(h.get::<ControllerStatus>("Copier").await.is_none());
+
+    // When the first restart backoff (1 s) has passed, with nothing else happening
+    h.advance(Duration::from_millis(999)).await;
+    assert!(h.get::<ControllerStatus>("Copier").await.is_none());
+    h.advance(Duration::from_millis(1)).await;
+
+    // Then the status is there
+    let status = h.status("Copier").await;
+    assert_eq!((status.reconciles, status.errors), (1, 0));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
 /// Tries every forbidden access and records the errors.
