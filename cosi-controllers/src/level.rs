@@ -177,6 +177,10 @@ pub(crate) async fn run(
 /// Waits for the next reason to reconcile; `None` on shutdown. Marks the controller running
 /// before consuming the wake-up, so that it never looks idle in between.
 async fn next_trigger(activity: &LevelActivity, cx: &mut TaskContext) -> Option<&'static str> {
+    // A trigger that is due at once (a zero requeue, the controller's own waker rung in its
+    // reconcile) awaits nothing below: without spending the task's budget, a reconcile that
+    // awaits nothing either would loop without yielding and starve every task of its worker.
+    tokio::task::coop::consume_budget().await;
     loop {
         if *cx.shutdown.borrow() {
             return None;

@@ -1351,3 +1351,70 @@ async fn a_feed_that_also_serves_a_queue_controller_delivers_every_change_at_onc
     release.send(()).unwrap();
     h.settle().await;
 }
+
+/// Asks to run again at once, awaiting nothing, until it has run [`Spinner::RUNS`] times;
+/// then reports at which run a task spawned at its first run had run (`None`: not at all).
+struct Spinner {
+    report: tokio::sync::mpsc::UnboundedSender<Option<usize>>,
+    runs: usize,
+    other_ran: Option<Arc<std::sync::atomic::AtomicBool>>,
+    seen: Option<usize>,
+}
+
+impl Spinner {
+    const RUNS: usize = 10_000;
+}
+
+#[async_trait]
+impl Controller for Spinner {
+    fn name(&self) -> &str {
+        "Spinner"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&mut self, _state: &ControllerState) -> Result<Reconciled> {
+        self.runs += 1;
+        let other_ran = self.other_ran.get_or_insert_with(|| {
+            // Queued behind the controller's task: it runs only when that task yields.
+            let other_ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let flag = other_ran.clone();
+            tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
+            other_ran
+        });
+        if self.seen.is_none() && other_ran.load(Ordering::SeqCst) {
+            self.seen = Some(self.runs);
+        }
+        if self.runs == Self::RUNS {
+            let _ = self.report.send(self.seen);
+            return Ok(Reconciled::Done);
+        }
+        Ok(Reconciled::RequeueAfter(Duration::ZERO))
+    }
+}
+
+#[tokio::test]
+async fn a_controller_that_requeues_at_once_lets_the_other_tasks_of_its_worker_run() {
+    let memory: Arc<dyn State> = Arc::new(cosi_state::MemoryState::default());
+    let engine = cosi_controllers::Engine::new(memory);
+    let (report, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    engine
+        .register(Spinner {
+            report,
+            runs: 0,
+            other_ran: None,
+            seen: None,
+        })
+        .unwrap();
+    engine.start();
+    let seen = reports.recv().await.expect("the controller reports");
+    assert!(
+        seen.is_some(),
+        "the spawned task never ran during {} reconciles",
+        Spinner::RUNS
+    );
+    engine.shutdown().await;
+}
