@@ -148,7 +148,9 @@ pub(crate) async fn run(
             reason,
             item: None,
         };
-        let (outcome, elapsed) = run_reconcile(trigger, controller.reconcile(&state)).await;
+        // Called inside the caught future, like a queue item's reconcile.
+        let reconcile = async { controller.reconcile(&state).await };
+        let (outcome, elapsed) = run_reconcile(trigger, reconcile).await;
         match &outcome {
             Outcome::Done => backoff.reset(),
             Outcome::RequeueAfter(delay) => {

@@ -230,7 +230,10 @@ async fn work<Q: QueueController>(controller: Arc<Q>, queue: Arc<WorkQueue>, cx:
             reason: "item",
             item: Some(item.id()),
         };
-        let (outcome, elapsed) = run_reconcile(trigger, controller.reconcile(&state, &item)).await;
+        // Called inside the caught future: an implementation that panics before it returns its
+        // future fails this item, not the worker.
+        let reconcile = async { controller.reconcile(&state, &item).await };
+        let (outcome, elapsed) = run_reconcile(trigger, reconcile).await;
         finish_item(&queue, &cx, &item, outcome, elapsed);
         spare = Some(state);
     }
@@ -250,7 +253,7 @@ async fn start<Q: QueueController>(
             .map_err(Failure::Error)?;
         *subscribed = true;
     }
-    run_step(controller.run_hook(&cx.state))
+    run_step(async { controller.run_hook(&cx.state).await })
         .await
         .map_err(|failure| failure.during("run hook"))
 }
@@ -291,7 +294,7 @@ async fn map<Q: QueueController>(
     cx: &TaskContext,
     resource: &SharedResource,
 ) {
-    match run_step(controller.map_input(&cx.state, resource)).await {
+    match run_step(async { controller.map_input(&cx.state, resource).await }).await {
         Ok(items) => {
             for item in items {
                 queue.add(item);

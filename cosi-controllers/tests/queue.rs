@@ -719,3 +719,51 @@ async fn an_item_requeue_delay_beyond_the_clock_keeps_the_queue_running() {
     let status = h.status("PatientItems").await;
     assert_eq!((status.reconciles, status.errors), (2, 0));
 }
+
+/// Implements `reconcile` without `async fn`: counts the run, then panics for the item `eager`
+/// before it returns a future.
+struct EagerPanic {
+    log: Arc<Log>,
+}
+
+impl QueueController for EagerPanic {
+    fn name(&self) -> &str {
+        "EagerPanic"
+    }
+    fn primary(&self) -> Input {
+        Input::weak_of::<A>()
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    #[allow(clippy::manual_async_fn)]
+    fn reconcile(
+        &self,
+        _state: &ControllerState,
+        item: &Pointer,
+    ) -> impl std::future::Future<Output = Result<Reconciled>> + Send {
+        self.log.count(item.id());
+        assert!(item.id() != "eager", "{item} panicked before its future");
+        async { Ok(Reconciled::Done) }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_item_whose_reconcile_panics_before_its_future_fails_alone() {
+    let h = Harness::new();
+    // The test provokes this failure.
+    h.expect_errors("EagerPanic");
+    let log = Arc::new(Log::default());
+    h.register_queue(EagerPanic { log: log.clone() }).unwrap();
+    h.start().await;
+
+    create(&h.state(), "eager", A { value: 1 }).await;
+    h.settle().await;
+    create(&h.state(), "calm", A { value: 2 }).await;
+    h.settle().await;
+
+    assert_eq!((log.runs("eager"), log.runs("calm")), (1, 1));
+    let status = h.status("EagerPanic").await;
+    assert_eq!((status.reconciles, status.errors), (2, 1));
+    assert_eq!(status.last_error_kind.as_deref(), Some("panic"));
+}
