@@ -302,8 +302,13 @@ async fn map<Q: QueueController>(
         }
         Err(failure) => {
             let failure = failure.during("map_input");
-            tracing::warn!(controller = %cx.name, error = %failure, "mapping a secondary input failed");
+            // A retryable failure after the first delay; any other after the longest (a new
+            // change of the resource is mapped at once meanwhile).
+            let delay = Retry::of(&failure, &cx.restart_backoff, 1).after;
+            tracing::warn!(controller = %cx.name, error = %failure, retry = ?delay, "mapping a secondary input failed; mapping it again after the delay");
             cx.record_failure(&failure, false);
+            // Dropped, the change would be lost for good: the items it concerns are unknown.
+            queue.remap_at(resource, deadline_after(Instant::now(), delay));
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The item queue of a queue controller: dedup of pending items, never the same item twice at
 //! once (a change while it runs re-queues it afterwards), delayed re-queues, per-item failure
-//! counts, and the inbox of secondary changes waiting to be mapped to items.
+//! counts, the inbox of secondary changes waiting to be mapped to items, and the changes whose
+//! mapping failed, waiting to be mapped again.
 //!
 //! Every collection is keyed by resource, so memory is bounded by the number of resources, not
 //! by the number of events.
@@ -39,6 +40,9 @@ struct Items {
     /// Failed items whose retry a change of the item cuts short (non-retryable failures).
     retry_on_change: HashSet<Id>,
     inbox: HashMap<Pointer, SharedResource>,
+    /// Secondary changes whose mapping failed: back to the inbox at `remap_at`.
+    unmapped: HashMap<Pointer, SharedResource>,
+    remap_at: Option<Instant>,
     relist: bool,
     busy: bool,
     blocked_until: Option<Instant>,
@@ -201,9 +205,44 @@ impl WorkQueue {
         self.lock().failures.get(item.id()).copied().unwrap_or(0)
     }
 
-    /// Moves due delayed items to ready; returns the next deadline.
+    /// Maps the secondary change `resource` again at `at`, its mapping having failed (a
+    /// newer change of the same resource waiting in the inbox replaces it).
+    pub(crate) fn remap_at(&self, resource: &SharedResource, at: Instant) {
+        let mut items = self.lock();
+        let pointer = resource.metadata().pointer();
+        if !items.inbox.contains_key(pointer) {
+            items
+                .unmapped
+                .entry(pointer.clone())
+                .or_insert_with(|| resource.clone());
+        }
+        items.remap_at = Some(items.remap_at.map_or(at, |earlier| earlier.min(at)));
+    }
+
+    /// Moves due delayed items to ready, and due unmapped changes to the inbox (ringing the
+    /// runner); returns the next deadline.
     pub(crate) fn promote_due(&self, now: Instant) -> Option<Instant> {
         let mut items = self.lock();
+        let remap_at = match items.remap_at {
+            Some(at) if at <= now => {
+                let items = &mut *items;
+                for (pointer, resource) in items.unmapped.drain() {
+                    items.inbox.entry(pointer).or_insert(resource);
+                }
+                items.remap_at = None;
+                self.bell.wake();
+                None
+            }
+            later => later,
+        };
+        let next_delayed = self.promote_delayed(&mut items, now);
+        match (next_delayed, remap_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn promote_delayed(&self, items: &mut Items, now: Instant) -> Option<Instant> {
         while let Some((&key, _)) = items.delayed.first_key_value() {
             if key.0 > now {
                 return Some(key.0);
@@ -280,6 +319,7 @@ impl IdleProbe for WorkQueue {
             && items.running.is_empty()
             && items.inbox.is_empty()
             && !items.relist
+            && items.remap_at.is_none_or(|at| at > now)
             && items
                 .delayed
                 .first_key_value()

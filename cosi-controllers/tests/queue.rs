@@ -767,3 +767,38 @@ async fn an_item_whose_reconcile_panics_before_its_future_fails_alone() {
     assert_eq!((status.reconciles, status.errors), (2, 1));
     assert_eq!(status.last_error_kind.as_deref(), Some("panic"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_secondary_change_whose_mapping_failed_is_mapped_again_after_the_restart_backoff() {
+    // Given items mapped from a secondary input by listing the primary
+    let h = Harness::with_options(EngineOptions {
+        restart_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(8)),
+        ..EngineOptions::default()
+    });
+    // The test provokes the mapping failure.
+    h.expect_errors("Offset");
+    let state = h.state();
+    for (id, value) in [("x", 1), ("y", 2), ("z", 3)] {
+        create(&state, id, A { value }).await;
+    }
+    let runs = Arc::new(AtomicUsize::new(0));
+    h.register_queue(Offset::new(&runs)).unwrap();
+    h.start().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+
+    // When the secondary changes while the primary cannot be listed
+    h.faults().fail_reads(A::kind());
+    create(&state, "offset", Config { value: 100 }).await;
+    h.settle().await;
+    h.faults().clear();
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    assert_eq!(h.status("Offset").await.errors, 1);
+
+    // Then the change is mapped again once the restart backoff (1 s) has passed
+    h.advance(Duration::from_millis(999)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    h.advance(Duration::from_millis(1)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 6);
+    let values: Vec<i64> = h.list::<C>().await.iter().map(|c| c.spec.value).collect();
+    assert_eq!(values, [101, 102, 103]);
+}
