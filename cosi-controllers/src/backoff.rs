@@ -67,6 +67,16 @@ impl Default for Backoff {
     }
 }
 
+/// Far enough to mean "never" for a timer: the deadline of a delay too long for the clock.
+pub(crate) const NEVER: Duration = Duration::from_secs(86400 * 365);
+
+/// `delay` from `now`. A reconcile may ask for any delay (`Duration::MAX` for "not by time")
+/// and a backoff may be configured without bound, but an `Instant` overflows (and the `+`
+/// panics, outside any reconcile) long before: such a delay waits [`NEVER`].
+pub(crate) fn deadline_after(now: tokio::time::Instant, delay: Duration) -> tokio::time::Instant {
+    now.checked_add(delay).unwrap_or(now + NEVER)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,15 +26,7 @@ use crate::status::{Failure, FailureSink, StatusCell};
 use crate::wake::WakeSignal;
 use crate::{Backoff, ControllerState, Input, Reconciled};
 
-/// Far enough to mean "never" for a timer: the deadline of a delay too long for the clock.
-pub(crate) const NEVER: Duration = Duration::from_secs(86400 * 365);
-
-/// `delay` from `now`. A reconcile may ask for any delay (`Duration::MAX` for "not by time")
-/// and a backoff may be configured without bound, but an `Instant` overflows (and the `+`
-/// panics, outside any reconcile) long before: such a delay waits [`NEVER`].
-pub(crate) fn deadline_after(now: Instant, delay: Duration) -> Instant {
-    now.checked_add(delay).unwrap_or(now + NEVER)
-}
+pub(crate) use crate::backoff::{deadline_after, NEVER};
 
 /// The receiving side of an input subscription.
 pub(crate) trait FeedTarget: Send + Sync {

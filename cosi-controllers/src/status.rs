@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::runner::deadline_after;
+use crate::backoff::deadline_after;
 use crate::wake::WakeSignal;
 use crate::Backoff;
 
