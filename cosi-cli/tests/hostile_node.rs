@@ -226,8 +226,9 @@ fn control_note() -> cosi_core::SharedResource {
     Resource::new("c", note).into_shared()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn json_output_escapes_every_control_character_a_node_sends() {
+/// `get notes c -o FORMAT` of [`control_note`] on a node that holds it: what the CLI prints,
+/// once it succeeded with nothing on stderr.
+async fn control_note_as(format: &str) -> String {
     let cluster = Cluster::start(1).await;
     let node = &cluster.nodes[0];
     node.state
@@ -237,10 +238,16 @@ async fn json_output_escapes_every_control_character_a_node_sends() {
     let (code, out, err) = run_at(
         &cluster,
         SystemTime::now(),
-        &["-n", &node.name, "get", "notes", "c", "-o", "json"],
+        &["-n", &node.name, "get", "notes", "c", "-o", format],
     )
     .await;
     assert_eq!((code, err.as_str()), (0, ""));
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_output_escapes_every_control_character_a_node_sends() {
+    let out = control_note_as("json").await;
     assert!(
         out.contains("\"text\": \"\\u009b2J\\u007f\\u001b[0m\""),
         "{out}"
@@ -251,19 +258,7 @@ async fn json_output_escapes_every_control_character_a_node_sends() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn yaml_output_escapes_every_control_character_a_node_sends() {
-    let cluster = Cluster::start(1).await;
-    let node = &cluster.nodes[0];
-    node.state
-        .create(control_note(), CreateOptions::default())
-        .await
-        .unwrap();
-    let (code, out, err) = run_at(
-        &cluster,
-        SystemTime::now(),
-        &["-n", &node.name, "get", "notes", "c", "-o", "yaml"],
-    )
-    .await;
-    assert_eq!((code, err.as_str()), (0, ""));
+    let out = control_note_as("yaml").await;
     assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{out:?}");
     assert!(out.contains("  text: \"\\x9B2J\\x7F\\e[0m\"\n"), "{out}");
 }
