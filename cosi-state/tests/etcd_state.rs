@@ -217,6 +217,28 @@ async fn list_is_sorted_by_id_and_filtered_by_labels_and_ids() {
 }
 
 #[tokio::test]
+async fn a_list_longer_than_one_page_has_every_resource_once_in_id_order() {
+    // etcd is read 1,000 keys a page: 2,345 resources take three pages.
+    let state = state("pages").await;
+    let ids: Vec<String> = (0..2_345).map(|i| format!("r{i:05}")).collect();
+    for chunk in ids.chunks(100) {
+        let creates = chunk
+            .iter()
+            .map(|id| state.create(counter(id, 1), CreateOptions::default()));
+        for created in futures::future::join_all(creates).await {
+            created.unwrap();
+        }
+    }
+    let listed = state
+        .list(&Counter::kind(), &ListOptions::default())
+        .await
+        .unwrap();
+    let listed: Vec<&str> = listed.iter().map(|r| r.metadata().id()).collect();
+    assert_eq!(listed.len(), ids.len());
+    assert_eq!(listed, ids);
+}
+
+#[tokio::test]
 async fn unregistered_types_load_as_dynamic_resources() {
     #[derive(Clone, PartialEq, Debug, serde::Serialize, serde::Deserialize)]
     struct Other {

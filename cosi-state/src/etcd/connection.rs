@@ -140,13 +140,11 @@ impl Connection {
                 }
                 let more = response.more();
                 let page = response.take_kvs();
-                if let Some(last) = page.last() {
-                    from = last.key().to_vec();
-                    from.push(0);
-                }
+                let next = next_page(kind, &from, page.iter().map(KeyValue::key), more)?;
                 kvs.extend(page);
-                if !more {
-                    return Ok((revision, kvs));
+                match next {
+                    Some(next) => from = next,
+                    None => return Ok((revision, kvs)),
                 }
             }
         }
@@ -162,6 +160,50 @@ impl Connection {
         let id = keys::id_of(prefix, kv.key())?;
         let pointer = kind.pointer(id);
         Some(self.decode_value(&pointer, kv.value()))
+    }
+}
+
+/// Where a paged read goes on after a page of `keys` asked for from `from`: `None` when the
+/// server said there is no more, else the key just after the page's last. A page that would not
+/// move the read forward — `more` with no keys, or keys not in ascending order from `from` — is
+/// an error, not a reason to ask again: a server that does not follow etcd's paging would
+/// otherwise keep the read asking for ever.
+fn next_page<'k>(
+    kind: &Kind,
+    from: &[u8],
+    keys: impl Iterator<Item = &'k [u8]>,
+    more: bool,
+) -> Result<Option<Vec<u8>>> {
+    let mut last: Option<&[u8]> = None;
+    for key in keys {
+        if key < last.unwrap_or(from) || last == Some(key) {
+            return Err(paging_error(
+                kind,
+                "keys out of order or before the page's start",
+            ));
+        }
+        last = Some(key);
+    }
+    match (more, last) {
+        (false, _) => Ok(None),
+        (true, None) => Err(paging_error(kind, "more keys announced, but none sent")),
+        (true, Some(last)) => {
+            let mut next = last.to_vec();
+            next.push(0);
+            Ok(Some(next))
+        }
+    }
+}
+
+fn paging_error(kind: &Kind, what: &str) -> Error {
+    Error::Backend {
+        subject: kind.to_string(),
+        message: format!(
+            "etcd range read: the server answered a page with {what}; it does not follow etcd's \
+             paging (use etcd itself, or a server that pages as etcd does)"
+        ),
+        retryable: false,
+        source: None,
     }
 }
 
@@ -225,6 +267,51 @@ pub(super) fn etcd_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn kind() -> Kind {
+        Kind::new("ns", "Things.test.dev")
+    }
+
+    fn next(from: &[u8], keys: &[&[u8]], more: bool) -> Result<Option<Vec<u8>>> {
+        next_page(&kind(), from, keys.iter().copied(), more)
+    }
+
+    #[test]
+    fn a_paged_read_goes_on_just_after_the_last_key_while_more_is_announced() {
+        assert_eq!(
+            next(b"/p/", &[b"/p/a", b"/p/b"], true).unwrap(),
+            Some(b"/p/b\0".to_vec())
+        );
+        assert_eq!(next(b"/p/b\0", &[b"/p/c"], false).unwrap(), None);
+        assert_eq!(next(b"/p/", &[], false).unwrap(), None);
+    }
+
+    #[test]
+    fn a_page_announcing_more_without_keys_fails_the_read_instead_of_asking_again() {
+        let error = next(b"/p/", &[], true).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "ns/Things.test.dev: backend failure: etcd range read: the server answered a page with more keys \
+             announced, but none sent; it does not follow etcd's paging (use etcd itself, or a \
+             server that pages as etcd does)"
+        );
+        assert!(!error.is_retryable());
+    }
+
+    #[test]
+    fn a_page_whose_keys_do_not_move_forward_fails_the_read() {
+        let cases: [&[&[u8]]; 3] = [&[b"/p/a"], &[b"/p/c", b"/p/c"], &[b"/p/c", b"/p/b\xff"]];
+        for keys in cases {
+            let error = next(b"/p/b", keys, true).unwrap_err();
+            assert!(
+                error
+                    .to_string()
+                    .contains("keys out of order or before the page's start"),
+                "{keys:?}: {error}"
+            );
+        }
+        assert!(next(b"/p/b", &[b"/p/b"], true).is_ok());
+    }
 
     #[test]
     fn range_end_is_the_next_prefix() {
