@@ -518,16 +518,25 @@ async fn saving_the_same_rejected_edit_again_cancels_and_keeps_a_copy() {
         "editor.sh",
         "grep -q 'bad key' \"$1\" || sed -i 's/^  token:/  nodeLabels: {bad key: x}\\n  token:/' \"$1\"",
     );
+    // The copy goes to the temporary directory, here the test's own (so no run leaves one behind).
+    let tmp = dir.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let tmp_text = tmp.to_str().unwrap();
     let out = cluster
-        .cosictl_with(&["-n", &node.name, "edit", "mc"], &[("EDITOR", &editor)])
+        .cosictl_with(
+            &["-n", &node.name, "edit", "mc"],
+            &[("EDITOR", &editor), ("TMPDIR", tmp_text)],
+        )
         .await;
     assert_eq!((out.code, out.stdout.as_str()), (1, ""));
     let prefix = "error: edit canceled, no valid changes were saved; a copy of your changes is in ";
     let kept = out
         .stderr
         .strip_prefix(prefix)
-        .unwrap_or_else(|| panic!("{}", out.stderr));
-    let kept = std::fs::read_to_string(kept.trim_end()).unwrap();
+        .unwrap_or_else(|| panic!("{}", out.stderr))
+        .trim_end();
+    assert!(kept.starts_with(tmp_text), "{kept}");
+    let kept = std::fs::read_to_string(kept).unwrap();
     assert!(kept.contains("nodeLabels: {bad key: x}"), "{kept}");
     assert_eq!(node.config_version().await, 1);
 }
