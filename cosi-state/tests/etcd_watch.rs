@@ -435,3 +435,113 @@ async fn dropping_the_state_ends_its_watches() {
     drop(state);
     assert_watch_ends(&mut watch).await;
 }
+
+/// A spec as large as etcd takes in one request (1.5 MiB by default), less room for the record.
+#[derive(Clone, PartialEq, Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Blob {
+    data: String,
+}
+
+impl ResourceSpec for Blob {
+    const TYPE: &'static str = "Blobs.test.cosi.dev";
+    const DEFAULT_NAMESPACE: &'static str = "test";
+}
+
+fn blob_registry() -> cosi_core::Registry {
+    cosi_core::Registry::new().with::<Blob>().unwrap()
+}
+
+fn blob(fill: char) -> Blob {
+    Blob {
+        data: std::iter::repeat_n(fill, 1_000_000).collect(),
+    }
+}
+
+#[tokio::test]
+async fn a_resume_over_more_changes_than_one_grpc_message_holds_delivers_every_one() {
+    // The backend's warnings, shown if the test fails.
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    let options = options("large-resume");
+    let first = etcd_common::connect_with(options.clone(), blob_registry()).await;
+    let blob_kind = Blob::kind();
+    let mut watch = first
+        .watch_kind(&blob_kind, WatchKindOptions::default())
+        .await
+        .unwrap();
+    first
+        .create(
+            Resource::new("a", blob('0')).into_shared(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    let bookmark = next_event(&mut watch).await.bookmark().unwrap().clone();
+    // 36 changes of 1 MB, each event carrying the old value too: 72 MB after the bookmark,
+    // more than one reply may hold (64 MiB) unless etcd splits it.
+    let fills: Vec<char> = ('A'..='Z').chain('0'..='9').collect();
+    for &fill in &fills {
+        let stored = first.get(&blob_kind.pointer("a")).await.unwrap();
+        let mut next = cosi_core::downcast_ref::<Blob>(&*stored).unwrap().clone();
+        next.spec = blob(fill);
+        first
+            .update(next.into_shared(), UpdateOptions::default())
+            .await
+            .unwrap();
+    }
+    drop(watch);
+    drop(first);
+
+    let second = etcd_common::connect_with(options, blob_registry()).await;
+    let since = WatchKindOptions {
+        since: Some(bookmark),
+        ..Default::default()
+    };
+    let mut watch = second.watch_kind(&blob_kind, since).await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..fills.len() {
+        let event = next_event(&mut watch).await;
+        let resource = event.resource();
+        let spec = &cosi_core::downcast_ref::<Blob>(&**resource.unwrap())
+            .unwrap()
+            .spec;
+        seen.push(spec.data.chars().next().unwrap());
+    }
+    assert_eq!(seen, fills);
+}
+
+#[tokio::test]
+async fn a_list_of_more_resources_than_one_grpc_message_holds_has_every_one() {
+    // 70 resources of 1 MB: more than one reply may hold (64 MiB is 67.1 MB), so the read
+    // must shrink its pages.
+    let state = etcd_common::connect_with(options("large-list"), blob_registry()).await;
+    let fills: Vec<(String, char)> = ('A'..='Z')
+        .chain('a'..='z')
+        .chain('0'..='9')
+        .cycle()
+        .take(70)
+        .enumerate()
+        .map(|(i, fill)| (format!("b{i:02}"), fill))
+        .collect();
+    for (id, fill) in &fills {
+        state
+            .create(
+                Resource::new(id.as_str(), blob(*fill)).into_shared(),
+                CreateOptions::default(),
+            )
+            .await
+            .unwrap();
+    }
+    let listed = state
+        .list(&Blob::kind(), &Default::default())
+        .await
+        .unwrap();
+    let listed: Vec<(String, char)> = listed
+        .iter()
+        .map(|r| {
+            let blob = cosi_core::downcast_ref::<Blob>(&**r).unwrap();
+            let fill = blob.spec.data.chars().next().unwrap();
+            (r.metadata().id().to_string(), fill)
+        })
+        .collect();
+    assert_eq!(listed, fills);
+}

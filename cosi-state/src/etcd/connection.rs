@@ -8,13 +8,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cosi_core::{Error, Kind, Pointer, Registry, Result, SharedResource};
-use etcd_client::{Client, GetOptions, KeyValue, Txn, TxnResponse};
+use etcd_client::{Client, GetOptions, KeyValue, KvClient, Txn, TxnResponse, WatchClient};
 
 use super::keys;
 use super::record;
 
-/// Keys fetched per range request: keeps each response far below gRPC's message size limit.
+/// Keys asked for per range request at first. A page of large values that would not fit in a
+/// reply ([`MAX_REPLY_BYTES`]) is asked for again with a tenth of the keys, down to one.
 const PAGE: i64 = 1000;
+
+/// The largest reply this backend decodes from etcd (tonic's default is 4 MiB, which six
+/// resources of a megabyte already pass). One value is at most etcd's request limit
+/// (`--max-request-bytes`, 1.5 MiB by default) and a watch event carries two (the old and the
+/// new); watches ask etcd to split larger replies (`fragment`), and range reads shrink their
+/// pages, so every reply fits as long as that limit is under 32 MiB.
+pub(super) const MAX_REPLY_BYTES: usize = 64 * 1024 * 1024;
 
 /// A client bound to one key prefix, with the registry this process decodes with.
 pub(super) struct Connection {
@@ -41,6 +49,21 @@ impl Connection {
 
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// A key-value client that decodes replies up to [`MAX_REPLY_BYTES`].
+    fn kv(&self) -> KvClient {
+        self.client
+            .kv_client()
+            .max_decoding_message_size(MAX_REPLY_BYTES)
+    }
+
+    /// A watch client that decodes replies up to [`MAX_REPLY_BYTES`]; open its watches with
+    /// `fragment` set, so that etcd splits a reply of many events.
+    pub fn watch_client(&self) -> WatchClient {
+        self.client
+            .watch_client()
+            .max_decoding_message_size(MAX_REPLY_BYTES)
     }
 
     /// Decodes the value stored under `pointer`'s key.
@@ -85,7 +108,7 @@ impl Connection {
 
     /// The stored key-value of one resource, and the revision of the read.
     pub async fn get(&self, pointer: &Pointer) -> Result<(Option<KeyValue>, i64)> {
-        let mut kv = self.client.kv_client();
+        let mut kv = self.kv();
         let mut response = self
             .call(pointer, "get", kv.get(self.key(pointer), None))
             .await?;
@@ -95,13 +118,13 @@ impl Connection {
 
     /// Runs a transaction on one resource's key.
     pub async fn txn(&self, pointer: &Pointer, txn: Txn) -> Result<TxnResponse> {
-        let mut kv = self.client.kv_client();
+        let mut kv = self.kv();
         self.call(pointer, "txn", kv.txn(txn)).await
     }
 
     /// The current revision of the store (the position of a read made now).
     pub async fn revision(&self, kind: &Kind) -> Result<i64> {
-        let mut kv = self.client.kv_client();
+        let mut kv = self.kv();
         let options = GetOptions::new().with_prefix().with_count_only();
         let response = self
             .call(kind, "get", kv.get(self.kind_prefix(kind), Some(options)))
@@ -114,15 +137,16 @@ impl Connection {
     pub async fn range(&self, kind: &Kind) -> Result<(i64, Vec<KeyValue>)> {
         let prefix = self.kind_prefix(kind);
         let end = range_end(&prefix);
-        let mut kv = self.client.kv_client();
+        let mut kv = self.kv();
         let mut attempts = 0;
+        let mut limit = PAGE;
         'read: loop {
             attempts += 1;
             let mut revision = 0;
             let mut from = prefix.clone();
             let mut kvs = Vec::new();
             loop {
-                let mut options = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+                let mut options = GetOptions::new().with_range(end.clone()).with_limit(limit);
                 if revision != 0 {
                     options = options.with_revision(revision);
                 }
@@ -133,6 +157,11 @@ impl Connection {
                     Ok(response) => response,
                     // The revision of the first page was compacted while paging: start over.
                     Err(e) if is_compacted(&e) && attempts < 3 => continue 'read,
+                    // Large values: the same page again, in fewer keys.
+                    Err(e) if is_too_large(&e) && limit > 1 => {
+                        limit = (limit / 10).max(1);
+                        continue;
+                    }
                     Err(e) => return Err(e),
                 };
                 if revision == 0 {
@@ -230,6 +259,11 @@ pub fn range_end(prefix: &[u8]) -> Vec<u8> {
 
 fn is_compacted(e: &Error) -> bool {
     matches!(e, Error::Backend { message, .. } if message.contains("compacted"))
+}
+
+/// Whether a reply was refused for its size (tonic: "decoded message length too large").
+fn is_too_large(e: &Error) -> bool {
+    matches!(e, Error::Backend { message, .. } if message.contains("message length too large"))
 }
 
 /// Turns an etcd client error into a backend error; transport problems and unavailability are

@@ -239,8 +239,9 @@ async fn run(hub: Arc<KindHub>, connection: Arc<Connection>, start: i64) {
         let options = WatchOptions::new()
             .with_prefix()
             .with_prev_key()
+            .with_fragment()
             .with_start_revision(next);
-        let mut client = connection.client().watch_client();
+        let mut client = connection.watch_client();
         let opened = connection
             .call(
                 &hub.kind,

@@ -24,6 +24,10 @@
 //!   survive etcd restarts and resume from the last delivered revision; if etcd comes back with
 //!   its revision gone backwards (its data was replaced), watchers get `Resync` and the new
 //!   contents.
+//! - **Large kinds**: lists and watch bootstraps read a kind in pages at one revision, watches
+//!   ask etcd to split a reply of many events (`fragment`), and replies are decoded up to
+//!   64 MiB; a page of large values too big for one reply is read again in fewer keys. So a
+//!   kind is not bounded by the reply size, only each value by etcd's request limit.
 //! - **Invalid records** (bytes under a resource key that are not a valid record): `get` of that
 //!   resource fails with a non-retryable [`Error::Backend`] naming it; `list` and watches skip it
 //!   (and log it at error level) so the rest of the kind is still served — a watcher sees a

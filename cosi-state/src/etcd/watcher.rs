@@ -310,8 +310,9 @@ impl Watcher {
         let options = WatchOptions::new()
             .with_prefix()
             .with_prev_key()
+            .with_fragment()
             .with_start_revision(self.position + 1);
-        let mut client = self.connection.client().watch_client();
+        let mut client = self.connection.watch_client();
         let kind = self.hub.kind();
         // The stream's first message confirms the watch (no events); `next_response` passes it
         // through as an empty response.
