@@ -14,9 +14,9 @@
 //! node puts its own under its lease, and a leaseless entry would outlive its writer), entries
 //! larger than [`MAX_AFFILIATE_BYTES`] are skipped before they are decoded, and both are logged.
 //! List pages and watch messages are decoded up to [`MAX_REPLY_BYTES`], so oversized entries
-//! cannot push a reply past the transport's limit (a single watch message past it, which etcd's
-//! default request limit makes take more than ten entries of the largest size, ends the
-//! session, and the next one lists afresh). When the watch shows this node's own key deleted,
+//! cannot push a reply past the transport's limit: a page holds [`PAGE`] entries, and the
+//! watch asks etcd to split a message of many events (`fragment`) into pieces under its
+//! request limit. When the watch shows this node's own key deleted,
 //! or holding anything but what the node put under its lease, the node puts it again.
 
 use std::collections::BTreeMap;
@@ -39,8 +39,9 @@ const PAGE: i64 = 8;
 
 /// The largest reply the registry decodes, a list page or a watch message alike (tonic's
 /// default is 4 MiB). etcd refuses requests over 1.5 MiB by default (`--max-request-bytes`),
-/// so one entry is at most that: a page of [`PAGE`] of them fits, and so does a watch message
-/// of ten, as etcd sends when a watch catches up on several revisions at once.
+/// so one entry is at most that: a page of [`PAGE`] of them fits, and so does every piece of
+/// a split watch message (etcd splits one over its request limit, as when a watch catches up
+/// on many revisions at once).
 const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
 
 /// Settings of an [`EtcdRegistry`].
@@ -325,6 +326,7 @@ async fn watch_from(client: &Client, prefix: &str, revision: i64) -> Result<Watc
             Some(
                 WatchOptions::new()
                     .with_prefix()
+                    .with_fragment()
                     .with_start_revision(revision),
             ),
         )
