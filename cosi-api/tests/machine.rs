@@ -301,3 +301,44 @@ async fn a_follow_stream_ends_when_the_server_stops() {
         other => panic!("expected an unavailable error, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_stop_ends_a_call_whose_request_is_still_arriving_with_its_reason() {
+    use cosi_api::proto::machine::{ApplyConfigurationRequest, ApplyConfigurationResponse};
+    use tonic::codegen::http::uri::PathAndQuery;
+
+    // Given a caller holding a call open: its apply begun, its request never sent
+    let (machine, _client, server) = node().await;
+    let holder = channel(server.local_addr(), None, ClientSecurity::Plaintext).unwrap();
+    let (_never_sent, held) = tokio::sync::oneshot::channel::<ApplyConfigurationRequest>();
+    let mut grpc = tonic::client::Grpc::new(holder.clone());
+    grpc.ready().await.unwrap();
+    let mut held_call = Box::pin(
+        grpc.client_streaming::<_, _, ApplyConfigurationResponse, _>(
+            tonic::Request::new(futures::stream::once(async { held.await.unwrap() })),
+            PathAndQuery::from_static(cosi_api::auth::APPLY_CONFIGURATION),
+            tonic_prost::ProstCodec::default(),
+        ),
+    );
+    assert!(futures::poll!(&mut held_call).is_pending());
+    // (a later call on the same connection is answered after the server took the held one in)
+    MachineClient::new(holder).version().await.unwrap();
+
+    // When the server stops, giving a reason
+    tokio::time::timeout(TIMEOUT, server.shutdown_because("come back later"))
+        .await
+        .expect("the stop does not wait for a request that has not arrived")
+        .unwrap();
+
+    // Then the held call has ended with Unavailable and the reason, its request still unsent,
+    // and the node never saw it
+    let status = tokio::time::timeout(TIMEOUT, held_call)
+        .await
+        .unwrap()
+        .expect_err("the held call is ended");
+    assert_eq!(
+        (status.code(), status.message()),
+        (tonic::Code::Unavailable, "come back later")
+    );
+    assert!(machine.last_apply().is_none());
+}

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tonic::transport::server::Connected;
@@ -305,7 +305,7 @@ pub(crate) async fn accept_loop(
     limits: Limits,
     open: OpenConnections,
     out: mpsc::Sender<io::Result<Connection>>,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: crate::server::StopSignal,
 ) {
     let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
     let slots = Arc::new(Semaphore::new(limits.connections));

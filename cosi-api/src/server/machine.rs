@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
@@ -24,7 +24,7 @@ const STREAM_BUFFER: usize = 8;
 /// The machine service.
 pub struct MachineService {
     machine: Arc<dyn Machine>,
-    shutdown: watch::Receiver<bool>,
+    shutdown: crate::server::StopSignal,
 }
 
 impl std::fmt::Debug for MachineService {
@@ -38,11 +38,11 @@ impl MachineService {
     pub fn new(machine: Arc<dyn Machine>) -> Self {
         MachineService {
             machine,
-            shutdown: watch::channel(false).1,
+            shutdown: crate::server::never(),
         }
     }
 
-    pub(crate) fn with_shutdown(mut self, shutdown: watch::Receiver<bool>) -> Self {
+    pub(crate) fn with_shutdown(mut self, shutdown: crate::server::StopSignal) -> Self {
         self.shutdown = shutdown;
         self
     }
@@ -55,13 +55,13 @@ fn err(e: cosi_core::Error) -> Status {
 async fn forward<T: Send + 'static>(
     mut source: impl futures::Stream<Item = Result<T, Status>> + Unpin + Send,
     tx: mpsc::Sender<Result<T, Status>>,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: crate::server::StopSignal,
 ) {
     loop {
         let item = tokio::select! {
             item = source.next() => item,
-            _ = crate::server::stopped(&mut shutdown) => {
-                let _ = tx.send(Err(Status::unavailable("server shutting down"))).await;
+            reason = crate::server::stopped(&mut shutdown) => {
+                let _ = tx.send(Err(Status::unavailable(reason.to_string()))).await;
                 return;
             }
             _ = tx.closed() => return,

@@ -3,8 +3,9 @@
 //!
 //! [`ApiServer::serve`] runs on a listener the caller bound (so tests and daemons choose the
 //! address, and a restart can reuse it) and returns a [`ServerHandle`]; stopping it ends open
-//! watches and streams with `Unavailable` (clients reconnect and resume) and waits for the
-//! connections to close. A node changes modes (maintenance → mutual TLS) by stopping one server
+//! watches and streams, and calls whose request is still arriving, with `Unavailable` (clients
+//! reconnect and resume; [`ServerHandle::shutdown_because`] says why), and waits for the calls
+//! being answered and then the connections to close. A node changes modes (maintenance → mutual TLS) by stopping one server
 //! and serving the next on the same address, as Talos's apid restarts its listener.
 
 mod connection;
@@ -12,13 +13,14 @@ mod encodings;
 mod machine;
 mod per_caller;
 mod state;
+mod stop;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -34,6 +36,9 @@ pub use encodings::DEFAULT_BUDGET as DEFAULT_SHARED_ENCODINGS;
 pub use machine::{MachineService, MAX_LOG_CHUNK};
 use per_caller::CallLimit;
 pub use state::{StateService, MAX_EVENT_BYTES, OMIT_YAML_HEADER, WATCH_BATCH};
+pub use stop::DEFAULT_STOP_REASON;
+pub(crate) use stop::{never, stopped, StopSignal};
+use stop::{EndArriving, Stop};
 
 /// The message size limit, both directions (Talos uses the same).
 pub const MAX_MESSAGE_SIZE: usize = 32 * 1024 * 1024;
@@ -190,7 +195,7 @@ impl ApiServer {
                 Acceptor::maintenance(crate::tls::server_maintenance(identity)?)
             }
         };
-        let (stop, stop_signal) = watch::channel(false);
+        let (stop, stop_signal) = Stop::new();
         let (connections, incoming) = mpsc::channel(16);
         let open = OpenConnections::default();
         let accept = tokio::spawn(accept_loop(
@@ -225,11 +230,12 @@ impl ApiServer {
             .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+            .layer(EndArriving::new(stop_signal.clone()))
             .layer(MethodGate)
             .layer(CallLimit::new(self.max_calls_per_caller))
             .add_routes(routes)
             .serve_with_incoming_shutdown(ReceiverStream::new(incoming), async move {
-                self::stopped(&mut signal).await;
+                stopped(&mut signal).await;
             });
         let task = tokio::spawn(server);
         Ok(ServerHandle {
@@ -242,16 +248,10 @@ impl ApiServer {
     }
 }
 
-/// Resolves once `shutdown` turns true (or its sender is gone).
-pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    // The guard `wait_for` returns is dropped here, never held across an await.
-    let _ = shutdown.wait_for(|stop| *stop).await;
-}
-
 /// A running server.
 pub struct ServerHandle {
     local_addr: SocketAddr,
-    stop: watch::Sender<bool>,
+    stop: Stop,
     open: OpenConnections,
     task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     /// The accept loop: it owns the listener, so the address is free once it has ended.
@@ -261,7 +261,7 @@ pub struct ServerHandle {
 impl Drop for ServerHandle {
     /// A dropped handle stops its server (without waiting for it).
     fn drop(&mut self) {
-        let _ = self.stop.send(true);
+        self.stop.fire(DEFAULT_STOP_REASON);
     }
 }
 
@@ -279,10 +279,20 @@ impl ServerHandle {
         self.local_addr
     }
 
-    /// Stops accepting, ends open watches and streams with `Unavailable`, and waits until
-    /// every connection has closed and the listener is released.
-    pub async fn shutdown(mut self) -> Result<(), tonic::transport::Error> {
-        let _ = self.stop.send(true);
+    /// Stops accepting, ends open watches and streams, and calls whose request is still
+    /// arriving, with `Unavailable` ([`DEFAULT_STOP_REASON`]), and waits until the calls being
+    /// answered are answered, every connection has closed and the listener is released.
+    pub async fn shutdown(self) -> Result<(), tonic::transport::Error> {
+        self.shutdown_because(DEFAULT_STOP_REASON).await
+    }
+
+    /// [`ServerHandle::shutdown`], the calls it ends told `reason` (the message of their
+    /// `Unavailable` status): what a client should do next, e.g. where to connect instead.
+    ///
+    /// A client that holds a call open without sending its request does not hold the stop:
+    /// that call is ended at once, as a watch is.
+    pub async fn shutdown_because(mut self, reason: &str) -> Result<(), tonic::transport::Error> {
+        self.stop.fire(reason);
         let result = match self.task.take() {
             Some(task) => match task.await {
                 Ok(result) => result,
@@ -306,7 +316,7 @@ impl ServerHandle {
     /// failure, as clients see it), then stops.
     pub async fn abort(mut self) {
         self.open.sever_all();
-        let _ = self.stop.send(true);
+        self.stop.fire(DEFAULT_STOP_REASON);
         if let Some(task) = self.task.take() {
             task.abort();
             let _ = task.await;

@@ -22,7 +22,7 @@ use cosi_core::{
     AnyResource, CreateOptions, DestroyOptions, Error, Event, Kind, ListOptions, Pointer,
     Sensitivity, State, StateExt, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
@@ -56,7 +56,7 @@ const WATCH_BUFFER: usize = 1;
 #[derive(Clone)]
 pub struct StateService {
     shared: Arc<Shared>,
-    shutdown: watch::Receiver<bool>,
+    shutdown: crate::server::StopSignal,
     batch: usize,
 }
 
@@ -87,7 +87,7 @@ impl StateService {
                 encodings: SharedEncodings::new(DEFAULT_BUDGET),
             }),
             // Never shut down until a server sets its own signal.
-            shutdown: watch::channel(false).1,
+            shutdown: crate::server::never(),
             batch: WATCH_BATCH,
         }
     }
@@ -126,8 +126,8 @@ impl StateService {
         self
     }
 
-    /// The same service, ending its watches when `shutdown` turns true.
-    pub(crate) fn with_shutdown(mut self, shutdown: watch::Receiver<bool>) -> Self {
+    /// The same service, ending its watches when `shutdown` fires, with its reason.
+    pub(crate) fn with_shutdown(mut self, shutdown: crate::server::StopSignal) -> Self {
         self.shutdown = shutdown;
         self
     }
@@ -585,7 +585,7 @@ struct WatchFeed {
     yaml: bool,
     aggregated: bool,
     tx: mpsc::Sender<Result<encoded::WatchResponse, Status>>,
-    shutdown: watch::Receiver<bool>,
+    shutdown: crate::server::StopSignal,
     batch: usize,
 }
 
@@ -614,8 +614,8 @@ impl WatchFeed {
             let batch = tokio::select! {
                 // Unfiltered watchers of a kind share one buffer of events in the store.
                 batch = watch.recv_shared(self.batch) => batch,
-                _ = crate::server::stopped(&mut self.shutdown) => {
-                    let _ = self.tx.send(Err(Status::unavailable("server shutting down"))).await;
+                reason = crate::server::stopped(&mut self.shutdown) => {
+                    let _ = self.tx.send(Err(Status::unavailable(reason.to_string()))).await;
                     return;
                 }
                 _ = self.tx.closed() => return,
