@@ -60,10 +60,13 @@
 //! config is active** — at start, or when the first apply makes it so — it serves
 //! `Security::MutualTls` on the same address: clients present a certificate signed by `--ca`,
 //! and their roles come from it (reader, operator, admin). The switch stops the maintenance
-//! server gracefully (the apply's answer is delivered first) and serves mutual TLS on the same
-//! listening socket — it is never closed, so the port cannot be taken meanwhile, and clients
-//! that connect during the switch are answered by the new server — then prints the new ready
-//! line. A node never goes back to maintenance. A maintenance apply is accepted only while no
+//! server gracefully — the apply's answer is delivered first — but does not wait on
+//! maintenance callers: a call still open whose request has not arrived (an unauthenticated
+//! caller may open one and never send it) ends at once with `Unavailable` and "the node left
+//! maintenance mode; connect with mutual TLS" ([`examples::maintenance::LEFT_MAINTENANCE`]).
+//! It then serves mutual TLS on the same listening socket — it is never closed, so the port
+//! cannot be taken meanwhile, and clients that connect during the switch are answered by the
+//! new server — and prints the new ready line. A node never goes back to maintenance. A maintenance apply is accepted only while no
 //! config is active ([`examples::maintenance::MaintenanceMachine`]), one at a time: a call the
 //! maintenance server took in before it stopped cannot change the configured node.
 //!
@@ -112,7 +115,8 @@
 //!   **`staged`** config becomes active at the next start.
 //! - **SIGTERM, SIGINT or SIGHUP** (the terminal it ran in closed; there is no file to
 //!   reload, and its default, dying on the spot, would leave the services running until the
-//!   next start): the API stops (open streams end with `Unavailable`), the services
+//!   next start): the API stops (open streams, and calls whose request is still arriving,
+//!   end with `Unavailable`; calls being answered get up to 10 s), the services
 //!   stop in dependency order, the controllers stop, the store finishes its writes and closes;
 //!   exit code 0.
 //! - **SIGKILL** leaves the services running; the next start of the daemon on the same state
@@ -137,7 +141,7 @@ use cosi_api::auth::{ControllerOwners, StatePolicy};
 use cosi_api::codec::Codec;
 use cosi_api::machine::Machine;
 use cosi_api::pki::CertifiedKey;
-use cosi_api::server::{ApiServer, Security, ServerHandle, StateService};
+use cosi_api::server::{ApiServer, Security, ServerHandle, StateService, DEFAULT_STOP_REASON};
 use cosi_core::{Registry, State, StateExt};
 use cosi_node::cluster::{
     AffiliateRegistry, DirectoryRegistry, DirectoryRegistryOptions, MemoryRegistry,
@@ -147,7 +151,7 @@ use cosi_node::network::{Cmdline, MemoryBackend, NetworkBackend};
 use cosi_node::node::{self, Node, NodeOptions, NodeParts, NodeStore, APPLY_ONLY_TYPES};
 use cosi_node::services::{ImageResolver, SupervisorOptions};
 use examples::machine::NodeMachine;
-use examples::maintenance::MaintenanceMachine;
+use examples::maintenance::{MaintenanceMachine, LEFT_MAINTENANCE};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -155,7 +159,8 @@ use tokio::signal::unix::{signal, SignalKind};
 const KUBELET_REPOSITORY: &str = "ghcr.io/siderolabs/kubelet";
 /// The program run for it, looked up beside this one.
 const KUBELET_PROGRAM: &str = "node-kubelet";
-/// How long a stopping API server waits for its clients to close their connections.
+/// How long a stopping API server waits for the calls it is answering (a caller holding a
+/// call open without sending its request is not waited for).
 const SERVER_GRACE: Duration = Duration::from_secs(10);
 
 /// The reference node daemon: every node family on one engine, served over the API.
@@ -695,9 +700,10 @@ async fn serve(
                     break Err(format!("watching for the first config: {error}"));
                 }
                 configured = true;
-                // The maintenance server finishes the apply's answer before it stops.
+                // The maintenance server finishes the apply's answer before it stops; a caller
+                // holding a call open is told to come back with mutual TLS, not waited for.
                 if let Some(maintenance) = server.take() {
-                    stop_server(maintenance).await;
+                    stop_server(maintenance, LEFT_MAINTENANCE).await;
                 }
                 // Invariant: a node that started without a config kept a spare descriptor.
                 let spare = spare.take().expect("a maintenance start keeps a spare listener");
@@ -713,18 +719,19 @@ async fn serve(
         }
     };
     if let Some(server) = server {
-        stop_server(server).await;
+        stop_server(server, DEFAULT_STOP_REASON).await;
     }
     outcome
 }
 
-/// Stops a server gracefully: open streams end with `Unavailable`, calls in flight finish. A
-/// client that keeps its connection open past [`SERVER_GRACE`] is left behind (its
-/// connection ends with the process, or stays on the old server's task); the server stops
-/// accepting either way, as its accept loop ends on the stop signal.
-async fn stop_server(server: ServerHandle) {
+/// Stops a server gracefully: open streams, and calls whose request is still arriving, end at
+/// once with `Unavailable` and `reason`; calls being answered finish. One whose answer takes
+/// longer than [`SERVER_GRACE`] is left behind (its connection ends with the process, or stays
+/// on the old server's task); the server stops accepting either way, as its accept loop ends
+/// on the stop signal.
+async fn stop_server(server: ServerHandle, reason: &str) {
     let address = server.local_addr();
-    match tokio::time::timeout(SERVER_GRACE, server.shutdown()).await {
+    match tokio::time::timeout(SERVER_GRACE, server.shutdown_because(reason)).await {
         Ok(Ok(())) => {}
         Ok(Err(error)) => tracing::warn!(%address, %error, "the API server stopped with an error"),
         Err(_) => {
