@@ -11,7 +11,7 @@ use cosi_core::{CreateOptions, Phase, Resource, ResourceSpec};
 use cosi_node::namespaces;
 use cosi_node::network::{
     self, operator, AddressScope, AddressSpec, AddressSpecController, AddressStatus,
-    BackendOperation, Cmdline, ConfigLayer, MemoryBackend,
+    BackendOperation, Cmdline, ConfigLayer, MemoryBackend, PendingAddress,
 };
 use ipnet::IpNet;
 
@@ -217,6 +217,34 @@ async fn a_spec_for_a_missing_link_is_applied_when_the_link_appears() {
     // Then the address is applied and observed
     assert!(backend.has("eth9", &net("203.0.113.1/24")));
     harness.expect::<AddressStatus>("eth9/203.0.113.1/24").await;
+    harness.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_address_waiting_for_its_link_is_pending_naming_the_link_until_the_link_appears() {
+    // Given a cmdline address for a link that does not exist
+    let (harness, backend) = start("ip=192.0.2.10:::24::eth9:off").await;
+
+    // Then it is pending, saying which link it waits for
+    let pending = harness.expect::<PendingAddress>("eth9/192.0.2.10/24").await;
+    assert_eq!(
+        pending.spec,
+        PendingAddress {
+            address: net("192.0.2.10/24"),
+            link_name: "eth9".into(),
+            reason: "waiting for link \"eth9\", which does not exist".into(),
+        }
+    );
+
+    // When the link appears
+    backend.add_link("eth9");
+    harness.settle().await;
+
+    // Then the address is applied and no longer pending
+    assert!(backend.has("eth9", &net("192.0.2.10/24")));
+    harness
+        .expect_absent::<PendingAddress>("eth9/192.0.2.10/24")
+        .await;
     harness.shutdown().await;
 }
 

@@ -17,7 +17,7 @@ use cosi_core::{Resource, ResourceSpec, State, StateExt, UpdateOptions};
 use cosi_node::config::{MachineConfig, ACTIVE};
 use cosi_node::network::{
     self, operator, AddressRequest, AddressScope, AddressStatus, Cmdline, NetlinkBackend,
-    NetworkBackend,
+    NetworkBackend, PendingAddress,
 };
 use cosi_state::{MemoryOptions, MemoryState};
 use cosi_test_support::netns::Namespace;
@@ -32,10 +32,15 @@ fn net(text: &str) -> IpNet {
 
 /// The address chain on the namespace's kernel.
 async fn start_chain() -> (Arc<dyn State>, Engine) {
+    start_chain_with(Cmdline::default()).await
+}
+
+/// The address chain on the namespace's kernel, with the `ip=` addresses of `cmdline`.
+async fn start_chain_with(cmdline: Cmdline) -> (Arc<dyn State>, Engine) {
     let state: Arc<dyn State> = Arc::new(MemoryState::new(MemoryOptions::default()));
     let backend = NetlinkBackend::connect().expect("netlink sockets in the namespace");
     let engine = Engine::new(state.clone());
-    network::register(&engine, Arc::new(backend), Cmdline::default()).unwrap();
+    network::register(&engine, Arc::new(backend), cmdline).unwrap();
     engine.start();
     (state, engine)
 }
@@ -62,13 +67,18 @@ async fn configure(state: &dyn State, addresses: &[&str]) {
 
 /// Waits until the status `id` exists (`present`) or is gone.
 async fn wait_status(state: &dyn State, id: &str, present: bool) {
-    let pointer = AddressStatus::kind().pointer(id.to_string());
+    wait_for::<AddressStatus>(state, id, present).await;
+}
+
+/// Waits until the resource `id` of type `S` exists (`present`) or is gone.
+async fn wait_for<S: ResourceSpec>(state: &dyn State, id: &str, present: bool) {
+    let pointer = S::kind().pointer(id.to_string());
     tokio::time::timeout(
         EVENT_TIMEOUT,
         state.watch_for(&pointer, |r| r.is_some() == present),
     )
     .await
-    .unwrap_or_else(|_| panic!("status {id} present={present} not reached in time"))
+    .unwrap_or_else(|_| panic!("{pointer} present={present} not reached in time"))
     .expect("the watch");
 }
 
@@ -115,6 +125,48 @@ fn an_address_removed_from_the_config_leaves_the_kernel_and_the_status() {
         );
         assert!(
             !check.kernel_has("veth0", "192.0.2.11/24"),
+            "{:?}",
+            check.kernel_addresses()
+        );
+        engine.shutdown().await;
+    });
+}
+
+#[test]
+fn an_address_for_a_link_the_kernel_lacks_is_pending_until_the_link_is_made() {
+    let ns = Namespace::create();
+    let check = ns.kernel();
+    ns.enter(move || async move {
+        // Given a cmdline address for veth9, which the namespace does not have
+        let cmdline = Cmdline::parse("ip=192.0.2.20:::24::veth9:off").unwrap();
+        let (state, engine) = start_chain_with(cmdline).await;
+
+        // Then it is pending, naming the link, and not in the kernel
+        wait_for::<PendingAddress>(&*state, "veth9/192.0.2.20/24", true).await;
+        let pending = state
+            .get_typed::<PendingAddress>(&PendingAddress::kind().pointer("veth9/192.0.2.20/24"))
+            .await
+            .unwrap();
+        assert_eq!(
+            pending.spec.reason,
+            "waiting for link \"veth9\", which does not exist"
+        );
+        assert!(
+            !check.kernel_has("veth9", "192.0.2.20/24"),
+            "{:?}",
+            check.kernel_addresses()
+        );
+
+        // When someone with a shell makes the link
+        check.ip(&[
+            "link", "add", "veth9", "type", "veth", "peer", "name", "veth10",
+        ]);
+
+        // Then the address reaches the kernel and is no longer pending
+        wait_status(&*state, "veth9/192.0.2.20/24", true).await;
+        wait_for::<PendingAddress>(&*state, "veth9/192.0.2.20/24", false).await;
+        assert!(
+            check.kernel_has("veth9", "192.0.2.20/24"),
             "{:?}",
             check.kernel_addresses()
         );

@@ -1,6 +1,7 @@
 //! Address resources: [`AddressSpec`] (what should be on a link, per layer in `network-config`,
-//! merged in `network`) and [`AddressStatus`] (what the kernel reports, in `network`), with the
-//! id schemes and the rules for link names.
+//! merged in `network`), [`AddressStatus`] (what the kernel reports, in `network`) and
+//! [`PendingAddress`] (a merged spec not applied yet, and why), with the id schemes and the
+//! rules for link names.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -209,7 +210,53 @@ impl ResourceSpec for AddressStatus {
     }
 }
 
-/// `<link>/<prefix>`: the id of a merged address spec and of an address status.
+/// A merged address spec that is not on its link, and why: in `network` with the spec's id
+/// `<link>/<prefix>`, written by the [`AddressSpecController`](crate::network::AddressSpecController)
+/// while the address waits (today: for its link to exist), destroyed once it is applied or its
+/// spec is gone. An operator asking why an address is missing reads it
+/// (`cosictl get pendingaddresses`).
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingAddress {
+    /// The address with its prefix length.
+    pub address: IpNet,
+    /// The link it is for.
+    pub link_name: String,
+    /// What it waits for, in words (`waiting for link "eth9", which does not exist`).
+    pub reason: String,
+}
+
+impl PendingAddress {
+    /// An address waiting for its link, `link_name`, to exist.
+    pub fn waiting_for_link(link_name: &str, address: IpNet) -> Self {
+        PendingAddress {
+            address,
+            link_name: link_name.to_string(),
+            reason: format!("waiting for link {link_name:?}, which does not exist"),
+        }
+    }
+
+    /// The id, `<link>/<prefix>`: the spec's.
+    pub fn id(&self) -> String {
+        address_id(&self.link_name, &self.address)
+    }
+}
+
+impl ResourceSpec for PendingAddress {
+    const TYPE: &'static str = "PendingAddresses.net.cosi.dev";
+    const DEFAULT_NAMESPACE: &'static str = namespaces::NETWORK;
+
+    fn definition() -> ResourceDefinition {
+        ResourceDefinition::new(Self::TYPE, Self::DEFAULT_NAMESPACE)
+            .with_aliases(["pendingaddress", "pendingaddresses"])
+            .with_print_column("Address", ".address")
+            .with_print_column("Link", ".linkName")
+            .with_print_column("Reason", ".reason")
+    }
+}
+
+/// `<link>/<prefix>`: the id of a merged address spec, of an address status and of a pending
+/// address.
 pub fn address_id(link: &str, address: &IpNet) -> String {
     format!("{link}/{address}")
 }

@@ -12,7 +12,9 @@
 //! - [`AddressMergeController`] folds them into [`AddressSpec`] in `network` (id
 //!   `<link>/<prefix>`), the highest layer winning per address.
 //! - [`AddressSpecController`] applies those through a [`NetworkBackend`] ([`MemoryBackend`]
-//!   for tests; `NetlinkBackend` on Linux with the `netlink` feature).
+//!   for tests; `NetlinkBackend` on Linux with the `netlink` feature). An address it cannot
+//!   apply yet (its link does not exist) gets a [`PendingAddress`] in `network` saying so, and
+//!   a warning in the log.
 //! - [`AddressStatusController`] mirrors what the backend reports into [`AddressStatus`].
 //! - [`NodeAddressController`] derives [`NodeAddress`] `default`, `current`, `routed`,
 //!   `accumulative` and their filtered variants ([`NodeAddressFilter`], e.g. `no-k8s`).
@@ -36,7 +38,7 @@ use cosi_core::Registry;
 
 pub use address::{
     address_id, validate_link_name, AddressFamily, AddressScope, AddressSpec, AddressStatus,
-    LinkNameError, MAX_LINK_NAME,
+    LinkNameError, PendingAddress, MAX_LINK_NAME,
 };
 #[cfg(all(target_os = "linux", feature = "netlink"))]
 pub use backend::NetlinkBackend;
@@ -65,6 +67,7 @@ pub(crate) fn found<T>(read: cosi_core::Result<T>) -> cosi_core::Result<Option<T
 pub fn register_types(registry: &mut Registry) -> cosi_core::Result<()> {
     registry.register::<AddressSpec>()?;
     registry.register::<AddressStatus>()?;
+    registry.register::<PendingAddress>()?;
     registry.register::<NodeAddress>()?;
     registry.register::<NodeAddressFilter>()?;
     Ok(())

@@ -9,7 +9,10 @@
 //! An address already on its link with another scope than the spec states is removed and added
 //! again. A spec whose link does not exist yet waits: the backend's change subscription wakes the
 //! controller when links come and go (and when an applied address disappears, which it puts
-//! back). One failing address does not hold up the others; the first failure is returned after
+//! back). A waiting address is not silent — a typo in a link name would otherwise look like an
+//! address that never came: it has a [`PendingAddress`] (its only output) saying which link it
+//! waits for, destroyed when the wait ends, and a warning is logged when it starts waiting
+//! (once, not at every pass), an info line when the wait ends. One failing address does not hold up the others; the first failure is returned after
 //! all were tried, so the controller retries with backoff.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,18 +20,22 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cosi_controllers::{Controller, ControllerState, Input, Output, Reconciled};
-use cosi_core::{Error, ListOptions, Phase, ResourceSpec, Result, StateExt};
+use cosi_core::{Error, ListOptions, Phase, Resource, ResourceSpec, Result, StateExt};
 use ipnet::IpNet;
 
 use super::backend_error;
 use crate::namespaces;
 use crate::network::follow::Follower;
-use crate::network::{AddressRequest, AddressScope, AddressSpec, BackendError, NetworkBackend};
+use crate::network::{
+    AddressRequest, AddressScope, AddressSpec, BackendError, NetworkBackend, PendingAddress,
+};
 
 /// Applies address specs through a [`NetworkBackend`]. See the module docs.
 pub struct AddressSpecController {
     backend: Arc<dyn NetworkBackend>,
     follower: Follower,
+    /// The addresses waiting for their link at the last pass, so each wait is logged once.
+    waiting: BTreeSet<(String, IpNet)>,
 }
 
 impl std::fmt::Debug for AddressSpecController {
@@ -48,6 +55,7 @@ impl AddressSpecController {
         AddressSpecController {
             backend,
             follower: Follower::default(),
+            waiting: BTreeSet::new(),
         }
     }
 
@@ -79,7 +87,7 @@ impl Controller for AddressSpecController {
     }
 
     fn outputs(&self) -> Vec<Output> {
-        Vec::new()
+        vec![Output::exclusive_of::<PendingAddress>()]
     }
 
     async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
@@ -110,6 +118,8 @@ impl Controller for AddressSpecController {
             .collect();
 
         let mut first_error: Option<Error> = None;
+        let mut waiting = BTreeSet::new();
+        state.start_tracking();
         for resource in specs {
             let pointer = resource.metadata.pointer();
             let spec = &resource.spec;
@@ -121,8 +131,25 @@ impl Controller for AddressSpecController {
                         state.add_finalizer(pointer, &[Self::NAME]).await?;
                     }
                     match present.get(&key) {
-                        // Waits for its link, or is already applied as stated.
-                        _ if !links.contains(&spec.link_name) => Ok(()),
+                        _ if !links.contains(&spec.link_name) => {
+                            let pending =
+                                PendingAddress::waiting_for_link(&spec.link_name, spec.address);
+                            if !self.waiting.contains(&key) {
+                                tracing::warn!(
+                                    spec = %pointer,
+                                    "address {}: {}", spec.address, pending.reason
+                                );
+                            }
+                            state
+                                .modify_output(Resource::new(pending.id(), pending.clone()), |r| {
+                                    r.spec = pending.clone();
+                                    Ok(())
+                                })
+                                .await?;
+                            waiting.insert(key);
+                            Ok(())
+                        }
+                        // Already applied as stated.
                         Some(scope) if *scope == spec.scope => Ok(()),
                         applied => self.apply(spec, applied.is_some()).await,
                     }
@@ -149,6 +176,11 @@ impl Controller for AddressSpecController {
                 first_error.get_or_insert(backend_error(&backend, error));
             }
         }
+        state.cleanup_outputs(&[PendingAddress::kind()]).await?;
+        for (link, address) in self.waiting.difference(&waiting) {
+            tracing::info!("address {address} no longer waits for link {link:?}");
+        }
+        self.waiting = waiting;
         match first_error {
             Some(error) => Err(error),
             None => Ok(Reconciled::Done),
