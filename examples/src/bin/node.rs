@@ -92,7 +92,12 @@
 //! (default `lo` and `eth0`); `--network netlink` (feature `netlink`, Linux) uses the
 //! kernel's. `--cmdline` is a kernel command line whose `ip=` arguments put addresses on
 //! links (the `cmdline` address layer, as `ip=192.0.2.10:::24::eth0:off`); the config's
-//! `machine.network.interfaces` adds the `configuration` layer. Members come from a registry:
+//! `machine.network.interfaces` adds the `configuration` layer. An address for a link that
+//! does not exist is accepted — the link may come later (a device probed late; a link made by
+//! hand with `--network netlink`) and the address is added then — but not silently: a warning
+//! names the link it waits for (`address 192.0.2.10/24: waiting for link "eth9", which does
+//! not exist`), and until the link comes the address is a `PendingAddress` in `network` saying
+//! the same (`cosictl get pendingaddresses`). Members come from a registry:
 //! `--registry-dir` (a directory the nodes of one machine share; an entry expires after
 //! `--registry-ttl`, at least 1s, without a refresh) and/or `--etcd` (feature `etcd`).
 //! `--hostname` is the hostname while the config names none (the config's
