@@ -247,8 +247,8 @@ impl ResourceSpec for PendingAddress {
     const DEFAULT_NAMESPACE: &'static str = namespaces::NETWORK;
 
     fn definition() -> ResourceDefinition {
+        // Found by its automatic names, `pendingaddresses` and `pendingaddress`.
         ResourceDefinition::new(Self::TYPE, Self::DEFAULT_NAMESPACE)
-            .with_aliases(["pendingaddress", "pendingaddresses"])
             .with_print_column("Address", ".address")
             .with_print_column("Link", ".linkName")
             .with_print_column("Reason", ".reason")
