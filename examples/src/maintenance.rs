@@ -7,8 +7,8 @@
 //! whose request is still arriving ([`LEFT_MAINTENANCE`]), but a call whose request arrived
 //! before it (between the apply that made the config active and the stop, or queued behind
 //! that apply) is still served, and without this gate it would replace the config, or read the
-//! secret one back in a dry run's diff. Applies are taken one at a time, so of two callers racing to configure the
-//! node only the first does; the second is refused.
+//! secret one back in a dry run's diff. Applies are taken one at a time, so of two callers
+//! racing to configure the node only the first does; the second is refused.
 
 use std::sync::Arc;
 

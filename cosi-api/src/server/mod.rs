@@ -5,8 +5,9 @@
 //! address, and a restart can reuse it) and returns a [`ServerHandle`]; stopping it ends open
 //! watches and streams, and calls whose request is still arriving, with `Unavailable` (clients
 //! reconnect and resume; [`ServerHandle::shutdown_because`] says why), and waits for the calls
-//! being answered and then the connections to close. A node changes modes (maintenance → mutual TLS) by stopping one server
-//! and serving the next on the same address, as Talos's apid restarts its listener.
+//! being answered and then the connections to close. A node changes modes (maintenance →
+//! mutual TLS) by stopping one server and serving the next on the same address, as Talos's
+//! apid restarts its listener.
 
 mod connection;
 mod encodings;

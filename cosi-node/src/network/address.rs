@@ -211,10 +211,10 @@ impl ResourceSpec for AddressStatus {
 }
 
 /// A merged address spec that is not on its link, and why: in `network` with the spec's id
-/// `<link>/<prefix>`, written by the [`AddressSpecController`](crate::network::AddressSpecController)
-/// while the address waits (today: for its link to exist), destroyed once it is applied or its
-/// spec is gone. An operator asking why an address is missing reads it
-/// (`cosictl get pendingaddresses`).
+/// `<link>/<prefix>`, written by the
+/// [`AddressSpecController`](crate::network::AddressSpecController) while the address waits
+/// (today: for its link to exist), destroyed once it is applied or its spec is gone. An
+/// operator asking why an address is missing reads it (`cosictl get pendingaddresses`).
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingAddress {

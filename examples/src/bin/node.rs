@@ -66,9 +66,10 @@
 //! maintenance mode; connect with mutual TLS" ([`examples::maintenance::LEFT_MAINTENANCE`]).
 //! It then serves mutual TLS on the same listening socket — it is never closed, so the port
 //! cannot be taken meanwhile, and clients that connect during the switch are answered by the
-//! new server — and prints the new ready line. A node never goes back to maintenance. A maintenance apply is accepted only while no
-//! config is active ([`examples::maintenance::MaintenanceMachine`]), one at a time: a call the
-//! maintenance server took in before it stopped cannot change the configured node.
+//! new server — and prints the new ready line. A node never goes back to maintenance. A
+//! maintenance apply is accepted only while no config is active
+//! ([`examples::maintenance::MaintenanceMachine`]), one at a time: a call the maintenance
+//! server took in before it stopped cannot change the configured node.
 //!
 //! The State service serves the whole store with [`cosi_api::auth::StatePolicy`]: the machine
 //! config and its history are written only by `ApplyConfiguration` (so validation cannot be
