@@ -12,8 +12,9 @@
 //! back). A waiting address is not silent — a typo in a link name would otherwise look like an
 //! address that never came: it has a [`PendingAddress`] (its only output) saying which link it
 //! waits for, destroyed when the wait ends, and a warning is logged when it starts waiting
-//! (once, not at every pass), an info line when the wait ends. One failing address does not hold up the others; the first failure is returned after
-//! all were tried, so the controller retries with backoff.
+//! (once, not at every pass), an info line when the wait ends. One failing address does not
+//! hold up the others; the first failure is returned after all were tried, so the controller
+//! retries with backoff.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
