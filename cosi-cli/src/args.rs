@@ -30,9 +30,27 @@ pub struct Cli {
         value_name = "ADDRESS"
     )]
     pub nodes: Vec<String>,
+    // Named as kubectl's: `--timeout` is the rollback timeout of `--mode try`.
+    /// How long one call to a node may take before cosictl gives up on it (e.g. 10s, 2m;
+    /// 0: no deadline). For a stream (get -w, logs -f, events) it bounds the opening only.
+    #[arg(
+        long,
+        global = true,
+        value_name = "DURATION",
+        default_value = "30s",
+        value_parser = humantime::parse_duration
+    )]
+    pub request_timeout: Duration,
     /// The command.
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The deadline of one call to a node (`--request-timeout`); `None` for `0`.
+    pub fn deadline(&self) -> Option<Duration> {
+        (!self.request_timeout.is_zero()).then_some(self.request_timeout)
+    }
 }
 
 /// Every command.

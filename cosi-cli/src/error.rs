@@ -2,9 +2,11 @@
 //! [`CliError::Node`]: its message names the node and says which of four things happened, each
 //! in its own words — the node was **unreachable** (where, and what to check), **refused** the
 //! call (which role it needs), **rejected** the input (the field path), or reported a
-//! **conflict** (re-read and retry) — or passes the node's error on.
+//! **conflict** (re-read and retry) — or passes the node's error on. A node that does not answer
+//! in time is a [`CliError::Deadline`], which says how to wait longer.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use cosi_api::auth::Role;
 use cosi_core::Error;
@@ -72,6 +74,40 @@ pub enum CliError {
         error: Box<Error>,
         /// The role the call needs (said when the node refuses it).
         needs: Role,
+    },
+    /// A node did not answer a call (or, with `started`, did not finish a stream that ends)
+    /// within the deadline (`--request-timeout`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use cosi_cli::error::CliError;
+    /// let late = CliError::Deadline {
+    ///     node: "10.0.0.1".into(),
+    ///     what: "list services".into(),
+    ///     deadline: Duration::from_millis(300),
+    ///     started: false,
+    /// };
+    /// assert_eq!(
+    ///     late.to_string(),
+    ///     "node 10.0.0.1 did not answer list services within 300ms; wait longer with \
+    ///      --request-timeout DURATION (0: no deadline)"
+    /// );
+    /// ```
+    #[error(
+        "node {node} did not {} {what} within {}; wait longer with --request-timeout DURATION \
+         (0: no deadline)",
+        if *started { "finish" } else { "answer" },
+        humantime::format_duration(*deadline)
+    )]
+    Deadline {
+        /// The node as the operator named it.
+        node: String,
+        /// What was asked of it.
+        what: String,
+        /// The deadline that passed.
+        deadline: Duration,
+        /// Whether the node had answered (a stream that ends, cut short by the deadline).
+        started: bool,
     },
     /// The output stream could not be written (a closed pipe, as with `| head`, is not
     /// reported: see [`CliError::is_closed_output`]).

@@ -75,6 +75,15 @@
 //! - Maintenance mode: `apply-config --insecure --cert-fingerprint FP -n NODE` reaches a node
 //!   without a config; the fingerprint (of the node's server key, which it logs) is required —
 //!   the client never talks to an unverified server.
+//! - Deadlines: every call to a node has one, `--request-timeout DURATION` (default 30s, see
+//!   [`nodes::DEFAULT_DEADLINE`]; `0`: none). It is kubectl's name: `--timeout` is `--mode
+//!   try`'s rollback timeout. A stream that goes on until interrupted (`get -w`, `logs -f`,
+//!   `events`) is bounded only until the node has opened it, then runs as long as it lasts;
+//!   `logs` without `-f` ends by itself and is bounded to its end. A node that misses the
+//!   deadline gets its own error line naming it, the call and the deadline, and saying how to
+//!   wait longer; the exit code is then 1, as for any node that fails. The connection itself
+//!   (TCP and the TLS handshake) gives up after 5 s in any case (the node is unreachable); a
+//!   shorter deadline comes first.
 //! - Exit codes: 0 when everything succeeded, 1 otherwise (also for usage errors). Failures read
 //!   differently by cause — unreachable, refused (with the role needed), rejected (with the
 //!   field path), conflict (re-read and retry) — see [`error::CliError`].
@@ -112,13 +121,14 @@ pub async fn run(cli: Cli, io: &mut Io<'_>) -> i32 {
 
 /// The session of `cli`'s nodes and context; warnings about the credentials go to `warnings`.
 async fn session(cli: &Cli, warnings: &mut dyn std::io::Write) -> Result<Session, CliError> {
-    Session::from_config(
+    let session = Session::from_config(
         cli.config.as_deref(),
         cli.context.as_deref(),
         &cli.nodes,
         warnings,
     )
-    .await
+    .await?;
+    Ok(session.with_deadline(cli.deadline()))
 }
 
 /// Runs a parsed command line; a failure of the whole command is the error, failures of some
@@ -128,7 +138,9 @@ pub async fn execute(cli: Cli, io: &mut Io<'_>) -> Result<Report, CliError> {
         Command::Get(args) => cmd::get::run(&session(&cli, io.err).await?, args, io).await,
         Command::ApplyConfig(args) => {
             let session = if args.insecure {
-                cmd::apply::maintenance_session(&cli.nodes, args).await?
+                cmd::apply::maintenance_session(&cli.nodes, args)
+                    .await?
+                    .with_deadline(cli.deadline())
             } else {
                 session(&cli, io.err).await?
             };

@@ -1,10 +1,17 @@
 //! The nodes a command talks to: `host[:port]` addresses (default port [`DEFAULT_PORT`]), each
 //! **dialled directly** with the context's credentials. Unlike talosctl, nothing is proxied
 //! through an endpoint: a node that the client cannot reach itself is unreachable.
+//!
+//! Every call to a node goes through [`Node::call`] (or [`Node::within`]), which gives it the
+//! node's deadline (`--request-timeout`, default [`DEFAULT_DEADLINE`]): a node that accepts
+//! the connection and never answers costs the operator the deadline, not the terminal.
 
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
+use cosi_api::auth::Role;
 use cosi_api::client::{channel, ClientSecurity, MachineClient, RemoteOptions, RemoteState};
 use cosi_api::codec::Codec;
 use cosi_core::Registry;
@@ -18,6 +25,10 @@ pub const DEFAULT_PORT: u16 = 50000;
 /// bound for a node whose list never ends.
 pub const MAX_LIST_BYTES: usize = 256 << 20;
 
+/// How long one call to a node may take unless `--request-timeout` says otherwise: long
+/// enough for a node under load to answer, short enough that a stuck one is noticed.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
+
 /// A node as the operator named it, connected lazily (nothing is dialled before the first
 /// call).
 #[derive(Clone, Debug)]
@@ -30,6 +41,49 @@ pub struct Node {
     pub state: RemoteState,
     /// Its machine service.
     pub machine: MachineClient,
+    /// How long one call may take (`None`: no deadline); for a stream, how long it may take
+    /// to open (see [`Node::within`]).
+    pub deadline: Option<Duration>,
+}
+
+impl Node {
+    /// Runs `call` within this node's deadline: its result, or [`CliError::Deadline`] naming
+    /// the node and `what` was asked of it when the deadline passes first (the call is then
+    /// dropped, which cancels it on the wire). A call that opens a stream (`logs`, `events`,
+    /// a watch) returns once the node answered it, so the deadline bounds the opening and not
+    /// the stream's life.
+    pub async fn within<T>(
+        &self,
+        what: impl Into<String>,
+        call: impl Future<Output = T>,
+    ) -> Result<T, CliError> {
+        let Some(deadline) = self.deadline else {
+            return Ok(call.await);
+        };
+        tokio::time::timeout(deadline, call)
+            .await
+            .map_err(|_| CliError::Deadline {
+                node: self.name.clone(),
+                what: what.into(),
+                deadline,
+                started: false,
+            })
+    }
+
+    /// [`Node::within`] for a call that fails as a node error: what was asked (`what`) and
+    /// the role it needs name the failure.
+    pub async fn call<T>(
+        &self,
+        what: impl Into<String>,
+        needs: Role,
+        call: impl Future<Output = cosi_core::Result<T>>,
+    ) -> Result<T, CliError> {
+        let what = what.into();
+        match self.within(what.clone(), call).await? {
+            Ok(value) => Ok(value),
+            Err(error) => Err(CliError::node(&self.name, what, error, needs)),
+        }
+    }
 }
 
 /// Splits `host[:port]` (`[v6]:port` for IPv6 with a port, `v6` or `[v6]` without); no port
@@ -108,6 +162,7 @@ pub async fn connect(name: &str, security: ClientSecurity) -> Result<Node, CliEr
             },
         ),
         machine: MachineClient::new(channel),
+        deadline: Some(DEFAULT_DEADLINE),
     })
 }
 

@@ -19,21 +19,14 @@ const LIST: &str = "/cosi.resource.State/List";
 
 /// The definitions `node` publishes.
 pub async fn definitions(node: &Node) -> Result<Vec<ResourceDefinition>, CliError> {
+    let kind = ResourceDefinition::definition().kind();
     let listed = node
-        .state
-        .list(
-            &ResourceDefinition::definition().kind(),
-            &ListOptions::default(),
+        .call(
+            "list the resource definitions",
+            required_role(LIST),
+            node.state.list(&kind, &ListOptions::default()),
         )
-        .await
-        .map_err(|e| {
-            CliError::node(
-                &node.name,
-                "list the resource definitions",
-                e,
-                required_role(LIST),
-            )
-        })?;
+        .await?;
     Ok(listed
         .iter()
         .filter_map(|r| downcast_ref::<ResourceDefinition>(&**r).ok())

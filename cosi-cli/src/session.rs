@@ -6,7 +6,7 @@ use std::future::Future;
 use std::io::Write;
 use std::path::Path;
 use std::pin::Pin;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use cosi_api::client::ClientSecurity;
 
@@ -82,7 +82,8 @@ pub struct Session {
 }
 
 impl Session {
-    /// Connects (lazily) to `names` with `security`.
+    /// Connects (lazily) to `names` with `security`; each call to them has
+    /// [`crate::nodes::DEFAULT_DEADLINE`] (see [`Session::with_deadline`]).
     pub async fn open(names: &[String], security: ClientSecurity) -> Result<Self, CliError> {
         if names.is_empty() {
             return Err(CliError::Usage(
@@ -94,6 +95,15 @@ impl Session {
             nodes.push(connect(name, security.clone()).await?);
         }
         Ok(Session { nodes })
+    }
+
+    /// Gives every call to the nodes `deadline` (`None`: none) instead of
+    /// [`crate::nodes::DEFAULT_DEADLINE`].
+    pub fn with_deadline(mut self, deadline: Option<Duration>) -> Self {
+        for node in &mut self.nodes {
+            node.deadline = deadline;
+        }
+        self
     }
 
     /// The nodes of `-n` (else the context's), with the credentials of the context chosen by

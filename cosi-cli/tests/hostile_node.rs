@@ -14,10 +14,9 @@ use cosi_api::machine::{
     ApplyMode, ApplyOutcome, ApplyRequest, EventStream, EventTail, LogRequest, LogStream, Machine,
     ServiceAction, ServiceEvent, ServiceHealth, ServiceStatus, VersionInfo,
 };
-use cosi_api::pki::CertifiedKey;
-use cosi_api::server::{ApiServer, Security, ServerHandle};
+use cosi_api::server::ServerHandle;
 use cosi_core::{CreateOptions, Error, Resource, ResourceDefinition, ResourceSpec, State};
-use support::{run_at, Cluster, Note};
+use support::{run_at, serve, Cluster, Note};
 
 /// What a hostile node puts in every text it sends: a window title, a screen clear, a carriage
 /// return that would overwrite the line, a C1 CSI, a newline that would forge a line, a
@@ -73,26 +72,6 @@ impl Machine for HostileMachine {
             os: "linux".into(),
         })
     }
-}
-
-/// Serves `services` with the cluster's server certificate over mutual TLS: the node's
-/// address, and the server (which serves until dropped).
-async fn serve(
-    cluster: &Cluster,
-    services: impl FnOnce(ApiServer) -> ApiServer,
-) -> (String, ServerHandle) {
-    let pki = cluster.dir.path().join("pki");
-    let identity =
-        CertifiedKey::read_pem(&pki.join("server.pem"), &pki.join("server-key.pem")).unwrap();
-    let ca = std::fs::read_to_string(pki.join("ca.pem")).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let server = ApiServer::new(Security::MutualTls {
-        identity,
-        client_ca_pem: ca,
-    });
-    let handle = services(server).serve(listener).unwrap();
-    (address.to_string(), handle)
 }
 
 /// A node serving [`HostileMachine`].

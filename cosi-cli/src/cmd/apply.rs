@@ -136,10 +136,12 @@ pub async fn apply_config(
         .each(|node| {
             let request = request.clone();
             async move {
-                node.machine
-                    .apply_configuration(request)
-                    .await
-                    .map_err(|e| CliError::node(&node.name, "apply-config", e, Role::Admin))
+                node.call(
+                    "apply-config",
+                    Role::Admin,
+                    node.machine.apply_configuration(request),
+                )
+                .await
             }
         })
         .await;
@@ -158,10 +160,12 @@ pub async fn apply_config(
 /// (the machine config's shape).
 pub(crate) async fn read_config(node: &Node, pointer: &Pointer) -> Result<(String, u64), CliError> {
     let resource = node
-        .state
-        .get(pointer)
-        .await
-        .map_err(|e| CliError::node(&node.name, format!("get {pointer}"), e, Role::Admin))?;
+        .call(
+            format!("get {pointer}"),
+            Role::Admin,
+            node.state.get(pointer),
+        )
+        .await?;
     let text = config_text(&*resource).ok_or_else(|| {
         CliError::Other(format!(
             "node {}: {pointer} is not a config: its spec is not a config text (patch and edit \
@@ -248,10 +252,12 @@ pub async fn patch(
         async move {
             let (_, version) = read_config(node, pointer).await?;
             request.expected_version = Some(version);
-            node.machine
-                .apply_configuration(request)
-                .await
-                .map_err(|e| CliError::node(&node.name, format!("patch {pointer}"), e, Role::Admin))
+            node.call(
+                format!("patch {pointer}"),
+                Role::Admin,
+                node.machine.apply_configuration(request),
+            )
+            .await
         }
     }))
     .await;

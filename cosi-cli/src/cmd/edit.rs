@@ -144,7 +144,13 @@ async fn edit_one(
         let mut request = base.clone();
         request.data = edited.clone().into_bytes();
         request.expected_version = Some(version);
-        match node.machine.apply_configuration(request).await {
+        let applied = node
+            .within(
+                format!("edit {display}"),
+                node.machine.apply_configuration(request),
+            )
+            .await?;
+        match applied {
             Ok(outcome) => {
                 return print_outcome(io, &node.name, false, &outcome);
             }

@@ -63,16 +63,17 @@ async fn read(
     let needs = resolve::read_role(&target.definition);
     let what = what("get", &target.kind, args.id.as_deref());
     let nodes: Vec<&Node> = target.live.iter().map(|&i| &session.nodes[i]).collect();
-    let results = futures::future::join_all(nodes.iter().map(|node| async {
-        let result = match &args.id {
-            Some(id) => node
-                .state
-                .get(&target.kind.pointer(id.as_str()))
-                .await
-                .map(|r| vec![r]),
-            None => node.state.list(&target.kind, &ListOptions::default()).await,
-        };
-        result.map_err(|e| CliError::node(&node.name, what.clone(), e, needs))
+    let results = futures::future::join_all(nodes.iter().map(|node| {
+        node.call(what.clone(), needs, async {
+            match &args.id {
+                Some(id) => node
+                    .state
+                    .get(&target.kind.pointer(id.as_str()))
+                    .await
+                    .map(|r| vec![r]),
+                None => node.state.list(&target.kind, &ListOptions::default()).await,
+            }
+        })
     }))
     .await;
 
@@ -116,11 +117,13 @@ async fn watch(
         ..WatchKindOptions::default()
     };
     let nodes: Vec<&Node> = target.live.iter().map(|&i| &session.nodes[i]).collect();
-    let opened = futures::future::join_all(nodes.iter().map(|node| async {
-        node.state
-            .watch_kind(&target.kind, options.clone())
-            .await
-            .map_err(|e| CliError::node(&node.name, what.clone(), e, needs))
+    // The watch is open once the node said so: the deadline bounds that, not the watch.
+    let opened = futures::future::join_all(nodes.iter().map(|node| {
+        node.call(
+            what.clone(),
+            needs,
+            node.state.watch_kind(&target.kind, options.clone()),
+        )
     }))
     .await;
 

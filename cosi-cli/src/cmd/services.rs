@@ -26,9 +26,12 @@ fn health(service: &ServiceStatus) -> &'static str {
 pub async fn list(session: &Session, io: &mut Io<'_>) -> Result<Report, CliError> {
     let results = session
         .each(|node| async move {
-            node.machine.services().await.map_err(|e| {
-                CliError::node(&node.name, "list services", e, required_role(SERVICE_LIST))
-            })
+            node.call(
+                "list services",
+                required_role(SERVICE_LIST),
+                node.machine.services(),
+            )
+            .await
         })
         .await;
     let now = (io.now)();
@@ -83,14 +86,13 @@ pub async fn one(
 async fn show(session: &Session, id: &str, io: &mut Io<'_>) -> Result<Report, CliError> {
     let results = session
         .each(|node| async move {
-            let services = node.machine.services().await.map_err(|e| {
-                CliError::node(
-                    &node.name,
+            let services = node
+                .call(
                     format!("get service {id}"),
-                    e,
                     required_role(SERVICE_LIST),
+                    node.machine.services(),
                 )
-            })?;
+                .await?;
             services.into_iter().find(|s| s.id == id).ok_or_else(|| {
                 CliError::Other(format!(
                     "node {}: service {id:?} not found (list them with `cosictl services`)",
@@ -153,14 +155,12 @@ async fn act(
     };
     let results = session
         .each(|node| async move {
-            node.machine.service_action(id, action).await.map_err(|e| {
-                CliError::node(
-                    &node.name,
-                    format!("{name} service {id}"),
-                    e,
-                    Role::Operator,
-                )
-            })
+            node.call(
+                format!("{name} service {id}"),
+                Role::Operator,
+                node.machine.service_action(id, action),
+            )
+            .await
         })
         .await;
     let mut report = Report::default();

@@ -1,9 +1,14 @@
 //! `logs` and `events`: streams from every node at once, printed as they arrive until they end
 //! or the operator interrupts. With several nodes, each log line is prefixed `<node>: `.
+//!
+//! The deadline of a call (`--request-timeout`) bounds the opening of a stream that goes on
+//! until interrupted (`logs -f`, `events`); `logs` without `-f` ends by itself, so it is one
+//! call and the deadline bounds it to its end.
 
 use cosi_api::auth::required_role;
 use cosi_api::machine::{EventTail, LogRequest, MachineEvent, MachineEventPayload};
 use futures::{Stream, StreamExt};
+use tokio::time::Instant;
 
 use crate::args::{EventsArgs, LogsArgs};
 use crate::error::CliError;
@@ -67,26 +72,62 @@ fn split_opened<S>(
     (names, streams)
 }
 
+/// `stream`, cut at `deadline` if it has not ended by then: its last item is then `late()`.
+/// Items that arrived by the deadline come first.
+fn ending_by<S: Stream + Unpin>(
+    stream: S,
+    deadline: Instant,
+    late: impl FnOnce() -> S::Item,
+) -> impl Stream<Item = S::Item> {
+    let cut = Box::pin(tokio::time::sleep_until(deadline));
+    futures::stream::unfold(Some((stream, cut, late)), |state| async move {
+        let (mut stream, mut cut, late) = state?;
+        tokio::select! {
+            biased;
+            item = stream.next() => item.map(|item| (item, Some((stream, cut, late)))),
+            () = &mut cut => Some((late(), None)),
+        }
+    })
+}
+
 /// Runs `logs`.
 pub async fn logs(session: &Session, args: &LogsArgs, io: &mut Io<'_>) -> Result<Report, CliError> {
     let service = args.service.as_str();
+    let what = format!("logs {service}");
+    let needs = required_role("/cosi.machine.MachineService/Logs");
+    let started = Instant::now();
     let opened = session
-        .each(|node| async move {
-            node.machine
-                .logs(LogRequest {
+        .each(|node| {
+            let what = &what;
+            async move {
+                let request = LogRequest {
                     service: service.to_string(),
                     tail: args.tail,
                     follow: args.follow,
+                };
+                let lines = node
+                    .call(what.clone(), needs, node.machine.logs(request))
+                    .await?
+                    .map(move |item| {
+                        item.map_err(|e| CliError::node(&node.name, what.clone(), e, needs))
+                    })
+                    .boxed_local();
+                Ok(match node.deadline {
+                    // Without -f the log ends by itself: one call, bounded to its end.
+                    Some(deadline) if !args.follow => {
+                        ending_by(lines, started + deadline, move || {
+                            Err(CliError::Deadline {
+                                node: node.name.clone(),
+                                what: what.clone(),
+                                deadline,
+                                started: true,
+                            })
+                        })
+                        .boxed_local()
+                    }
+                    _ => lines,
                 })
-                .await
-                .map_err(|e| {
-                    CliError::node(
-                        &node.name,
-                        format!("logs {service}"),
-                        e,
-                        required_role("/cosi.machine.MachineService/Logs"),
-                    )
-                })
+            }
         })
         .await;
     let mut report = Report::default();
@@ -118,12 +159,7 @@ pub async fn logs(session: &Session, args: &LogsArgs, io: &mut Io<'_>) -> Result
                 io.out.flush().map_err(CliError::output)
             }
             Some(Err(e)) => {
-                failures.push(CliError::node(
-                    &names[i],
-                    format!("logs {service}"),
-                    e,
-                    required_role("/cosi.machine.MachineService/Logs"),
-                ));
+                failures.push(e);
                 Ok(())
             }
             None => {
@@ -176,15 +212,12 @@ pub async fn events(
         n => EventTail::Last(usize::try_from(n).unwrap_or(usize::MAX)),
     };
     let opened = session
-        .each(|node| async move {
-            node.machine.events(tail).await.map_err(|e| {
-                CliError::node(
-                    &node.name,
-                    "events",
-                    e,
-                    required_role("/cosi.machine.MachineService/Events"),
-                )
-            })
+        .each(|node| {
+            node.call(
+                "events",
+                required_role("/cosi.machine.MachineService/Events"),
+                node.machine.events(tail),
+            )
         })
         .await;
     let mut report = Report::default();

@@ -23,14 +23,12 @@ pub async fn run(session: &Session, io: &mut Io<'_>) -> Result<Report, CliError>
     client(io)?;
     let results = session
         .each(|node| async move {
-            node.machine.version().await.map_err(|e| {
-                CliError::node(
-                    &node.name,
-                    "version",
-                    e,
-                    required_role("/cosi.machine.MachineService/Version"),
-                )
-            })
+            node.call(
+                "version",
+                required_role("/cosi.machine.MachineService/Version"),
+                node.machine.version(),
+            )
+            .await
         })
         .await;
     let mut report = Report::default();

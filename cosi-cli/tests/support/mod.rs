@@ -354,6 +354,26 @@ pub async fn start_node(identity: &CertifiedKey, ca: &str, config: &str) -> Test
     }
 }
 
+/// Serves `services` with the cluster's server certificate over mutual TLS (a node of the
+/// test's own making): the node's address, and the server (which serves until dropped).
+pub async fn serve(
+    cluster: &Cluster,
+    services: impl FnOnce(ApiServer) -> ApiServer,
+) -> (String, ServerHandle) {
+    let pki = cluster.dir.path().join("pki");
+    let identity =
+        CertifiedKey::read_pem(&pki.join("server.pem"), &pki.join("server-key.pem")).unwrap();
+    let ca = std::fs::read_to_string(pki.join("ca.pem")).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let server = ApiServer::new(Security::MutualTls {
+        identity,
+        client_ca_pem: ca,
+    });
+    let handle = services(server).serve(listener).unwrap();
+    (address.to_string(), handle)
+}
+
 /// An address nothing listens on (a port bound and released).
 pub async fn dead_address() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
