@@ -53,9 +53,10 @@
 //! - What a node sends (ids, values, messages, errors) and what the client config says is
 //!   printed with its control characters escaped (`\u{1b}`), in tables, error and warning
 //!   lines and free text alike; YAML and JSON escape them in their own syntax. Only `logs`
-//!   prints a service's raw output, as talosctl does. An error line shows at most 4 KiB of
-//!   its escaped text ([`terminal::MAX_ERROR_LINE`]): its first 3 KiB, `[... N bytes cut
-//!   ...]` and its last 1 KiB (where it says what to do); YAML and JSON keep every text whole.
+//!   prints a service's raw output, as talosctl does. An error or warning line shows at most
+//!   4 KiB of its escaped text ([`terminal::MAX_MESSAGE_LINE`]): its first 3 KiB, `[... N
+//!   bytes cut ...]` and its last 1 KiB (where an error says what to do); YAML and JSON keep
+//!   every text whole.
 //! - YAML: `node:` first (then `event:` when watching), then `metadata` and `spec`, `---`
 //!   between resources; JSON: the same keys, one object per resource.
 //! - `-n a,b,c` queries the nodes **concurrently**; each node is **dialled directly** — there is

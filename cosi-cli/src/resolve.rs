@@ -12,7 +12,7 @@ use cosi_core::{
 use crate::error::CliError;
 use crate::nodes::Node;
 use crate::session::{Io, Report, Session};
-use crate::terminal::escape_controls;
+use crate::terminal::message_line;
 
 /// The State method every read of a type goes through (for the role a refusal needs).
 const LIST: &str = "/cosi.resource.State/List";
@@ -49,11 +49,8 @@ pub fn registry(
             continue;
         }
         if let Err(e) = registry.register_definition(definition) {
-            let _ = writeln!(
-                warnings,
-                "warning: node {node} publishes a definition this client cannot use: {}",
-                escape_controls(&e.to_string())
-            );
+            let text = format!("node {node} publishes a definition this client cannot use: {e}");
+            let _ = writeln!(warnings, "warning: {}", message_line(&text));
         }
     }
     registry

@@ -13,7 +13,7 @@ use cosi_api::client::ClientSecurity;
 use crate::client_config::{config_path, open_context};
 use crate::error::CliError;
 use crate::nodes::{connect, Node};
-use crate::terminal::{error_line_text, escape_controls};
+use crate::terminal::{escape_controls, message_line};
 
 /// Where a command writes, when a streaming command stops, and the clock ages are read from.
 pub struct Io<'a> {
@@ -52,10 +52,10 @@ impl<'a> Io<'a> {
 
     /// Prints an error line (`error: ...`). An error is one short line of inert text: it
     /// quotes what nodes sent, so its control characters (a newline too) are escaped and a
-    /// long one is cut in the middle ([`error_line_text`]).
+    /// long one is cut in the middle ([`message_line`]).
     pub fn error_line(&mut self, error: &CliError) {
         let text = error.to_string();
-        let _ = writeln!(self.err, "error: {}", error_line_text(&text));
+        let _ = writeln!(self.err, "error: {}", message_line(&text));
     }
 }
 

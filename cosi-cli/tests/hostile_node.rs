@@ -28,14 +28,16 @@ const HOSTILE: &str =
 const ESCAPED: &str =
     "\\u{1b}]0;owned\\u{7}\\u{1b}[2J\\rx\\u{9b}1m\\nerror: forged\\u{202e}dekcol\\u{200b}";
 
-/// A machine service whose every answer carries [`HOSTILE`]: version fields and apply
-/// accounts, and refusals for everything else.
-struct HostileMachine;
+/// A machine service whose every answer carries its text ([`HOSTILE`] unless a test says
+/// otherwise): version fields and apply accounts, and refusals for everything else.
+struct HostileMachine(String);
 
-fn refusal() -> Error {
-    Error::AccessDenied {
-        subject: "machine".into(),
-        message: HOSTILE.into(),
+impl HostileMachine {
+    fn refusal(&self) -> Error {
+        Error::AccessDenied {
+            subject: "machine".into(),
+            message: self.0.clone(),
+        }
     }
 }
 
@@ -44,27 +46,27 @@ impl Machine for HostileMachine {
     async fn apply_configuration(&self, _: ApplyRequest) -> cosi_core::Result<ApplyOutcome> {
         Ok(ApplyOutcome {
             mode: ApplyMode::NoReboot,
-            details: HOSTILE.into(),
-            warnings: vec![HOSTILE.into()],
+            details: self.0.clone(),
+            warnings: vec![self.0.clone()],
             diff: String::new(),
             version: 2,
         })
     }
     async fn services(&self) -> cosi_core::Result<Vec<ServiceStatus>> {
-        Err(refusal())
+        Err(self.refusal())
     }
     async fn service_action(&self, _: &str, _: ServiceAction) -> cosi_core::Result<String> {
-        Err(refusal())
+        Err(self.refusal())
     }
     async fn logs(&self, _: LogRequest) -> cosi_core::Result<LogStream> {
-        Err(refusal())
+        Err(self.refusal())
     }
     async fn events(&self, _: EventTail) -> cosi_core::Result<EventStream> {
-        Err(refusal())
+        Err(self.refusal())
     }
     async fn version(&self) -> cosi_core::Result<VersionInfo> {
         Ok(VersionInfo {
-            tag: HOSTILE.into(),
+            tag: self.0.clone(),
             sha: "abc".into(),
             built: "today".into(),
             rust_version: "1.0".into(),
@@ -74,12 +76,15 @@ impl Machine for HostileMachine {
     }
 }
 
-/// A node serving [`HostileMachine`].
+/// A node serving [`HostileMachine`] with [`HOSTILE`].
 async fn start_hostile_node(cluster: &Cluster) -> (String, ServerHandle) {
-    serve(cluster, |server| {
-        server.with_machine(Arc::new(HostileMachine))
-    })
-    .await
+    start_node_saying(cluster, HOSTILE).await
+}
+
+/// A node serving [`HostileMachine`] with `text`.
+async fn start_node_saying(cluster: &Cluster, text: &str) -> (String, ServerHandle) {
+    let machine = Arc::new(HostileMachine(text.to_string()));
+    serve(cluster, |server| server.with_machine(machine)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -510,4 +515,77 @@ async fn json_output_keeps_a_megabyte_of_text_exact() {
     assert_eq!((code, err.as_str()), (0, ""));
     let parsed: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(parsed["spec"]["text"].as_str(), Some(text.as_str()));
+}
+
+/// A warning is one line too, and as short: a node's megabyte warning shows its first 3 KiB,
+/// the number of bytes cut and its last 1 KiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warning_line_shows_a_megabyte_from_a_node_cut_to_4_kib_with_a_marker() {
+    let cluster = Cluster::start(0).await;
+    let text = format!("\u{1b}{}", "A".repeat(1 << 20));
+    let (long, _serving) = start_node_saying(&cluster, &text).await;
+    let file = cluster.dir.path().join("controlplane.yaml");
+    let out = cluster
+        .cosictl(&["-n", &long, "apply-config", "-f", file.to_str().unwrap()])
+        .await;
+    assert_eq!(out.code, 0);
+    assert!(
+        out.stderr.len() < 8192,
+        "{} bytes of stderr",
+        out.stderr.len()
+    );
+    // The escaped warning: `\u{1b}` (6 bytes) and 2^20 A's.
+    let cut = 6 + (1 << 20) - 4096;
+    assert_eq!(
+        out.stderr,
+        format!(
+            "Warning: \\u{{1b}}{}[... {cut} bytes cut ...]{}\n",
+            "A".repeat(3072 - 6),
+            "A".repeat(1024)
+        )
+    );
+}
+
+/// The warning about a definition the client cannot use quotes the node's name for it, cut
+/// as any warning line is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warning_quoting_a_megabyte_definition_name_is_cut_to_4_kib_with_a_marker() {
+    let cluster = Cluster::start(1).await;
+    let node = &cluster.nodes[0];
+    // A space makes the client refuse the name.
+    let name = format!("Bad {}.test.cosi.dev", "A".repeat(1 << 20));
+    let definition = ResourceDefinition::new(&name, "test");
+    let refusal = cosi_core::Registry::new()
+        .register_definition(definition.clone())
+        .unwrap_err();
+    node.state
+        .create(
+            Resource::new(name.as_str(), definition).into_shared(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    let (code, _, err) = run_at(
+        &cluster,
+        SystemTime::now(),
+        &["-n", &node.name, "get", "notes"],
+    )
+    .await;
+    assert_eq!(code, 0);
+    assert!(err.len() < 8192, "{} bytes of stderr", err.len());
+    // The whole text is ASCII without controls: its escape is itself, cut at any byte.
+    let whole = format!(
+        "node {} publishes a definition this client cannot use: {refusal}",
+        node.name
+    );
+    let end = whole.len() - 1024;
+    assert_eq!(
+        err,
+        format!(
+            "warning: {}[... {} bytes cut ...]{}\n",
+            &whole[..3072],
+            end - 3072,
+            &whole[end..]
+        )
+    );
 }

@@ -21,7 +21,7 @@ use crate::files::{self, MAX_CONFIG_CHANGE};
 use crate::nodes::Node;
 use crate::resolve;
 use crate::session::{write_lines, Io, Report, Session};
-use crate::terminal::escape_controls;
+use crate::terminal::message_line;
 
 /// The id of the config a change starts from, unless the operator names one: the config the
 /// node runs, or for a staged change the one it starts with next (the node's own rule).
@@ -71,8 +71,8 @@ pub(crate) fn print_outcome(
 ) -> Result<(), CliError> {
     let write = CliError::output;
     for warning in &outcome.warnings {
-        // A warning is one line: a newline in it is escaped, not a line of its own.
-        let line = format!("Warning: {}", escape_controls(warning));
+        // A warning is one short line: a newline in it is escaped, not a line of its own.
+        let line = format!("Warning: {}", message_line(warning));
         write_lines(io.err, node, prefix, &line).map_err(write)?;
     }
     write_lines(io.out, node, prefix, &outcome.details).map_err(write)?;
