@@ -89,6 +89,35 @@ async fn a_stream_the_node_never_opens_fails_at_the_deadline() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_the_node_never_opens_fails_at_the_deadline() {
+    let cluster = Cluster::start(1).await;
+    let watches = support::KindWatches {
+        state: cluster.nodes[0].state.clone(),
+        watch: support::KindWatch::Hang,
+    };
+    let (stuck, _serving) = support::serve_state(&cluster, watches).await;
+    let out = cluster
+        .cosictl(&[
+            "-n",
+            &stuck,
+            "--request-timeout",
+            "300ms",
+            "get",
+            "notes",
+            "-w",
+        ])
+        .await;
+    assert_eq!((out.code, out.stdout.as_str()), (1, ""));
+    assert_eq!(
+        out.stderr,
+        format!(
+            "error: node {stuck} did not answer watch test/Notes.test.cosi.dev within 300ms; \
+             wait longer with --request-timeout DURATION (0: no deadline)\n"
+        )
+    );
+}
+
 /// `logs` without `-f` ends by itself, so it is one call: the lines that came are printed,
 /// and a log that has not ended by the deadline is an error saying so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -374,77 +374,6 @@ async fn a_resource_that_cannot_be_printed_is_an_error_line_and_the_rest_still_p
     );
 }
 
-/// A node's store whose kind watches fail at once with `error` (sent in the watch's `ERRORED`
-/// event, which carries the error whole); everything else is the test node's store.
-struct FailingWatches {
-    state: Arc<cosi_state::MemoryState>,
-    error: Error,
-}
-
-/// A watch whose only event is `Errored` with the error it holds.
-struct Fails(Option<Error>);
-
-#[async_trait]
-impl cosi_core::EventSource for Fails {
-    async fn next(&mut self) -> Option<cosi_core::Event> {
-        self.0
-            .take()
-            .map(|error| cosi_core::Event::Errored { error })
-    }
-}
-
-impl State for FailingWatches {
-    fn get<'a>(
-        &'a self,
-        pointer: &'a cosi_core::Pointer,
-    ) -> cosi_core::Call<'a, cosi_core::SharedResource> {
-        self.state.get(pointer)
-    }
-    fn list<'a>(
-        &'a self,
-        kind: &'a cosi_core::Kind,
-        options: &'a cosi_core::ListOptions,
-    ) -> cosi_core::Call<'a, Vec<cosi_core::SharedResource>> {
-        self.state.list(kind, options)
-    }
-    fn create(
-        &self,
-        resource: cosi_core::SharedResource,
-        options: CreateOptions,
-    ) -> cosi_core::Call<'_, cosi_core::SharedResource> {
-        self.state.create(resource, options)
-    }
-    fn update(
-        &self,
-        resource: cosi_core::SharedResource,
-        options: cosi_core::UpdateOptions,
-    ) -> cosi_core::Call<'_, cosi_core::SharedResource> {
-        self.state.update(resource, options)
-    }
-    fn destroy<'a>(
-        &'a self,
-        pointer: &'a cosi_core::Pointer,
-        options: cosi_core::DestroyOptions,
-    ) -> cosi_core::Call<'a, ()> {
-        self.state.destroy(pointer, options)
-    }
-    fn watch<'a>(
-        &'a self,
-        pointer: &'a cosi_core::Pointer,
-        options: cosi_core::WatchOptions,
-    ) -> cosi_core::Call<'a, cosi_core::Watch> {
-        self.state.watch(pointer, options)
-    }
-    fn watch_kind<'a>(
-        &'a self,
-        _: &'a cosi_core::Kind,
-        _: cosi_core::WatchKindOptions,
-    ) -> cosi_core::Call<'a, cosi_core::Watch> {
-        let error = self.error.clone();
-        cosi_core::Call::pending(async move { Ok(cosi_core::Watch::new(Fails(Some(error)))) })
-    }
-}
-
 /// An error line shows at most 4 KiB of its (escaped) text: its first 3 KiB, a marker with the
 /// number of bytes cut, and its last 1 KiB, which says what to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -452,18 +381,14 @@ async fn an_error_line_shows_a_megabyte_from_a_node_cut_to_4_kib_with_a_marker()
     let cluster = Cluster::start(1).await;
     let node = &cluster.nodes[0];
     let message = format!("\u{1b}{}", "A".repeat(1 << 20));
-    let state = cosi_api::server::StateService::new(
-        Arc::new(FailingWatches {
-            state: node.state.clone(),
-            error: Error::AccessDenied {
-                subject: "notes".into(),
-                message,
-            },
+    let watches = support::KindWatches {
+        state: node.state.clone(),
+        watch: support::KindWatch::Fail(Error::AccessDenied {
+            subject: "notes".into(),
+            message,
         }),
-        cosi_api::codec::Codec::new(Arc::new(support::registry())),
-        cosi_api::auth::StatePolicy::default(),
-    );
-    let (failing, _serving) = serve(&cluster, |server| server.with_state(state)).await;
+    };
+    let (failing, _serving) = support::serve_state(&cluster, watches).await;
     let out = cluster
         .cosictl(&["-n", &failing, "get", "notes", "-w"])
         .await;

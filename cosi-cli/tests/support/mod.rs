@@ -374,6 +374,102 @@ pub async fn serve(
     (address.to_string(), handle)
 }
 
+/// What the kind watches of [`KindWatches`] do.
+pub enum KindWatch {
+    /// Fail at once with this error, sent in the watch's `ERRORED` event (which carries an
+    /// error whole, where a status is clipped).
+    Fail(cosi_core::Error),
+    /// Never open: the server never answers the call.
+    Hang,
+}
+
+/// A node's store whose kind watches do what [`KindWatch`] says; everything else is `state`'s.
+pub struct KindWatches {
+    pub state: Arc<MemoryState>,
+    pub watch: KindWatch,
+}
+
+/// A watch whose only event is `Errored` with the error it holds.
+struct Fails(Option<cosi_core::Error>);
+
+#[async_trait]
+impl cosi_core::EventSource for Fails {
+    async fn next(&mut self) -> Option<cosi_core::Event> {
+        self.0
+            .take()
+            .map(|error| cosi_core::Event::Errored { error })
+    }
+}
+
+impl State for KindWatches {
+    fn get<'a>(
+        &'a self,
+        pointer: &'a cosi_core::Pointer,
+    ) -> cosi_core::Call<'a, cosi_core::SharedResource> {
+        self.state.get(pointer)
+    }
+    fn list<'a>(
+        &'a self,
+        kind: &'a cosi_core::Kind,
+        options: &'a cosi_core::ListOptions,
+    ) -> cosi_core::Call<'a, Vec<cosi_core::SharedResource>> {
+        self.state.list(kind, options)
+    }
+    fn create(
+        &self,
+        resource: cosi_core::SharedResource,
+        options: CreateOptions,
+    ) -> cosi_core::Call<'_, cosi_core::SharedResource> {
+        self.state.create(resource, options)
+    }
+    fn update(
+        &self,
+        resource: cosi_core::SharedResource,
+        options: cosi_core::UpdateOptions,
+    ) -> cosi_core::Call<'_, cosi_core::SharedResource> {
+        self.state.update(resource, options)
+    }
+    fn destroy<'a>(
+        &'a self,
+        pointer: &'a cosi_core::Pointer,
+        options: cosi_core::DestroyOptions,
+    ) -> cosi_core::Call<'a, ()> {
+        self.state.destroy(pointer, options)
+    }
+    fn watch<'a>(
+        &'a self,
+        pointer: &'a cosi_core::Pointer,
+        options: cosi_core::WatchOptions,
+    ) -> cosi_core::Call<'a, cosi_core::Watch> {
+        self.state.watch(pointer, options)
+    }
+    fn watch_kind<'a>(
+        &'a self,
+        _: &'a cosi_core::Kind,
+        _: cosi_core::WatchKindOptions,
+    ) -> cosi_core::Call<'a, cosi_core::Watch> {
+        match &self.watch {
+            KindWatch::Fail(error) => {
+                let error = error.clone();
+                cosi_core::Call::pending(
+                    async move { Ok(cosi_core::Watch::new(Fails(Some(error)))) },
+                )
+            }
+            KindWatch::Hang => cosi_core::Call::pending(std::future::pending()),
+        }
+    }
+}
+
+/// A node serving `watches` over the cluster's mutual TLS: its address, and the server.
+pub async fn serve_state(cluster: &Cluster, watches: KindWatches) -> (String, ServerHandle) {
+    let state = StateService::new(
+        Arc::new(watches),
+        Codec::new(Arc::new(registry())),
+        StatePolicy::default(),
+    );
+    serve(cluster, |server| server.with_state(state)).await
+}
+
 /// An address nothing listens on (a port bound and released).
 pub async fn dead_address() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
