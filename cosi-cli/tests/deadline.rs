@@ -208,3 +208,27 @@ async fn a_deadline_that_is_not_a_duration_is_a_usage_error() {
         )
     );
 }
+
+/// A deadline past what the clock can count (humantime reads up to about 584 billion years) is
+/// no deadline: the command runs, it does not panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_beyond_the_clock_is_no_deadline() {
+    let cluster = Cluster::start(1).await;
+    let node = &cluster.nodes[0].name;
+    let out = cluster
+        .cosictl(&[
+            "-n",
+            node,
+            "--request-timeout",
+            "500000000000years",
+            "logs",
+            "kubelet",
+            "--tail",
+            "1",
+        ])
+        .await;
+    assert_eq!(
+        (out.code, out.stdout.as_str(), out.stderr.as_str()),
+        (0, "kubelet line 5\n", "")
+    );
+}

@@ -112,19 +112,21 @@ pub async fn logs(session: &Session, args: &LogsArgs, io: &mut Io<'_>) -> Result
                         item.map_err(|e| CliError::node(&node.name, what.clone(), e, needs))
                     })
                     .boxed_local();
-                Ok(match node.deadline {
+                // A deadline past what the clock counts is none (as tokio's timeout has it).
+                let end = node
+                    .deadline
+                    .and_then(|deadline| Some((deadline, started.checked_add(deadline)?)));
+                Ok(match end {
                     // Without -f the log ends by itself: one call, bounded to its end.
-                    Some(deadline) if !args.follow => {
-                        ending_by(lines, started + deadline, move || {
-                            Err(CliError::Deadline {
-                                node: node.name.clone(),
-                                what: what.clone(),
-                                deadline,
-                                started: true,
-                            })
+                    Some((deadline, end)) if !args.follow => ending_by(lines, end, move || {
+                        Err(CliError::Deadline {
+                            node: node.name.clone(),
+                            what: what.clone(),
+                            deadline,
+                            started: true,
                         })
-                        .boxed_local()
-                    }
+                    })
+                    .boxed_local(),
                     _ => lines,
                 })
             }
