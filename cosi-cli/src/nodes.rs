@@ -209,6 +209,55 @@ mod tests {
         }
     }
 
+    /// A node on an address nothing listens on (nothing is dialled before a call).
+    async fn lazy_node(deadline: Option<Duration>) -> Node {
+        let mut node = connect("127.0.0.1:9", ClientSecurity::Plaintext)
+            .await
+            .unwrap();
+        node.deadline = deadline;
+        node
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_outlasts_the_deadline_is_a_deadline_error_naming_node_and_call() {
+        let node = lazy_node(Some(Duration::from_millis(300))).await;
+        let started = tokio::time::Instant::now();
+        // On the paused clock a guard of an hour costs nothing, and fails a call never cut.
+        let call = node.within("list services", std::future::pending::<()>());
+        let late = tokio::time::timeout(Duration::from_secs(3600), call)
+            .await
+            .expect("the call ends at its deadline")
+            .unwrap_err();
+        assert_eq!(started.elapsed(), Duration::from_millis(300));
+        assert!(matches!(
+            &late,
+            CliError::Deadline { node, what, deadline, started: false }
+                if node == "127.0.0.1:9"
+                    && what == "list services"
+                    && *deadline == Duration::from_millis(300)
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_within_the_deadline_is_its_own_result() {
+        let node = lazy_node(Some(Duration::from_millis(300))).await;
+        let answer = node.within("version", async {
+            tokio::time::sleep(Duration::from_millis(299)).await;
+            7
+        });
+        assert_eq!(answer.await.unwrap(), 7);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_deadline_a_call_takes_as_long_as_it_takes() {
+        let node = lazy_node(None).await;
+        let answer = node.within("version", async {
+            tokio::time::sleep(Duration::from_secs(86_400)).await;
+            7
+        });
+        assert_eq!(answer.await.unwrap(), 7);
+    }
+
     #[test]
     fn a_bracketed_ipv6_address_without_a_port_takes_the_default_port() {
         assert_eq!(

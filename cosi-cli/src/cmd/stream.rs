@@ -254,3 +254,35 @@ pub async fn events(
     }
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::StreamExt;
+    use tokio::time::Instant;
+
+    use super::ending_by;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_still_open_at_its_deadline_ends_with_the_late_item_after_what_came() {
+        let stream = futures::stream::iter([1, 2]).chain(futures::stream::pending());
+        let deadline = Instant::now() + Duration::from_millis(300);
+        // On the paused clock a guard of an hour costs nothing, and fails a stream never cut.
+        let items = ending_by(stream, deadline, || -1).collect::<Vec<i32>>();
+        let items = tokio::time::timeout(Duration::from_secs(3600), items)
+            .await
+            .expect("the stream ends at its deadline");
+        assert_eq!(items, [1, 2, -1]);
+        assert_eq!(Instant::now(), deadline);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_that_ends_before_its_deadline_ends_as_it_is() {
+        let deadline = Instant::now() + Duration::from_millis(300);
+        let items: Vec<i32> = ending_by(futures::stream::iter([1, 2]), deadline, || -1)
+            .collect()
+            .await;
+        assert_eq!(items, [1, 2]);
+    }
+}
