@@ -40,6 +40,7 @@
 //! cosictl edit mc                                           # $COSICTL_EDITOR, $EDITOR or vi
 //! cosictl services; cosictl service kubelet restart; cosictl logs kubelet -f --tail 20
 //! cosictl -n 10.0.0.1,10.0.0.2 events --tail 10             # several nodes, concurrently
+//! cosictl --request-timeout 2m get members                  # a slow node: wait longer per call
 //! cosictl config contexts; cosictl --context demo-reader get members
 //! ```
 //!
