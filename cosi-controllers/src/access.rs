@@ -249,6 +249,14 @@ impl ControllerState {
     /// Replaces the controller's inputs at run time. When it returns, changes of the new inputs
     /// wake the controller and the controller is scheduled to run once more (so it sees the
     /// current state of the new inputs). Rejected (with nothing changed) if the inputs repeat.
+    ///
+    /// If the new inputs cannot be watched, the error is returned and the old inputs are kept
+    /// (declared and watched), so the controller can simply try again. Should watching the old
+    /// ones again fail too, the controller is deaf to its inputs until they are watched again:
+    /// the engine then subscribes it to its (old) inputs after the restart backoff, before the
+    /// controller reconciles again (retrying, each failure a restart), and reconciles it once
+    /// they are watched (a queue controller: relists its items; the items it had queued still
+    /// run meanwhile).
     pub async fn set_inputs(&self, inputs: Vec<Input>) -> Result<()> {
         self.shared
             .registry

@@ -208,9 +208,16 @@ impl InputRegistry for Shared {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .set_inputs(controller, &previous.inputs)?;
-            self.feeds
+            if let Err(restore) = self
+                .feeds
                 .subscribe(slot.id, &previous.inputs, slot.target.clone())
-                .await?;
+                .await
+            {
+                // The old inputs are declared again but watched no more: the runner subscribes
+                // to them again, with backoff, before the controller runs on.
+                tracing::warn!(controller, error = %error, restore_error = %restore, "changing inputs failed and so did watching the old ones again; the runner watches them again before the controller runs on");
+                slot.target.unsubscribed();
+            }
             return Err(error);
         }
         *slot.access.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Access {

@@ -1,6 +1,14 @@
 //! The runner of one level-triggered [`Controller`]: waits for a wake-up, a requeue deadline or
 //! the end of a restart backoff, runs one reconcile (through [`run_reconcile`]), records the
 //! outcome, and repeats until shutdown.
+//!
+//! It subscribes to the controller's inputs before the first reconcile, and again whenever
+//! the subscriptions were lost ([`FeedTarget::unsubscribed`]): a controller never reconciles
+//! while deaf to its inputs. Lost subscriptions are made again when the controller would
+//! restart anyway: after the backoff of a retryable failure, at once otherwise (a controller
+//! waiting for an input change cannot hear one). A subscription that fails is retried after
+//! the restart backoff (each failure counts as a restart); once it holds, the controller runs
+//! once more, as after a restart, with every input considered changed.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,6 +37,8 @@ struct Backoff {
 struct Due {
     requeue_at: Option<Instant>,
     backoff: Option<Backoff>,
+    /// The subscriptions were lost: subscribe again before the next reconcile.
+    resubscribe: bool,
 }
 
 /// The scheduling state of one level-triggered controller.
@@ -74,6 +84,11 @@ impl FeedTarget for LevelActivity {
         self.wake.wake();
     }
 
+    fn unsubscribed(&self) {
+        self.due().resubscribe = true;
+        self.wake.wake();
+    }
+
     fn satisfied(&self) -> bool {
         self.wake.is_pending()
     }
@@ -90,7 +105,8 @@ impl IdleProbe for LevelActivity {
         }
         let due = self.due();
         match due.backoff {
-            // A wake-up cuts this backoff short: it is due now.
+            // A wake-up cuts this backoff short: it is due now. (Lost subscriptions ring it too:
+            // such a controller subscribes again at once.)
             Some(backoff) if backoff.on_change && self.wake.is_pending() => false,
             // Wake-ups wait for the backoff to end; the controller is idle until then.
             Some(backoff) => backoff.until > now,
@@ -107,31 +123,14 @@ pub(crate) async fn run(
 ) {
     let mut backoff = cx.restart_backoff.clone();
     // Subscribe before the first reconcile, so that it misses no change.
-    loop {
-        let inputs = cx.state.inputs();
-        match cx.feeds.subscribe(cx.id, &inputs, activity.clone()).await {
-            Ok(()) => break,
-            Err(error) => {
-                tracing::warn!(controller = %cx.name, %error, "watching inputs failed; retrying");
-                cx.record_failure(&Failure::Error(error), true);
-                let until = deadline_after(Instant::now(), backoff.next_delay());
-                activity.due().backoff = Some(Backoff {
-                    until,
-                    on_change: false,
-                });
-                tokio::select! {
-                    _ = cx.shutdown.changed() => return,
-                    _ = tokio::time::sleep_until(until) => {}
-                }
-                activity.due().backoff = None;
-            }
-        }
+    if !subscribe(&activity, &mut cx, &mut backoff).await {
+        return;
     }
     backoff.reset();
     let mut first = true;
     let mut spare = None;
     loop {
-        let Some(mut reason) = next_trigger(&activity, &mut cx).await else {
+        let Some(mut reason) = next_trigger(&activity, &mut cx, &mut backoff).await else {
             return;
         };
         if first {
@@ -176,9 +175,44 @@ pub(crate) async fn run(
     }
 }
 
+/// Subscribes the controller to its current inputs, retrying after the restart `backoff`
+/// (each failure recorded as a restart); `false` on shutdown. On error the feeds keep no
+/// subscription of the controller, so every attempt starts from scratch.
+async fn subscribe(
+    activity: &Arc<LevelActivity>,
+    cx: &mut TaskContext,
+    backoff: &mut crate::Backoff,
+) -> bool {
+    loop {
+        let inputs = cx.state.inputs();
+        match cx.feeds.subscribe(cx.id, &inputs, activity.clone()).await {
+            Ok(()) => return true,
+            Err(error) => {
+                tracing::warn!(controller = %cx.name, %error, "watching inputs failed; retrying");
+                cx.record_failure(&Failure::Error(error), true);
+                let until = deadline_after(Instant::now(), backoff.next_delay());
+                activity.due().backoff = Some(Backoff {
+                    until,
+                    on_change: false,
+                });
+                tokio::select! {
+                    _ = cx.shutdown.changed() => return false,
+                    _ = tokio::time::sleep_until(until) => {}
+                }
+                activity.due().backoff = None;
+            }
+        }
+    }
+}
+
 /// Waits for the next reason to reconcile; `None` on shutdown. Marks the controller running
-/// before consuming the wake-up, so that it never looks idle in between.
-async fn next_trigger(activity: &LevelActivity, cx: &mut TaskContext) -> Option<&'static str> {
+/// before consuming the wake-up, so that it never looks idle in between. Subscriptions that
+/// were lost are made again first, once the restart backoff of a failure allows it.
+async fn next_trigger(
+    activity: &Arc<LevelActivity>,
+    cx: &mut TaskContext,
+    restart: &mut crate::Backoff,
+) -> Option<&'static str> {
     // A trigger that is due at once (a zero requeue, the controller's own waker rung in its
     // reconcile) awaits nothing below: without spending the task's budget, a reconcile that
     // awaits nothing either would loop without yielding and starve every task of its worker.
@@ -188,20 +222,33 @@ async fn next_trigger(activity: &LevelActivity, cx: &mut TaskContext) -> Option<
             return None;
         }
         let now = Instant::now();
-        let (backoff, requeue_at) = {
+        let (backoff, requeue_at, resubscribe) = {
             let due = activity.due();
-            (due.backoff, due.requeue_at)
+            (due.backoff, due.requeue_at, due.resubscribe)
         };
-        if let Some(backoff) = backoff {
-            let cut_short = backoff.on_change && activity.wake.is_pending();
-            if backoff.until > now && !cut_short {
-                tokio::select! {
-                    biased;
-                    _ = cx.shutdown.changed() => return None,
-                    _ = tokio::time::sleep_until(backoff.until) => {}
-                    _ = activity.wake.rung(), if backoff.on_change => {}
+        if backoff.is_some() || resubscribe {
+            if let Some(backoff) = backoff {
+                // A wake-up cuts short a backoff that waits for a change. Lost subscriptions
+                // ring it too: a controller that waits for a change it cannot hear subscribes
+                // again at once; one that waits out a retryable failure subscribes after it.
+                let cut_short = backoff.on_change && activity.wake.is_pending();
+                if backoff.until > now && !cut_short {
+                    tokio::select! {
+                        biased;
+                        _ = cx.shutdown.changed() => return None,
+                        _ = tokio::time::sleep_until(backoff.until) => {}
+                        _ = activity.wake.rung(), if backoff.on_change => {}
+                    }
+                    continue;
                 }
-                continue;
+            }
+            if resubscribe {
+                activity.due().resubscribe = false;
+                if !subscribe(activity, cx, restart).await {
+                    return None;
+                }
+                // Whatever changed while nothing was subscribed is unknown.
+                activity.changes.everything();
             }
             activity.running.store(true, Ordering::SeqCst);
             activity.wake.take();

@@ -154,6 +154,10 @@
 //! - Reconciles are level-triggered: a controller is told *that* an input may have changed,
 //!   never *what* changed; it reads the current state and converges. The first reconcile runs
 //!   at start; inputs changed at run time ([`ControllerState::set_inputs`]) trigger one more.
+//!   If changing them fails and watching the old ones again fails too, the engine watches
+//!   them again (after the restart backoff, retrying) before the controller reconciles again
+//!   (a queue controller finishes the items it had queued meanwhile, then relists): no
+//!   controller is left deaf to its inputs.
 //! - A restart after a failure re-runs `reconcile` on the same controller value after the
 //!   backoff; input changes during the backoff of a retryable error do not cut it short (they
 //!   do end the wait after a non-retryable error or a panic).

@@ -6,6 +6,12 @@
 //! [`QueueController::concurrency`] items reconcile at once, never the same item twice; an item
 //! that fails is retried with its own exponential backoff, and one slow item holds up only
 //! itself.
+//!
+//! Subscriptions that were lost (a change of inputs failed, and so did the restore of the old
+//! ones: [`crate::runner::FeedTarget::unsubscribed`]) are made again by the runner, retrying
+//! after the restart backoff (each failure counts as a restart); the queue is relisted once
+//! they hold, so no change made meanwhile is missed. Items already queued still run while it
+//! retries.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,7 +25,7 @@ use crate::runner::{
     deadline_after, run_reconcile, run_step, Outcome, Retry, TaskContext, Trigger, NEVER,
 };
 use crate::status::Failure;
-use crate::work_queue::{Finish, WorkQueue};
+use crate::work_queue::{Finish, Rebuild, WorkQueue};
 use crate::{ControllerState, Input, Output, Reconciled};
 
 /// A controller reconciled per item of its primary input.
@@ -159,7 +165,11 @@ pub(crate) async fn run<Q: QueueController>(
         if *shutdown.borrow() {
             break;
         }
-        if queue.take_relist() {
+        let rebuild = queue.take_rebuild();
+        if rebuild == Rebuild::Resubscribe && !resubscribe(&queue, &cx, &mut shutdown).await {
+            break;
+        }
+        if rebuild != Rebuild::Nothing {
             if let Err(error) = relist(&*controller, &queue, &cx).await {
                 tracing::warn!(controller = %cx.name, %error, "listing inputs failed; retrying");
                 cx.record_failure(&Failure::Error(error), false);
@@ -256,6 +266,33 @@ async fn start<Q: QueueController>(
     run_step(async { controller.run_hook(&cx.state).await })
         .await
         .map_err(|failure| failure.during("run hook"))
+}
+
+/// Subscribes the controller to its inputs again after they were lost, retrying after the
+/// restart backoff (each failure recorded as a restart); `false` on shutdown.
+async fn resubscribe(
+    queue: &Arc<WorkQueue>,
+    cx: &TaskContext,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    let mut backoff = cx.restart_backoff.clone();
+    loop {
+        let inputs = cx.state.inputs();
+        let error = match cx.feeds.subscribe(cx.id, &inputs, queue.clone()).await {
+            Ok(()) => return true,
+            Err(error) => error,
+        };
+        let delay = backoff.next_delay();
+        tracing::warn!(controller = %cx.name, %error, backoff = ?delay, "watching inputs again failed; retrying after backoff");
+        cx.record_failure(&Failure::Error(error), true);
+        queue.block_until(Some(deadline_after(Instant::now(), delay)));
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => return false,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        queue.block_until(None);
+    }
 }
 
 /// Queues every primary and maps every secondary: used at start and after a resync.

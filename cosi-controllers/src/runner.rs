@@ -34,6 +34,10 @@ pub(crate) trait FeedTarget: Send + Sync {
     fn changed(&self, input: &Input, resource: &SharedResource);
     /// Changes may have been missed: rebuild the view from the current state.
     fn resync(&self);
+    /// The controller's subscriptions are gone (a change of its inputs failed, and so did the
+    /// restore of the old ones): the runner must subscribe to its inputs again, with backoff,
+    /// before the controller runs on — it would otherwise hear no change of them ever again.
+    fn unsubscribed(&self);
     /// Whether the target has work that further events would not change yet: a level-triggered
     /// controller with a wake-up pending (it will reconcile and read the state afresh), a work
     /// queue with items ready (its workers are busy; what the events would add can come once

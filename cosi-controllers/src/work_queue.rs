@@ -44,8 +44,21 @@ struct Items {
     unmapped: HashMap<Pointer, SharedResource>,
     remap_at: Option<Instant>,
     relist: bool,
+    /// The subscriptions were lost: subscribe again, then relist.
+    resubscribe: bool,
     busy: bool,
     blocked_until: Option<Instant>,
+}
+
+/// What the runner must do before it maps changes again ([`WorkQueue::take_rebuild`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Rebuild {
+    /// Nothing: the changes it was told of are all there is.
+    Nothing,
+    /// Relist the inputs: changes may have been missed.
+    Relist,
+    /// Subscribe to the inputs again (the subscriptions were lost), then relist.
+    Resubscribe,
 }
 
 /// How an item's run ended, for [`WorkQueue::done`].
@@ -263,8 +276,17 @@ impl WorkQueue {
         self.lock().inbox.drain().map(|(_, r)| r).collect()
     }
 
-    pub(crate) fn take_relist(&self) -> bool {
-        std::mem::take(&mut self.lock().relist)
+    /// Takes the pending relist or re-subscription, if any.
+    pub(crate) fn take_rebuild(&self) -> Rebuild {
+        let mut items = self.lock();
+        let relist = std::mem::take(&mut items.relist);
+        if std::mem::take(&mut items.resubscribe) {
+            Rebuild::Resubscribe
+        } else if relist {
+            Rebuild::Relist
+        } else {
+            Rebuild::Nothing
+        }
     }
 
     pub(crate) fn request_relist(&self) {
@@ -296,6 +318,16 @@ impl FeedTarget for WorkQueue {
 
     fn resync(&self) {
         self.request_relist();
+    }
+
+    fn unsubscribed(&self) {
+        {
+            let mut items = self.lock();
+            items.resubscribe = true;
+            // Also what the idle probe sees: the runner has work.
+            items.relist = true;
+        }
+        self.bell.wake();
     }
 
     fn satisfied(&self) -> bool {

@@ -1165,6 +1165,169 @@ async fn inputs_that_cannot_be_watched_are_rejected_and_the_old_ones_kept() {
     assert_eq!(h.expect::<C>("followed").await.spec.value, 11);
 }
 
+/// Reads B; switches to the inputs the test requests, once (a switch that fails is not asked
+/// for again), and counts its runs. A failed switch is returned as it is, or as a
+/// non-retryable error if `non_retryable`.
+struct Retargeter {
+    request: Arc<Mutex<Option<Vec<Input>>>>,
+    runs: Arc<AtomicUsize>,
+    non_retryable: bool,
+}
+
+#[async_trait]
+impl Controller for Retargeter {
+    fn name(&self) -> &str {
+        "Retargeter"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak_of::<B>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        let request = self.request.lock().unwrap().take();
+        if let Some(inputs) = request {
+            match state.set_inputs(inputs).await {
+                Err(e) if self.non_retryable => {
+                    return Err(Error::invalid("Retargeter", "inputs", e.to_string()))
+                }
+                other => other?,
+            }
+        }
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_controller_whose_inputs_could_be_neither_changed_nor_restored_hears_them_again_once_the_store_recovers(
+) {
+    // Given a controller reading B, and a store that can watch neither A nor B
+    let h = Harness::with_options(test_options());
+    // The test provokes these failures.
+    h.expect_errors("Retargeter");
+    let request = Arc::new(Mutex::new(None));
+    let runs = Arc::new(AtomicUsize::new(0));
+    h.register(Retargeter {
+        request: request.clone(),
+        runs: runs.clone(),
+        non_retryable: false,
+    })
+    .unwrap();
+    h.start().await;
+    h.faults().fail_watches(A::kind());
+    h.faults().fail_watches(B::kind());
+
+    // When it switches to A: watching A fails, and so does watching B again
+    *request.lock().unwrap() = Some(vec![Input::weak_of::<A>()]);
+    create(&h.state(), "b1", B { value: 1 }).await;
+    h.settle().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    let status = h.status("Retargeter").await;
+    assert_eq!((status.errors, status.restarts), (1, 1));
+    assert!(status
+        .last_error
+        .unwrap()
+        .contains("injected fault: watch failed"));
+    assert_eq!(
+        h.engine().graph().inputs("Retargeter").unwrap(),
+        vec![Input::weak_of::<B>()]
+    );
+    assert_eq!(h.engine().watched_kinds(), []);
+
+    // And the store recovers before the restart backoff (1 s) ends
+    h.faults().clear();
+    h.advance(Duration::from_secs(1)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 3, "restarted once");
+
+    // Then a change of its input reaches it, through a watch of B made again
+    set(&h.state(), "b1", B { value: 2 }).await;
+    h.settle().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
+    assert_eq!(h.engine().watched_kinds(), [B::kind()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_controller_deaf_to_its_inputs_does_not_reconcile_and_retries_watching_them_with_growing_backoff(
+) {
+    // Given a controller on B whose switch to A lost it every watch (1 s restart backoff)
+    let h = Harness::with_options(test_options());
+    // The test provokes these failures.
+    h.expect_errors("Retargeter");
+    let request = Arc::new(Mutex::new(None));
+    let runs = Arc::new(AtomicUsize::new(0));
+    h.register(Retargeter {
+        request: request.clone(),
+        runs: runs.clone(),
+        non_retryable: false,
+    })
+    .unwrap();
+    h.start().await;
+    h.faults().fail_watches(A::kind());
+    h.faults().fail_watches(B::kind());
+    *request.lock().unwrap() = Some(vec![Input::weak_of::<A>()]);
+    create(&h.state(), "b1", B { value: 1 }).await;
+    h.settle().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+
+    // When the store still cannot watch B at the end of the backoff, and 2 s later
+    h.advance(Duration::from_secs(1)).await;
+    let status = h.status("Retargeter").await;
+    assert_eq!((status.errors, status.restarts), (2, 2));
+    h.advance(Duration::from_millis(1999)).await;
+    assert_eq!(h.status("Retargeter").await.restarts, 2, "waits 2 s");
+    h.advance(Duration::from_millis(1)).await;
+    let status = h.status("Retargeter").await;
+    assert_eq!((status.errors, status.restarts), (3, 3));
+
+    // Then it has not reconciled while deaf, and does once it is subscribed again (after 4 s)
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    h.faults().clear();
+    h.advance(Duration::from_secs(4)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    assert_eq!(h.engine().watched_kinds(), [B::kind()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_controller_waiting_for_a_change_it_cannot_hear_watches_its_inputs_again_at_once() {
+    // Given a controller on B whose switch to A lost it every watch, and which then failed in a
+    // way that waits for the next change (or the longest backoff, 8 s)
+    let h = Harness::with_options(test_options());
+    // The test provokes these failures.
+    h.expect_errors("Retargeter");
+    let request = Arc::new(Mutex::new(None));
+    let runs = Arc::new(AtomicUsize::new(0));
+    h.register(Retargeter {
+        request: request.clone(),
+        runs: runs.clone(),
+        non_retryable: true,
+    })
+    .unwrap();
+    h.start().await;
+    h.faults().fail_watches(A::kind());
+    h.faults().fail_watches(B::kind());
+    *request.lock().unwrap() = Some(vec![Input::weak_of::<A>()]);
+    create(&h.state(), "b1", B { value: 1 }).await;
+
+    // When it settles
+    h.settle().await;
+
+    // Then watching B again was tried at once, not after 8 s: a restart with the store's error
+    let status = h.status("Retargeter").await;
+    assert_eq!((status.errors, status.restarts), (2, 2));
+    assert_eq!(status.last_error_kind.as_deref(), Some("backend"));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+
+    // And once the store recovers, the next attempt (2 s on) restores it, and it hears B
+    h.faults().clear();
+    h.advance(Duration::from_secs(2)).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    set(&h.state(), "b1", B { value: 2 }).await;
+    h.settle().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
+}
+
 #[tokio::test(start_paused = true)]
 async fn run_until_serves_until_the_signal_then_shuts_down() {
     let h = Harness::new();

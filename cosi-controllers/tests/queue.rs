@@ -802,3 +802,72 @@ async fn a_secondary_change_whose_mapping_failed_is_mapped_again_after_the_resta
     let values: Vec<i64> = h.list::<C>().await.iter().map(|c| c.spec.value).collect();
     assert_eq!(values, [101, 102, 103]);
 }
+
+/// Items of A; the first item reconciled after the test asks switches the inputs to the ones
+/// requested, once (a switch that fails is not asked for again).
+struct QueueRetargeter {
+    request: Arc<Mutex<Option<Vec<Input>>>>,
+    log: Arc<Log>,
+}
+
+impl QueueController for QueueRetargeter {
+    fn name(&self) -> &str {
+        "QueueRetargeter"
+    }
+    fn primary(&self) -> Input {
+        Input::weak_of::<A>()
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&self, state: &ControllerState, item: &Pointer) -> Result<Reconciled> {
+        self.log.count(item.id());
+        let request = self.request.lock().unwrap().take();
+        if let Some(inputs) = request {
+            state.set_inputs(inputs).await?;
+        }
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_controller_whose_inputs_could_be_neither_changed_nor_restored_hears_them_again_once_the_store_recovers(
+) {
+    // Given a queue controller on A, and a store that can watch neither A nor B
+    let h = Harness::with_options(EngineOptions {
+        restart_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(8)),
+        ..EngineOptions::default()
+    });
+    // The test provokes these failures.
+    h.expect_errors("QueueRetargeter");
+    let request = Arc::new(Mutex::new(None));
+    let log = Arc::new(Log::default());
+    h.register_queue(QueueRetargeter {
+        request: request.clone(),
+        log: log.clone(),
+    })
+    .unwrap();
+    h.start().await;
+    h.faults().fail_watches(A::kind());
+    h.faults().fail_watches(B::kind());
+
+    // When an item adds B to its inputs: watching A and B fails, and so does watching A again
+    *request.lock().unwrap() = Some(vec![Input::weak_of::<A>(), Input::weak_of::<B>()]);
+    create(&h.state(), "a1", A { value: 1 }).await;
+    h.settle().await;
+    assert_eq!(log.runs("a1"), 1);
+    assert_eq!(h.engine().watched_kinds(), []);
+
+    // And the store recovers before the restart backoff (1 s) ends
+    h.faults().clear();
+    h.advance(Duration::from_secs(1)).await;
+
+    // Then a new item reaches it, through a watch of A made again
+    create(&h.state(), "a2", A { value: 2 }).await;
+    h.settle().await;
+    assert_eq!(log.runs("a2"), 1);
+    assert_eq!(h.engine().watched_kinds(), [A::kind()]);
+    // Counted: the item's failure, and the failed first attempt at watching A again.
+    let status = h.status("QueueRetargeter").await;
+    assert_eq!((status.errors, status.restarts), (2, 1));
+}

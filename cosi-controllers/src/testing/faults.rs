@@ -18,6 +18,9 @@ enum Fault {
     Reads {
         kind: Kind,
     },
+    Watches {
+        kind: Kind,
+    },
 }
 
 /// Wraps a [`State`] and fails chosen calls with a retryable [`Error::Backend`] whose message
@@ -86,6 +89,13 @@ impl FaultyState {
         self.lock().push(Fault::Reads { kind });
     }
 
+    /// Fails every watch (`watch`, `watch_kind`) of `kind` until [`Self::clear`]; `get` and
+    /// `list` still work, and watches already established keep running. This is how a test
+    /// makes a controller's change of inputs fail while its reconcile can still read.
+    pub fn fail_watches(&self, kind: Kind) {
+        self.lock().push(Fault::Watches { kind });
+    }
+
     /// Disarms every fault.
     pub fn clear(&self) {
         self.lock().clear();
@@ -145,6 +155,18 @@ impl FaultyState {
         }
         Ok(())
     }
+
+    fn check_watch(&self, kind: &Kind, subject: &dyn std::fmt::Display) -> Result<()> {
+        self.check_read(kind, subject)?;
+        let failing = self
+            .lock()
+            .iter()
+            .any(|f| matches!(f, Fault::Watches { kind: k } if k == kind));
+        if failing {
+            return Err(self.fault(subject, "watch failed"));
+        }
+        Ok(())
+    }
 }
 
 impl State for FaultyState {
@@ -183,13 +205,13 @@ impl State for FaultyState {
     }
 
     fn watch<'a>(&'a self, pointer: &'a Pointer, options: WatchOptions) -> Call<'a, Watch> {
-        Call::after(self.check_read(pointer.kind(), pointer), |()| {
+        Call::after(self.check_watch(pointer.kind(), pointer), |()| {
             self.inner.watch(pointer, options)
         })
     }
 
     fn watch_kind<'a>(&'a self, kind: &'a Kind, options: WatchKindOptions) -> Call<'a, Watch> {
-        Call::after(self.check_read(kind, kind), |()| {
+        Call::after(self.check_watch(kind, kind), |()| {
             self.inner.watch_kind(kind, options)
         })
     }
