@@ -23,7 +23,7 @@ use crate::access::{Access, InputRegistry};
 use crate::feed::KindFeeds;
 use crate::level::LevelActivity;
 use crate::runner::{deadline_after, FeedTarget, IdleProbe, Signals, TaskContext};
-use crate::status::{FailureSink, Publisher, StatusCell, StatusCells};
+use crate::status::{refuse_reserved, FailureSink, Publisher, StatusCell, StatusCells};
 use crate::wake::WakeSignal;
 use crate::work_queue::WorkQueue;
 use crate::{
@@ -296,6 +296,12 @@ impl Engine {
     /// Registers a level-triggered controller. Allowed before and after [`Engine::start`]; a
     /// controller registered after start begins running at once.
     ///
+    /// Refused with a [`RegistrationError`], with nothing registered, when the wiring is wrong
+    /// (see [`DependencyGraph::add_controller`]) or collides with the engine's own status
+    /// publisher: a controller named [`crate::STATUS_OWNER`], or declaring [`ControllerStatus`]
+    /// as an output. Reading statuses as an input is allowed (by id: a controller whose input
+    /// covers its own status is woken by every one of its reconciles).
+    ///
     /// A [`QueueController`] goes to [`Engine::register_queue`]; giving one to `register` does
     /// not compile, and the compiler's note says so:
     ///
@@ -337,7 +343,8 @@ impl Engine {
         )
     }
 
-    /// Registers a queue controller (see [`QueueController`]).
+    /// Registers a queue controller (see [`QueueController`]); refused as [`Engine::register`]
+    /// says.
     pub fn register_queue<Q: QueueController>(
         &self,
         controller: Q,
@@ -370,6 +377,8 @@ impl Engine {
         launcher: Launcher,
     ) -> Result<(), RegistrationError> {
         let shared = &self.shared;
+        // The status publisher is the engine's own writer (whether or not it publishes).
+        refuse_reserved(&name, &outputs)?;
         shared
             .graph
             .lock()

@@ -1,7 +1,8 @@
 //! The dependency graph: controllers and resource types as nodes, inputs and outputs as edges.
 //!
-//! It owns the registration rules (unique names, one writer per exclusive type, no type both
-//! exclusive and shared, no duplicate inputs or outputs) and the exports (Graphviz DOT and a text
+//! It owns the wiring rules (unique names, one writer per exclusive type, no type both
+//! exclusive and shared, no duplicate inputs or outputs; the engine adds its reserved name and
+//! type, see `status`) and the exports (Graphviz DOT and a text
 //! listing). It knows nothing about running controllers.
 
 use std::collections::{HashMap, HashSet};
@@ -74,6 +75,26 @@ pub enum RegistrationError {
         /// The name looked up.
         name: String,
     },
+    /// The name is the engine's own: its status publisher writes as this owner.
+    #[error(
+        "controller {name:?} cannot be registered: the engine publishes controller statuses as owner {name:?}, so the name is reserved; register the controller under another name"
+    )]
+    ReservedName {
+        /// The reserved name the controller asked for.
+        name: String,
+    },
+    /// The type is written by the engine itself.
+    #[error(
+        "controller {controller:?} cannot output {resource_type}: the engine publishes that type (as owner {owner:?}); publish what the controller reports under a type of its own"
+    )]
+    ReservedOutput {
+        /// The controller being registered.
+        controller: String,
+        /// The reserved type.
+        resource_type: String,
+        /// The engine's owner name for it.
+        owner: String,
+    },
 }
 
 impl From<RegistrationError> for cosi_core::Error {
@@ -86,7 +107,9 @@ impl From<RegistrationError> for cosi_core::Error {
                 (controller.clone(), "outputs")
             }
             RegistrationError::DuplicateInput { controller, .. } => (controller.clone(), "inputs"),
-            RegistrationError::UnknownController { name } => (name.clone(), "name"),
+            RegistrationError::UnknownController { name }
+            | RegistrationError::ReservedName { name } => (name.clone(), "name"),
+            RegistrationError::ReservedOutput { controller, .. } => (controller.clone(), "outputs"),
         };
         cosi_core::Error::invalid(subject, field, e.to_string())
     }

@@ -11,8 +11,9 @@
 //!   destroy-ready), [`Output`]s (type, [`OutputKind`]: exclusive or shared), and `reconcile`.
 //!   A reconcile may ask to run again later ([`Reconciled::RequeueAfter`]).
 //! - [`Engine`]: registers controllers (also after it started), rejects bad wiring with a
-//!   [`RegistrationError`] naming both controllers and the type, runs each controller in its
-//!   own task, and coalesces wake-ups: at most one is pending per controller, so a burst of
+//!   [`RegistrationError`] naming both controllers and the type (and a controller that would
+//!   collide with its own status publisher: named [`STATUS_OWNER`], or writing
+//!   [`ControllerStatus`]), runs each controller in its own task, and coalesces wake-ups: at most one is pending per controller, so a burst of
 //!   changes costs one reconcile. One kind watch per watched kind is shared by every
 //!   controller that needs it; a watch that lags behind the store's history window catches up
 //!   (or resyncs) and simply wakes its controllers — it never stops the runtime.

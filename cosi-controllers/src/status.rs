@@ -5,6 +5,10 @@
 //! changed ones with [`StateExt::modify`], so a burst of reconciles costs at most one write per
 //! controller per publishing round, and an unchanged status costs none.
 //!
+//! The publisher is reserved: no controller may be named [`STATUS_OWNER`] or declare
+//! [`ControllerStatus`] as an output ([`refuse_reserved`], checked at registration), so
+//! nothing else writes what it writes.
+//!
 //! A failure keeps its structure up to here ([`Failure`]: the `cosi_core::Error` a reconcile
 //! returned, or a panic's message); it becomes text only in the published resource, which also
 //! records its kind (`versionConflict`, `invalidArgument`, `panic`, ...).
@@ -23,12 +27,40 @@ use tokio::time::Instant;
 
 use crate::backoff::deadline_after;
 use crate::wake::WakeSignal;
-use crate::Backoff;
+use crate::{Backoff, Output, RegistrationError};
 
-/// The owner of published status resources.
+/// The owner of published status resources. Reserved: no controller may be registered under
+/// this name.
 pub const STATUS_OWNER: &str = "cosi.engine";
 
+/// Refuses a controller that would collide with the status publisher: one named
+/// [`STATUS_OWNER`], or one declaring [`ControllerStatus`] as an output (reading statuses as an
+/// input is allowed).
+pub(crate) fn refuse_reserved(
+    controller: &str,
+    outputs: &[Output],
+) -> Result<(), RegistrationError> {
+    if controller == STATUS_OWNER {
+        return Err(RegistrationError::ReservedName {
+            name: controller.to_string(),
+        });
+    }
+    if outputs
+        .iter()
+        .any(|o| &*o.resource_type == <ControllerStatus as ResourceSpec>::TYPE)
+    {
+        return Err(RegistrationError::ReservedOutput {
+            controller: controller.to_string(),
+            resource_type: <ControllerStatus as ResourceSpec>::TYPE.to_string(),
+            owner: STATUS_OWNER.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// The health of one controller, published as a resource with the controller's name as id.
+/// Only the engine writes it: a controller declaring it as an output is refused at
+/// registration ([`RegistrationError::ReservedOutput`]).
 ///
 /// Counting rules: every reconcile (for queue controllers: every item reconcile) counts one in
 /// `reconciles`; one that returns an error or panics also counts one in `errors`. `restarts`

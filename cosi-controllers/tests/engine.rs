@@ -145,6 +145,117 @@ async fn registration_errors_name_both_controllers_and_the_type() {
     assert_eq!(h.engine().controllers().len(), 1);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_controller_named_after_the_engines_status_publisher_is_refused_and_nothing_registered() {
+    let h = Harness::new();
+    let (c, runs) = copier(cosi_controllers::STATUS_OWNER);
+    let err = h.register(c).unwrap_err();
+    assert_eq!(
+        err,
+        RegistrationError::ReservedName {
+            name: "cosi.engine".into()
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "controller \"cosi.engine\" cannot be registered: the engine publishes controller \
+         statuses as owner \"cosi.engine\", so the name is reserved; register the controller \
+         under another name"
+    );
+    assert!(h.engine().controllers().is_empty());
+    assert_eq!(h.engine().graph().to_dot(), "digraph controllers {\n}\n");
+    h.start().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert!(h.engine().status("cosi.engine").is_none());
+    assert!(h.engine().watched_kinds().is_empty());
+}
+
+/// Declares the given outputs; reads and writes nothing.
+struct Declares {
+    name: &'static str,
+    inputs: Vec<Input>,
+    outputs: Vec<Output>,
+}
+
+#[async_trait]
+impl Controller for Declares {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn inputs(&self) -> Vec<Input> {
+        self.inputs.clone()
+    }
+    fn outputs(&self) -> Vec<Output> {
+        self.outputs.clone()
+    }
+    async fn reconcile(&mut self, _state: &ControllerState) -> Result<Reconciled> {
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_controller_declaring_controller_statuses_as_an_output_is_refused_and_nothing_registered()
+{
+    let h = Harness::new();
+    for output in [
+        Output::exclusive_of::<ControllerStatus>(),
+        Output::shared_of::<ControllerStatus>(),
+    ] {
+        let err = h
+            .register(Declares {
+                name: "StatusWriter",
+                inputs: vec![Input::weak_of::<A>()],
+                outputs: vec![Output::exclusive_of::<B>(), output],
+            })
+            .unwrap_err();
+        assert_eq!(
+            err,
+            RegistrationError::ReservedOutput {
+                controller: "StatusWriter".into(),
+                resource_type: ControllerStatus::TYPE.into(),
+                owner: "cosi.engine".into(),
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "controller \"StatusWriter\" cannot output ControllerStatuses.runtime.cosi.dev: the \
+             engine publishes that type (as owner \"cosi.engine\"); publish what the controller \
+             reports under a type of its own"
+        );
+    }
+    assert!(h.engine().controllers().is_empty());
+    assert_eq!(h.engine().graph().to_dot(), "digraph controllers {\n}\n");
+    // B was not claimed: another controller may write it exclusively.
+    let (c, _) = copier("Copier");
+    h.register(c).unwrap();
+    assert_eq!(h.engine().controllers(), [Arc::from("Copier")]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_controller_may_read_controller_statuses_as_an_input() {
+    // Given a controller reading another one's status (its own would wake it after each of
+    // its reconciles, for ever)
+    let h = Harness::new();
+    let (c, _) = copier("Copier");
+    h.register(c).unwrap();
+    let input = Input::weak_of::<ControllerStatus>().with_id("Copier");
+    h.register(Declares {
+        name: "Health",
+        inputs: vec![input.clone()],
+        outputs: vec![],
+    })
+    .unwrap();
+    h.start().await;
+
+    // Then it is registered, and woken when that status changes
+    assert_eq!(h.engine().graph().inputs("Health").unwrap(), vec![input]);
+    let before = h.status("Health").await.reconciles;
+    create(&h.state(), "x", A { value: 1 }).await;
+    h.settle().await;
+    assert_eq!(h.status("Copier").await.reconciles, 2);
+    assert_eq!(h.status("Health").await.reconciles, before + 1);
+}
+
 /// Sums `value` of the A resources matching an optional label into Sum/<name>, a shared output.
 struct Summer {
     name: &'static str,
