@@ -166,6 +166,10 @@
 //!   controller, gets a [`ControllerState`] whose tracking no other reconcile sees.
 //! - A destroy-ready input wakes the controller when a resource of the kind is tearing down
 //!   with no finalizers left, or is destroyed.
+//! - A watch that resyncs (it fell behind even the store's destroy markers) tells of what
+//!   exists, not of what was destroyed meanwhile: a queue controller that cleans up after
+//!   destroyed primaries must hold finalizers on them or watch its outputs, as
+//!   [`QueueTransform`] does (see [`QueueController`]).
 //! - Writes go through the no-op rule of [`cosi_core::StateExt::modify`]: an output that is
 //!   already right costs no write and no event, which is what stops feedback loops.
 

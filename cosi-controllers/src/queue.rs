@@ -12,6 +12,10 @@
 //! after the restart backoff (each failure counts as a restart); the queue is relisted once
 //! they hold, so no change made meanwhile is missed. Items already queued still run while it
 //! retries.
+//!
+//! A primary destroyed while its kind watch resyncs is not queued again: see "Primaries
+//! destroyed inside a resync" in [`QueueController`]'s docs for the exact limitation and what
+//! a controller does about it.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -72,6 +76,29 @@ use crate::{ControllerState, Input, Output, Reconciled};
 ///     }
 /// }
 /// ```
+///
+/// # Primaries destroyed inside a resync
+///
+/// The runner learns that a primary was destroyed only from its destroyed event. When a kind
+/// watch falls so far behind that the store cannot compute a catch-up any more (the destroy
+/// markers it needed were compacted away: `MemoryOptions::max_destroy_markers` in the memory
+/// backend), the watch resyncs and the runner relists: it queues every primary that exists,
+/// and a primary destroyed in that gap is never queued again. A controller that cleans up an
+/// item's outputs when its reconcile finds the item gone then keeps them for ever, unless
+///
+/// - it holds a finalizer on each primary (a strong primary input, its finalizer added by the
+///   reconcile): the primary cannot be destroyed before the controller has seen it tear down,
+///   cleaned up and released it; or
+/// - it watches its outputs: declare the output kind as a secondary input
+///   ([`Input::destroy_ready`] is enough, and wakes it least) and map each output to its item
+///   in [`QueueController::map_input`]. The relist maps every existing output, so the item of
+///   each orphaned one is reconciled and finds its primary gone.
+///   [`QueueTransform`](crate::QueueTransform) does exactly this; the level-triggered
+///   [`Transform`](crate::Transform) lists its outputs in every reconcile and is not affected.
+///
+/// The runner does not remember every item it has seen to find the missing ones itself: that
+/// would cost a hash operation per event on the dispatch path for a rare resync, and memory
+/// for every item ever seen.
 pub trait QueueController: Send + Sync + 'static {
     /// The unique name; also the owner of everything the controller writes.
     fn name(&self) -> &str;

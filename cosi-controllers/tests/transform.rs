@@ -215,6 +215,47 @@ async fn an_output_whose_input_vanished_is_destroyed_queued() {
     an_output_whose_input_vanished_is_destroyed(true).await;
 }
 
+/// Ten inputs are destroyed while the kind watch lags past the store's window and its 4 destroy
+/// markers: the watch resyncs, and no destroyed event tells of them.
+async fn outputs_of_inputs_destroyed_inside_a_resync_are_destroyed(queued: bool) {
+    let h = Harness::with_memory(
+        cosi_controllers::EngineOptions::default(),
+        cosi_state::MemoryOptions {
+            history: 2,
+            max_destroy_markers: 4,
+            ..cosi_state::MemoryOptions::default()
+        },
+    );
+    let t = Transform::<A, B>::same_id("Weak", |a: &A| Some(B { value: a.value }));
+    register_a_to_b(&h, t, queued, 1);
+    h.start().await;
+    let state = h.state();
+    for i in 0..10 {
+        create(&state, &format!("x{i}"), A { value: i }).await;
+    }
+    h.settle().await;
+    assert_eq!(h.list::<B>().await.len(), 10);
+    // Destroyed back to back: the engine does not run in between.
+    for i in 0..10 {
+        state
+            .destroy(&a(&format!("x{i}")), Default::default())
+            .await
+            .unwrap();
+    }
+    h.settle().await;
+    assert!(h.list::<B>().await.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn outputs_of_inputs_destroyed_inside_a_resync_are_destroyed_level() {
+    outputs_of_inputs_destroyed_inside_a_resync_are_destroyed(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn outputs_of_inputs_destroyed_inside_a_resync_are_destroyed_queued() {
+    outputs_of_inputs_destroyed_inside_a_resync_are_destroyed(true).await;
+}
+
 async fn resources_of_the_output_kind_that_others_own_are_left_alone(queued: bool) {
     // Given a user's B/u (no owner) and a controller's B/w, neither with an input.
     let h = Harness::new();
