@@ -1408,6 +1408,43 @@ async fn a_strict_pointer_watch_that_falls_behind_ends_with_an_overrun() {
     assert_ends(&mut watch).await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn watch_for_absence_holds_when_its_watch_resyncs_after_the_resource_was_destroyed() {
+    use cosi_core::StateExt;
+    // Given a watch_for(absent) on a resource, whose watch has read the current state, and a
+    // store that keeps one change and no destroy marker
+    let state = small(1, 0);
+    create(&state, "a", 1).await;
+    let pointer_a = pointer("a");
+    let gone = state.watch_for(&pointer_a, |r| r.is_none());
+    tokio::pin!(gone);
+    let first_poll = tokio::time::timeout(Duration::ZERO, gone.as_mut()).await;
+    assert!(first_poll.is_err(), "a still exists: {first_poll:?}");
+    // When the resource is destroyed and another change pushes the destroy out of the window
+    destroy(&state, "a").await;
+    create(&state, "b", 1).await;
+    // Then its watch resyncs to contents without the resource, which is the absence it waits
+    // for (before: it ignored the resync and the empty bootstrap and waited for ever)
+    let result = tokio::time::timeout(Duration::from_secs(60), gone)
+        .await
+        .expect("watch_for returns once its watch resynced to an absent resource");
+    assert!(matches!(result, Ok(None)), "{result:?}");
+}
+
+#[tokio::test]
+async fn a_pointer_watch_behind_evicted_destroy_markers_resyncs_to_its_resource_alone() {
+    let state = small(1, 0);
+    create(&state, "a", 1).await;
+    let mut watch = watch_pointer(&state, "a").await;
+    assert_eq!(describe(&recv(&mut watch).await), "created a 1 - @1");
+    destroy(&state, "a").await;
+    create(&state, "b", 1).await;
+    assert_eq!(
+        describe_all(&recv_batch(&mut watch, 10).await),
+        ["resync @3", "bootstrapped @3"]
+    );
+}
+
 #[tokio::test]
 async fn published_writes_reach_watchers_like_direct_ones() {
     // Given a collection fed the way a durable backend feeds it: check, (persist), apply, wake
