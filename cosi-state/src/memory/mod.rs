@@ -101,6 +101,8 @@ mod watch_filter;
 pub(crate) mod write_rules;
 
 #[cfg(test)]
+mod start_model;
+#[cfg(test)]
 mod tests;
 
 use cosi_core::{
