@@ -156,9 +156,15 @@ impl HistoryWindow {
         }
         self.changes.pop_front();
         self.evictions += 1;
-        if self.evictions >= SHRINK_CHECK && self.capacity > self.min {
+        if self.evictions >= SHRINK_CHECK {
             self.evictions = 0;
-            self.shrink(cursors.refresh());
+            // Refreshed even when the window cannot shrink: the destroy markers evict by this
+            // bound too, and in a window that never resizes nothing else would forget an
+            // ended watch's position.
+            let bound = cursors.refresh();
+            if self.capacity > self.min {
+                self.shrink(bound);
+            }
         }
     }
 

@@ -417,3 +417,27 @@ proptest! {
         }
     }
 }
+
+// ---- what the destroy markers keep ----
+
+#[test]
+fn destroy_markers_no_live_watcher_needs_are_dropped_when_the_window_cannot_resize() {
+    // Given a window whose minimum is its limit (it never grows or shrinks, so nothing it does
+    // refreshes the watchers' bound), and a watch at the start that has ended
+    let options = MemoryOptions {
+        history: 4,
+        history_min: 4,
+        max_destroy_markers: 1024,
+    };
+    let mut contents = KindContents::new(&options, 0);
+    drop(contents.register_watcher(0));
+    // When 100 resources are created and destroyed
+    for i in 0..100 {
+        let id = format!("r{i}");
+        create(&mut contents, &id, i);
+        destroy(&mut contents, &id);
+    }
+    // Then only the newest `history_min` markers are kept: no live watcher is behind the
+    // others (before: all 100, kept for the ended watch until the 1024 cap)
+    assert_eq!(contents.markers.len(), 4);
+}
