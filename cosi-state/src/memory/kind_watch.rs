@@ -81,6 +81,9 @@ impl KindWatcher {
         for event in &ready {
             delivered.apply(event);
         }
+        if filter.passes_everything() {
+            collection.shared_batches().watcher_started();
+        }
         KindWatcher {
             collection: collection.clone(),
             filter,
@@ -336,6 +339,14 @@ impl KindWatcher {
                 self.fill(max);
                 Some(None)
             }
+        }
+    }
+}
+
+impl Drop for KindWatcher {
+    fn drop(&mut self) {
+        if self.filter.passes_everything() {
+            self.collection.shared_batches().watcher_ended();
         }
     }
 }

@@ -17,10 +17,14 @@
 //! the history window, so a watcher that finds its position in one gets exactly what the window
 //! would have given it. Chunks are dropped once the window has let go of all their changes
 //! (the window keeps what live watchers have not read), and beyond [`MAX_CHUNKS`] the oldest
-//! go first: the resources they hold are not kept much longer than the window keeps them.
+//! go first: the resources they hold are not kept much longer than the window keeps them. That
+//! pruning happens when a chunk is built, which only a live watcher does, so when the last
+//! unfiltered watcher of the kind ends every chunk goes with it: nothing is left to hold old
+//! values for as long as the kind has no such watcher.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use cosi_core::{Event, EventBatch};
@@ -58,9 +62,24 @@ impl Chunk {
 #[derive(Default)]
 pub(crate) struct SharedBatches {
     chunks: Mutex<BTreeMap<u64, Chunk>>,
+    /// Live watchers that may take chunks (the unfiltered ones).
+    watchers: AtomicUsize,
 }
 
 impl SharedBatches {
+    /// Counts a watcher that may take chunks, until [`SharedBatches::watcher_ended`].
+    pub(crate) fn watcher_started(&self) {
+        self.watchers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Uncounts a watcher; the last one takes every chunk with it. Chunks are only a cache of
+    /// window events, so one dropped while a new watcher starts is rebuilt from the window.
+    pub(crate) fn watcher_ended(&self) {
+        if self.watchers.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.lock().clear();
+        }
+    }
+
     /// The events after `position`, at most `max` (and at most [`CHUNK_LIMIT`]), and the new
     /// position: from the chunk that holds them if there is one, else from a chunk built now
     /// from `contents` (held locked by the caller) and kept for the others. An empty batch

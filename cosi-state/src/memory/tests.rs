@@ -1675,3 +1675,50 @@ fn a_task_calling_the_store_in_a_loop_lets_the_other_tasks_of_its_worker_run() {
         "the other task never ran during {CALLS} store calls"
     );
 }
+
+#[tokio::test]
+async fn shared_chunks_let_go_of_the_versions_the_window_let_go_of_after_their_watchers_ended() {
+    // Given a shared watcher that read version 1 of a, and then ended
+    let state = small(2, 16);
+    let mut watch = watch_every(&state).await;
+    let first = Arc::downgrade(&create(&state, "a", 1).await);
+    assert_eq!(recv_shared(&mut watch, 10).await.len(), 1);
+    drop(watch);
+    // When the kind changes well past the window
+    for value in 2..=10 {
+        set(&state, "a", value).await;
+    }
+    // Then nothing holds version 1 any more (before: the ended watcher's chunk did, for as
+    // long as no other shared watcher of the kind read)
+    assert!(first.upgrade().is_none(), "version 1 is still held");
+}
+
+#[tokio::test]
+async fn a_shared_watcher_started_after_the_others_ended_still_gets_every_event() {
+    // Given chunks built by a watcher that ended, and one that starts from its bookmark
+    let state = small(8, 16);
+    let mut first = watch_every(&state).await;
+    create(&state, "a", 1).await;
+    set(&state, "a", 2).await;
+    assert_eq!(recv_shared(&mut first, 10).await.len(), 2);
+    drop(first);
+    let mut second = watch_kind_with(
+        &state,
+        WatchKindOptions {
+            since: Some(at(&state, 0)),
+            ..Default::default()
+        },
+    )
+    .await;
+    set(&state, "a", 3).await;
+    // Then it gets every change exactly, from the window
+    let events: Vec<Event> = recv_shared(&mut second, 10).await.to_vec();
+    assert_eq!(
+        describe_all(&events),
+        [
+            "created a 1 - @1",
+            "updated a 1->2 - @2",
+            "updated a 2->3 - @3"
+        ]
+    );
+}
