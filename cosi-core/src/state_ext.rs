@@ -59,7 +59,8 @@ pub trait StateExt: State {
     /// Creates `template` changed by `change` if it does not exist, otherwise applies `change` to
     /// a copy of the stored value and updates it. When the result equals what is stored (metadata
     /// ignoring timestamps, and spec) nothing is written: no version bump, no event — the rule
-    /// that stops controller feedback loops. Version conflicts are retried.
+    /// that stops controller feedback loops. Version conflicts are retried, and a resource
+    /// destroyed between the read and the update is created again.
     fn modify<'a, S, F>(
         &'a self,
         template: Resource<S>,
@@ -97,7 +98,8 @@ pub trait StateExt: State {
                 }
                 match self.update(next.into_shared(), options.clone()).await {
                     Ok(updated) => return downcast::<S>(updated),
-                    Err(e) if e.is_version_conflict() => yield_now().await,
+                    // Destroyed since it was read: what is left to do is the create.
+                    Err(e) if e.is_version_conflict() || e.is_not_found() => yield_now().await,
                     Err(e) => return Err(e),
                 }
             }

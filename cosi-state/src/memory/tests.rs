@@ -1446,6 +1446,38 @@ async fn a_pointer_watch_behind_evicted_destroy_markers_resyncs_to_its_resource_
 }
 
 #[tokio::test]
+async fn modify_creates_the_resource_when_it_is_destroyed_between_its_read_and_its_update() {
+    use cosi_core::StateExt;
+    use futures::FutureExt;
+    // Given a stored resource, destroyed by someone else while modify changes what it read
+    let state = MemoryState::default();
+    create(&state, "a", 1).await;
+    let mut destroyed = false;
+    let modified = state
+        .modify(
+            Resource::new("a", Counter::default()),
+            UpdateOptions::default(),
+            |r| {
+                if !destroyed {
+                    destroyed = true;
+                    state
+                        .destroy(&pointer("a"), DestroyOptions::default())
+                        .now_or_never()
+                        .expect("the in-memory store answers at once")
+                        .unwrap();
+                }
+                r.spec.value = 7;
+                Ok(())
+            },
+        )
+        .await;
+    // Then modify, which creates or updates, creates it again (before: it returned the
+    // update's NotFound, which is not retryable)
+    let stored = modified.expect("modify creates the resource again");
+    assert_eq!((stored.spec.value, stored.metadata.version().get()), (7, 1));
+}
+
+#[tokio::test]
 async fn published_writes_reach_watchers_like_direct_ones() {
     // Given a collection fed the way a durable backend feeds it: check, (persist), apply, wake
     let collection = Arc::new(super::Collection::new(kind(), &MemoryOptions::default(), 1));
