@@ -182,7 +182,8 @@ pub trait StateExt: State {
     }
 
     /// Tears a resource down, waits until its finalizers are gone, and destroys it. Succeeds if
-    /// the resource is already gone or someone else destroys it meanwhile.
+    /// the resource is already gone or someone else destroys it meanwhile (and then leaves
+    /// alone one created again under the same id, which was never torn down).
     fn teardown_and_destroy<'a>(
         &'a self,
         pointer: &'a Pointer,
@@ -195,11 +196,18 @@ pub trait StateExt: State {
                     Err(e) => return Err(e),
                     Ok(true) => {}
                     Ok(false) => {
+                        // Running again means a new resource under the same id: the one torn
+                        // down was destroyed meanwhile (a watch that lagged sees the two as
+                        // one update, without the destroy between them).
+                        let ours_gone =
+                            |r: &dyn AnyResource| r.metadata().phase() == Phase::Running;
                         let ready = |r: Option<&dyn AnyResource>| {
-                            r.is_none_or(|r| r.metadata().finalizers().is_empty())
+                            r.is_none_or(|r| ours_gone(r) || r.metadata().finalizers().is_empty())
                         };
-                        if self.watch_for(pointer, ready).await?.is_none() {
-                            return Ok(());
+                        match self.watch_for(pointer, ready).await? {
+                            None => return Ok(()),
+                            Some(r) if ours_gone(&*r) => return Ok(()),
+                            Some(_) => {}
                         }
                     }
                 }

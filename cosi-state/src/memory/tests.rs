@@ -1754,3 +1754,33 @@ async fn a_shared_watcher_started_after_the_others_ended_still_gets_every_event(
         ]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn teardown_and_destroy_leaves_a_resource_created_again_by_someone_else_alone() {
+    use cosi_core::StateExt;
+    // Given a resource with a finalizer being torn down and destroyed, in a store that keeps
+    // one change (so the wait's watch falls behind)
+    let state = small(1, 16);
+    create(&state, "a", 1).await;
+    state.add_finalizer(&pointer("a"), &["f"]).await.unwrap();
+    let pointer_a = pointer("a");
+    let done = state.teardown_and_destroy(&pointer_a, None);
+    tokio::pin!(done);
+    let first_poll = tokio::time::timeout(Duration::ZERO, done.as_mut()).await;
+    assert!(
+        first_poll.is_err(),
+        "it waits for the finalizer: {first_poll:?}"
+    );
+    // When someone else removes the finalizer, destroys it and creates it again
+    state.remove_finalizer(&pointer("a"), &["f"]).await.unwrap();
+    destroy(&state, "a").await;
+    create(&state, "a", 2).await;
+    create(&state, "b", 1).await;
+    tokio::time::timeout(Duration::from_secs(60), done)
+        .await
+        .expect("teardown_and_destroy returns")
+        .unwrap();
+    // Then the new resource, never torn down, is left alone (before: destroyed)
+    let stored = state.get(&pointer("a")).await.map(|r| value_of(&*r));
+    assert!(matches!(stored, Ok(2)), "{stored:?}");
+}
