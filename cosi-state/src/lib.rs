@@ -11,7 +11,7 @@ mod cooperate;
 mod decode;
 mod disk;
 mod memory;
-mod origin;
+pub mod origin;
 mod record;
 mod router;
 

@@ -13,6 +13,7 @@ use std::time::Duration;
 use cosi_core::{
     Bookmark, Error, Event, ListOptions, ResourceSpec, State, StateExt, WatchKindOptions,
 };
+use cosi_state::origin::kind_origin;
 use cosi_state::{DiskOptions, DiskState};
 use disk_common::{temp_store, Widget};
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
@@ -212,8 +213,8 @@ async fn a_watch_resumes_exactly_across_replayed_changes() {
     let state = open(&path).await.unwrap();
 
     let options = WatchKindOptions {
-        // A file written before store origins existed issues bookmarks of origin 0.
-        since: Some(Bookmark::at(0, 1)),
+        // A file written before store origins existed has origin 0, mixed with each kind.
+        since: Some(Bookmark::at(kind_origin(0, &Widget::kind()), 1)),
         ..WatchKindOptions::default()
     };
     let mut watch = state.watch_kind(&Widget::kind(), options).await.unwrap();
@@ -227,7 +228,11 @@ async fn a_watch_resumes_exactly_across_replayed_changes() {
         seen.push((
             event.type_name().to_string(),
             resource.metadata().id().to_string(),
-            event.bookmark().unwrap().position_in(0).unwrap(),
+            event
+                .bookmark()
+                .unwrap()
+                .position_in(kind_origin(0, &Widget::kind()))
+                .unwrap(),
             matches!(event, Event::Updated { old: Some(_), .. }),
         ));
     }

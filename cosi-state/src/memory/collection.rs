@@ -88,7 +88,8 @@ pub(crate) struct Collection {
 }
 
 impl Collection {
-    /// An empty collection whose first change gets sequence 1, in the store named `origin`.
+    /// An empty collection whose first change gets sequence 1, in the store named `origin`
+    /// (its bookmarks carry [`crate::origin::kind_origin`]).
     pub(crate) fn new(kind: Kind, options: &MemoryOptions, origin: u64) -> Self {
         Self::resumed_at(kind, options, origin, 0)
     }
@@ -97,6 +98,8 @@ impl Collection {
     /// sequence it persisted, so bookmarks stay meaningful across restarts. Watchers resuming
     /// before `head` get a resync (nothing older is known).
     pub(crate) fn resumed_at(kind: Kind, options: &MemoryOptions, origin: u64, head: u64) -> Self {
+        // Positions count per kind: its bookmarks name the kind as well as the store.
+        let origin = crate::origin::kind_origin(origin, &kind);
         Collection {
             kind,
             contents: RwLock::new(KindContents::new(options, head).with_origin(origin)),

@@ -297,7 +297,7 @@ async fn snapshot(state: &MemoryState) -> Contents {
 
 async fn run(options: MemoryOptions, ops: Vec<Op>) {
     let state = MemoryState::new(options);
-    let origin = state.collections.origin();
+    let origin = crate::origin::kind_origin(state.collections.origin(), &kind());
     let mut snapshots = vec![Contents::new()];
     let mut watchers: Vec<Watcher> = Vec::new();
     for (n, op) in ops.iter().enumerate() {

@@ -50,7 +50,10 @@ fn value_of(r: &dyn AnyResource) -> i64 {
 
 /// The bookmark of sequence `seq` in `state`.
 fn at(state: &MemoryState, seq: u64) -> Bookmark {
-    Bookmark::at(state.collections.origin(), seq)
+    Bookmark::at(
+        crate::origin::kind_origin(state.collections.origin(), &kind()),
+        seq,
+    )
 }
 
 fn small(history: usize, max_destroy_markers: usize) -> MemoryState {
@@ -1264,7 +1267,7 @@ async fn a_collection_resumed_at_a_head_continues_its_sequence() {
             super::KindWatcher::of_kind(
                 &collection,
                 WatchKindOptions {
-                    since: Some(Bookmark::at(7, since)),
+                    since: Some(Bookmark::at(crate::origin::kind_origin(7, &kind()), since)),
                     ..Default::default()
                 },
             )
@@ -1783,4 +1786,52 @@ async fn teardown_and_destroy_leaves_a_resource_created_again_by_someone_else_al
     // Then the new resource, never torn down, is left alone (before: destroyed)
     let stored = state.get(&pointer("a")).await.map(|r| value_of(&*r));
     assert!(matches!(stored, Ok(2)), "{stored:?}");
+}
+
+#[tokio::test]
+async fn a_bookmark_of_one_kind_is_refused_by_a_watch_of_another() {
+    #[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
+    struct Other {
+        value: i64,
+    }
+    impl ResourceSpec for Other {
+        const TYPE: &'static str = "Others.test.cosi.dev";
+        const DEFAULT_NAMESPACE: &'static str = "test";
+    }
+    // Positions count per kind: the other kind's position 1 exists in this kind too.
+    let state = MemoryState::default();
+    create_numbered(&state, 3).await;
+    state
+        .create(
+            Resource::new("o", Other { value: 1 }).into_shared(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    let mut other_watch = state
+        .watch_kind(
+            &Other::kind(),
+            WatchKindOptions {
+                bootstrap: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let bookmark = recv_batch(&mut other_watch, 10)
+        .await
+        .last()
+        .unwrap()
+        .bookmark()
+        .unwrap()
+        .clone();
+    let since = WatchKindOptions {
+        since: Some(bookmark.clone()),
+        ..Default::default()
+    };
+    let refused = state.watch_kind(&kind(), since).await.unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        Error::bookmark_not_issued_here(kind().to_string(), &bookmark).to_string()
+    );
 }
