@@ -18,7 +18,7 @@ use crate::codec::{encode_metadata, Codec, Reader, Tombstones};
 use crate::proto::encoded;
 use crate::proto::resource::{self as pb, EventType};
 use crate::query::{decode_bookmark, encode_bookmark};
-use crate::status::{error_detail, from_detail, to_status, Call};
+use crate::status::{clipped, clipped_detail, error_detail, from_detail, to_status, Call};
 
 /// The protocol level that adds `RESYNC`, `compacted` and structured errors.
 pub const API_EXTENDED: i32 = 2;
@@ -51,14 +51,15 @@ fn errored(kind: &Kind, error: &Error, api: i32) -> encoded::Event {
         resource: Some(marker(kind)),
         event_type: EventType::Errored as i32,
         old: None,
-        error: Some(format!(
+        // Cut as a status's texts are: the error may quote what a caller sent.
+        error: Some(clipped(&format!(
             "namespace {:?} type {:?}: {error}",
             kind.namespace(),
             kind.resource_type()
-        )),
+        ))),
         bookmark: None,
         compacted: false,
-        error_detail: (api >= API_EXTENDED).then(|| error_detail(error)),
+        error_detail: (api >= API_EXTENDED).then(|| clipped_detail(&error_detail(error))),
     }
 }
 
@@ -332,6 +333,36 @@ mod tests {
             compacted: event.compacted,
             error_detail: event.error_detail.clone(),
         }
+    }
+
+    #[test]
+    fn an_error_event_carries_its_texts_cut_as_a_status_does() {
+        let kind = Kind::new("ns", "Things.test.dev");
+        let error = Error::invalid(
+            "ns/Things.test.dev/x",
+            "metadata.labels",
+            "é".repeat(1 << 19),
+        );
+        let Outgoing::Last(event) =
+            encode_event_with(&kind, &Event::Errored { error }, API_EXTENDED, &mut |_| {
+                unreachable!("an error event encodes no resource")
+            })
+        else {
+            panic!("an error event is the watch's last");
+        };
+        let text = event.error.unwrap();
+        assert_eq!(text.len(), crate::status::MAX_STATUS_TEXT + "…".len());
+        assert!(
+            text.starts_with(
+                "namespace \"ns\" type \"Things.test.dev\": ns/Things.test.dev/x: invalid \
+                 metadata.labels: éé"
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with('…'), "{text}");
+        let detail = event.error_detail.unwrap();
+        assert!(detail.message.len() <= crate::status::MAX_STATUS_TEXT + "…".len());
+        assert_eq!(detail.field, "metadata.labels");
     }
 
     proptest! {

@@ -145,7 +145,7 @@ fn is_bookmark_field(field: &str) -> bool {
 pub const MAX_STATUS_TEXT: usize = 1024;
 
 /// `text`, cut at [`MAX_STATUS_TEXT`] bytes (on a character boundary) with an ellipsis.
-fn clipped(text: &str) -> String {
+pub(crate) fn clipped(text: &str) -> String {
     if text.len() <= MAX_STATUS_TEXT {
         return text.to_string();
     }
@@ -154,7 +154,7 @@ fn clipped(text: &str) -> String {
 
 /// `detail` with every text clipped; a pointer too long to carry is left out (empty), and the
 /// client reads the pointer of its own call in its place.
-fn clipped_detail(detail: &ErrorDetail) -> ErrorDetail {
+pub(crate) fn clipped_detail(detail: &ErrorDetail) -> ErrorDetail {
     let mut d = detail.clone();
     if d.namespace.len() + d.r#type.len() + d.id.len() > MAX_STATUS_TEXT {
         d.namespace.clear();
