@@ -1311,10 +1311,10 @@ impl Controller for Retargeter {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_controller_whose_inputs_could_be_neither_changed_nor_restored_hears_them_again_once_the_store_recovers(
-) {
-    // Given a controller reading B, and a store that can watch neither A nor B
+/// A started `Retargeter` on B (its reconcile failing retryably, or not), a store that can watch
+/// neither A nor B, its switch to A requested and a change of B written to wake it: settling
+/// then leaves it with no watch. Returns the harness and its reconcile count.
+async fn deaf_retargeter(non_retryable: bool) -> (Harness, Arc<AtomicUsize>) {
     let h = Harness::with_options(test_options());
     // The test provokes these failures.
     h.expect_errors("Retargeter");
@@ -1323,16 +1323,23 @@ async fn a_controller_whose_inputs_could_be_neither_changed_nor_restored_hears_t
     h.register(Retargeter {
         request: request.clone(),
         runs: runs.clone(),
-        non_retryable: false,
+        non_retryable,
     })
     .unwrap();
     h.start().await;
     h.faults().fail_watches(A::kind());
     h.faults().fail_watches(B::kind());
-
-    // When it switches to A: watching A fails, and so does watching B again
     *request.lock().unwrap() = Some(vec![Input::weak_of::<A>()]);
     create(&h.state(), "b1", B { value: 1 }).await;
+    (h, runs)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_controller_whose_inputs_could_be_neither_changed_nor_restored_hears_them_again_once_the_store_recovers(
+) {
+    // Given a controller reading B, and a store that can watch neither A nor B, when it
+    // switches to A: watching A fails, and so does watching B again
+    let (h, runs) = deaf_retargeter(false).await;
     h.settle().await;
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     let status = h.status("Retargeter").await;
@@ -1363,22 +1370,7 @@ async fn a_controller_whose_inputs_could_be_neither_changed_nor_restored_hears_t
 async fn a_controller_deaf_to_its_inputs_does_not_reconcile_and_retries_watching_them_with_growing_backoff(
 ) {
     // Given a controller on B whose switch to A lost it every watch (1 s restart backoff)
-    let h = Harness::with_options(test_options());
-    // The test provokes these failures.
-    h.expect_errors("Retargeter");
-    let request = Arc::new(Mutex::new(None));
-    let runs = Arc::new(AtomicUsize::new(0));
-    h.register(Retargeter {
-        request: request.clone(),
-        runs: runs.clone(),
-        non_retryable: false,
-    })
-    .unwrap();
-    h.start().await;
-    h.faults().fail_watches(A::kind());
-    h.faults().fail_watches(B::kind());
-    *request.lock().unwrap() = Some(vec![Input::weak_of::<A>()]);
-    create(&h.state(), "b1", B { value: 1 }).await;
+    let (h, runs) = deaf_retargeter(false).await;
     h.settle().await;
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 
@@ -1404,22 +1396,7 @@ async fn a_controller_deaf_to_its_inputs_does_not_reconcile_and_retries_watching
 async fn a_controller_waiting_for_a_change_it_cannot_hear_watches_its_inputs_again_at_once() {
     // Given a controller on B whose switch to A lost it every watch, and which then failed in a
     // way that waits for the next change (or the longest backoff, 8 s)
-    let h = Harness::with_options(test_options());
-    // The test provokes these failures.
-    h.expect_errors("Retargeter");
-    let request = Arc::new(Mutex::new(None));
-    let runs = Arc::new(AtomicUsize::new(0));
-    h.register(Retargeter {
-        request: request.clone(),
-        runs: runs.clone(),
-        non_retryable: true,
-    })
-    .unwrap();
-    h.start().await;
-    h.faults().fail_watches(A::kind());
-    h.faults().fail_watches(B::kind());
-    *request.lock().unwrap() = Some(vec![Input::weak_of::<A>()]);
-    create(&h.state(), "b1", B { value: 1 }).await;
+    let (h, runs) = deaf_retargeter(true).await;
 
     // When it settles
     h.settle().await;
