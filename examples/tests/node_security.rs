@@ -8,6 +8,7 @@ use cosi_api::auth::Role;
 use cosi_api::client::ClientSecurity;
 use cosi_api::machine::{ApplyMode, ApplyRequest, ServiceAction};
 use cosi_api::pki::{CertificateAuthority, CERT_VALIDITY};
+use cosi_api::proto::machine::{ApplyConfigurationRequest, ApplyConfigurationResponse};
 use cosi_core::{
     CreateOptions, DestroyOptions, Error, ListOptions, Resource, ResourceSpec, State, StateExt,
 };
@@ -15,6 +16,7 @@ use cosi_node::config::{MachineConfig, ACTIVE};
 use cosi_node::services::{Program, ServiceSpec, ServiceStatus};
 use examples::maintenance::{CONFIGURED_REFUSAL, LEFT_MAINTENANCE};
 use node_support::*;
+use tonic::codegen::http::uri::PathAndQuery;
 
 /// An apply of a node label, in auto mode.
 fn label() -> ApplyRequest {
@@ -249,38 +251,62 @@ async fn a_configured_node_refuses_clients_without_a_certificate_of_its_ca() {
     assert_eq!(active.metadata.version().get(), 1);
 }
 
-#[tokio::test]
-async fn a_maintenance_apply_is_refused_once_a_config_is_active() {
-    use cosi_api::proto::machine::{ApplyConfigurationRequest, ApplyConfigurationResponse};
-    use tonic::codegen::http::uri::PathAndQuery;
-
-    // Given a node in maintenance, and a pinned caller that has begun an apply but holds back
-    // its request
-    let pki = Pki::new();
-    let state = tempfile::tempdir().unwrap();
-    let mut node = Daemon::start(&pki, state.path(), &[]);
-    let (address, _) = node.ready().await;
-    let channel = cosi_api::client::channel(
+/// A maintenance channel to `address`, pinning the node's certificate.
+fn pinned_channel(pki: &Pki, address: std::net::SocketAddr) -> tonic::transport::Channel {
+    cosi_api::client::channel(
         address,
         None,
         ClientSecurity::Pinned {
             fingerprints: vec![pki.fingerprint()],
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// The answer to an apply.
+type HeldApply = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = Result<tonic::Response<ApplyConfigurationResponse>, tonic::Status>,
+            > + Send,
+    >,
+>;
+
+/// Begins an apply on `channel` whose request is held back until the returned sender sends it.
+/// The call is polled once before this returns, which queues it on the channel ahead of any
+/// later call on it.
+async fn held_apply(
+    channel: tonic::transport::Channel,
+) -> (
+    tokio::sync::oneshot::Sender<ApplyConfigurationRequest>,
+    HeldApply,
+) {
     let (release, held) = tokio::sync::oneshot::channel::<ApplyConfigurationRequest>();
-    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
-    let mut held_apply = Box::pin(
+    let mut call: HeldApply = Box::pin(async move {
         grpc.client_streaming::<_, _, ApplyConfigurationResponse, _>(
             tonic::Request::new(futures::stream::once(async { held.await.unwrap() })),
             PathAndQuery::from_static(cosi_api::auth::APPLY_CONFIGURATION),
             tonic_prost::ProstCodec::default(),
-        ),
-    );
-    // (its first poll queues the call on the channel, ahead of any later call on it: the node
-    // takes it in before the apply below)
-    assert!(futures::poll!(&mut held_apply).is_pending());
+        )
+        .await
+    });
+    assert!(futures::poll!(&mut call).is_pending());
+    (release, call)
+}
+
+#[tokio::test]
+async fn a_maintenance_apply_is_refused_once_a_config_is_active() {
+    // Given a node in maintenance, and a pinned caller that has begun an apply but holds back
+    // its request
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+    let mut node = Daemon::start(&pki, state.path(), &[]);
+    let (address, _) = node.ready().await;
+    let channel = pinned_channel(&pki, address);
+    // (the node takes the held call in before the apply below, made on the same channel)
+    let (release, held_apply) = held_apply(channel.clone()).await;
 
     // When another apply makes a config active, and then the held request arrives
     let applied = cosi_api::client::MachineClient::new(channel)
@@ -335,34 +361,14 @@ async fn a_maintenance_apply_is_refused_once_a_config_is_active() {
 
 #[tokio::test]
 async fn leaving_maintenance_ends_held_maintenance_calls_at_once() {
-    use cosi_api::proto::machine::{ApplyConfigurationRequest, ApplyConfigurationResponse};
-    use tonic::codegen::http::uri::PathAndQuery;
-
     // Given a node in maintenance, and a pinned caller holding a call open: its apply begun,
     // its request never sent
     let pki = Pki::new();
     let state = tempfile::tempdir().unwrap();
     let mut node = Daemon::start(&pki, state.path(), &[]);
     let (address, _) = node.ready().await;
-    let holder = cosi_api::client::channel(
-        address,
-        None,
-        ClientSecurity::Pinned {
-            fingerprints: vec![pki.fingerprint()],
-        },
-    )
-    .unwrap();
-    let (_never_sent, held) = tokio::sync::oneshot::channel::<ApplyConfigurationRequest>();
-    let mut grpc = tonic::client::Grpc::new(holder.clone());
-    grpc.ready().await.unwrap();
-    let mut held_call = Box::pin(
-        grpc.client_streaming::<_, _, ApplyConfigurationResponse, _>(
-            tonic::Request::new(futures::stream::once(async { held.await.unwrap() })),
-            PathAndQuery::from_static(cosi_api::auth::APPLY_CONFIGURATION),
-            tonic_prost::ProstCodec::default(),
-        ),
-    );
-    assert!(futures::poll!(&mut held_call).is_pending());
+    let holder = pinned_channel(&pki, address);
+    let (_never_sent, mut held_call) = held_apply(holder.clone()).await;
     // (a later call on the same connection is answered after the node took the held one in)
     assert_not_authorized(
         "version",
