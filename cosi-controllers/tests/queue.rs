@@ -929,30 +929,10 @@ impl QueueController for Mirrored {
 async fn outputs_left_after_primaries_destroyed_inside_a_resync(
     watch_outputs: bool,
 ) -> Vec<String> {
-    let h = Harness::with_memory(
-        EngineOptions::default(),
-        cosi_state::MemoryOptions {
-            history: 2,
-            max_destroy_markers: 4,
-            ..cosi_state::MemoryOptions::default()
-        },
-    );
+    let h = resyncing_harness();
     h.register_queue(Mirrored { watch_outputs }).unwrap();
     h.start().await;
-    let state = h.state();
-    for i in 0..10 {
-        create(&state, &format!("x{i}"), A { value: i }).await;
-    }
-    h.settle().await;
-    assert_eq!(h.list::<C>().await.len(), 10);
-    // Destroyed back to back: the engine does not run in between.
-    for i in 0..10 {
-        state
-            .destroy(&a(&format!("x{i}")), Default::default())
-            .await
-            .unwrap();
-    }
-    h.settle().await;
+    destroy_ten_inputs_inside_a_resync(&h, async || h.list::<C>().await.len()).await;
     h.list::<C>()
         .await
         .iter()

@@ -218,31 +218,11 @@ async fn an_output_whose_input_vanished_is_destroyed_queued() {
 /// Ten inputs are destroyed while the kind watch lags past the store's window and its 4 destroy
 /// markers: the watch resyncs, and no destroyed event tells of them.
 async fn outputs_of_inputs_destroyed_inside_a_resync_are_destroyed(queued: bool) {
-    let h = Harness::with_memory(
-        cosi_controllers::EngineOptions::default(),
-        cosi_state::MemoryOptions {
-            history: 2,
-            max_destroy_markers: 4,
-            ..cosi_state::MemoryOptions::default()
-        },
-    );
+    let h = resyncing_harness();
     let t = Transform::<A, B>::same_id("Weak", |a: &A| Some(B { value: a.value }));
     register_a_to_b(&h, t, queued, 1);
     h.start().await;
-    let state = h.state();
-    for i in 0..10 {
-        create(&state, &format!("x{i}"), A { value: i }).await;
-    }
-    h.settle().await;
-    assert_eq!(h.list::<B>().await.len(), 10);
-    // Destroyed back to back: the engine does not run in between.
-    for i in 0..10 {
-        state
-            .destroy(&a(&format!("x{i}")), Default::default())
-            .await
-            .unwrap();
-    }
-    h.settle().await;
+    destroy_ten_inputs_inside_a_resync(&h, async || h.list::<B>().await.len()).await;
     assert!(h.list::<B>().await.is_empty());
 }
 

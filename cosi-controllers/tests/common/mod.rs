@@ -77,3 +77,38 @@ pub async fn set<S: ResourceSpec>(state: &Arc<dyn State>, id: &str, spec: S) {
         .await
         .unwrap();
 }
+
+/// A harness whose store keeps a window of 2 changes and 4 destroy markers, so that a kind
+/// watch lagging past a few destroys resyncs instead of hearing them.
+pub fn resyncing_harness() -> cosi_controllers::testing::Harness {
+    cosi_controllers::testing::Harness::with_memory(
+        cosi_controllers::EngineOptions::default(),
+        cosi_state::MemoryOptions {
+            history: 2,
+            max_destroy_markers: 4,
+            ..cosi_state::MemoryOptions::default()
+        },
+    )
+}
+
+/// Creates A/x0..x9 and lets the engine settle; then destroys them back to back (the engine
+/// does not run in between) and lets it settle again: the watch of A resyncs past the destroys
+/// on a [`resyncing_harness`]. `outputs` is how many outputs the first settle must leave.
+pub async fn destroy_ten_inputs_inside_a_resync(
+    h: &cosi_controllers::testing::Harness,
+    outputs: impl AsyncFn() -> usize,
+) {
+    let state = h.state();
+    for i in 0..10 {
+        create(&state, &format!("x{i}"), A { value: i }).await;
+    }
+    h.settle().await;
+    assert_eq!(outputs().await, 10);
+    for i in 0..10 {
+        state
+            .destroy(&a(&format!("x{i}")), Default::default())
+            .await
+            .unwrap();
+    }
+    h.settle().await;
+}
