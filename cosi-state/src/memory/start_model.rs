@@ -11,28 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cosi_core::{
-    CreateOptions, DestroyOptions, Event, IdQuery, Kind, LabelQueries, ListOptions, Pointer,
-    Resource, ResourceSpec, SharedResource, State, UpdateOptions, Watch, WatchKindOptions,
-    WatchOptions,
+    CreateOptions, DestroyOptions, Event, IdQuery, LabelQueries, ListOptions, Pointer, Resource,
+    SharedResource, State, UpdateOptions, Watch, WatchKindOptions, WatchOptions,
 };
 use proptest::prelude::*;
-use serde::{Deserialize, Serialize};
 
 use super::{MemoryOptions, MemoryState};
 
-#[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
-struct Counter {
-    value: i64,
-}
-
-impl ResourceSpec for Counter {
-    const TYPE: &'static str = "Counters.test.cosi.dev";
-    const DEFAULT_NAMESPACE: &'static str = "test";
-}
-
-fn kind() -> Kind {
-    Counter::kind()
-}
+use super::tests::{kind, Counter};
 
 fn pointer(id: u8) -> Pointer {
     kind().pointer(format!("r{id}"))

@@ -14,9 +14,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{MemoryOptions, MemoryState};
 
+/// The spec of this module's tests and of `start_model`'s.
 #[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
-struct Counter {
-    value: i64,
+pub(super) struct Counter {
+    pub(super) value: i64,
 }
 
 impl ResourceSpec for Counter {
@@ -24,7 +25,7 @@ impl ResourceSpec for Counter {
     const DEFAULT_NAMESPACE: &'static str = "test";
 }
 
-fn kind() -> Kind {
+pub(super) fn kind() -> Kind {
     Counter::kind()
 }
 
