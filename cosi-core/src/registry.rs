@@ -111,8 +111,8 @@ impl Registry {
     ///
     /// Fails, registering nothing, when the type is already registered (compared
     /// case-insensitively), when a name of `S` is another type's full name or the other way
-    /// round, when the type name or an alias is empty or contains whitespace, a control
-    /// character or `/`, when a print column path does not parse, or when the definition's type is not `S::TYPE`.
+    /// round, when the type name or an alias is empty or contains whitespace, a character a
+    /// terminal shows escaped ([`crate::text::shown_escaped`]) or `/`, when a print column path does not parse, or when the definition's type is not `S::TYPE`.
     ///
     /// ```
     /// use cosi_core::registry::Registry;
@@ -546,14 +546,16 @@ fn check_name(name: &str) -> std::result::Result<(), String> {
     if name.is_empty() {
         return Err("must not be empty".into());
     }
-    // Control characters too: a name is printed in every listing and error, and one from a
-    // remote node's definitions could otherwise steer a terminal that shows it.
+    // Whatever a terminal shows escaped too: a name is printed in every listing and error, and
+    // one from a remote node's definitions could otherwise steer a terminal that shows it,
+    // reorder the line or pass for another name.
     if let Some(c) = name
         .chars()
-        .find(|c| c.is_whitespace() || c.is_control() || *c == '/')
+        .find(|&c| c.is_whitespace() || crate::text::shown_escaped(c) || c == '/')
     {
         return Err(format!(
-            "{name:?} contains {c:?}: names have no whitespace, control characters or '/'"
+            "{name:?} contains {c:?}: names have no whitespace, control characters, \
+             bidirectional controls, invisible spaces or '/'"
         ));
     }
     Ok(())
@@ -656,7 +658,8 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "Bad Types.test.cosi.dev: invalid resource type: \"Bad Types.test.cosi.dev\" \
-             contains ' ': names have no whitespace, control characters or '/'"
+             contains ' ': names have no whitespace, control characters, \
+             bidirectional controls, invisible spaces or '/'"
         );
     }
 
@@ -666,7 +669,34 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "Bad\u{1b}]0;t\u{7}.test.cosi.dev: invalid resource type: \"Bad\\u{1b}]0;t\\u{7}.test.cosi.dev\" \
-             contains '\\u{1b}': names have no whitespace, control characters or '/'"
+             contains '\\u{1b}': names have no whitespace, control characters, \
+             bidirectional controls, invisible spaces or '/'"
+        );
+    }
+
+    #[test]
+    fn names_with_a_character_shown_escaped_are_rejected() {
+        // A remote node's definitions: a right-to-left override makes the rest of a listing's
+        // line read backwards, a zero-width space makes two types look the same.
+        let err = Registry::new()
+            .register_definition(ResourceDefinition::new("Ser\u{202e}vices.x.dev", "ns"))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Ser\u{202e}vices.x.dev: invalid resource type: \"Ser\\u{202e}vices.x.dev\" \
+             contains '\\u{202e}': names have no whitespace, control characters, \
+             bidirectional controls, invisible spaces or '/'"
+        );
+        let err = Registry::new()
+            .register_definition(
+                ResourceDefinition::new("Services.x.dev", "ns").with_aliases(["s\u{200b}vc"]),
+            )
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Services.x.dev: invalid aliases[0]: \"s\\u{200b}vc\" contains '\\u{200b}': \
+             names have no whitespace, control characters, bidirectional controls, invisible \
+             spaces or '/'"
         );
     }
 
