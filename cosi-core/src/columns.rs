@@ -6,8 +6,11 @@
 //! `b` of the field `a`, `.list[0].c` the field `c` of the first item of `list`; a field name is
 //! everything up to the next `.` or `[`. A path that leads nowhere renders as an empty cell; strings
 //! render as they are, numbers and booleans in their JSON form, lists and maps as compact JSON.
-//! Control characters (a newline in a string) are escaped so every resource stays on one line.
+//! Control characters (a newline in a string) are escaped so every resource stays on one line;
+//! so is every character [`shown_escaped`](crate::text::shown_escaped), in the cells and in the
+//! header's column names alike.
 
+use crate::text::escape_for_terminal;
 use crate::{AnyResource, Error, ResourceDefinition, Result};
 
 /// One step of a print column path.
@@ -75,7 +78,7 @@ fn cell(value: Option<&serde_json::Value>) -> String {
         Some(serde_json::Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),
     };
-    match crate::text::escape_for_terminal(&text) {
+    match escape_for_terminal(&text) {
         std::borrow::Cow::Borrowed(_) => text,
         std::borrow::Cow::Owned(escaped) => escaped,
     }
@@ -137,7 +140,13 @@ impl<'d> Columns<'d> {
             "ID".to_string(),
             "VERSION".to_string(),
         ];
-        header.extend(self.definition.print_columns.iter().map(|c| c.name.clone()));
+        header.extend(
+            self.definition
+                .print_columns
+                .iter()
+                // A remote node's definition is outside input like its resources.
+                .map(|c| escape_for_terminal(&c.name).into_owned()),
+        );
         header
     }
 
@@ -164,7 +173,7 @@ impl<'d> Columns<'d> {
         };
         let mut row = vec![
             cell(Some(&metadata.namespace().into())),
-            definition.display_type().to_string(),
+            escape_for_terminal(&definition.display_type()).into_owned(),
             cell(Some(&metadata.id().into())),
             metadata.version().to_string(),
         ];
@@ -212,6 +221,36 @@ mod tests {
         assert_eq!(
             parse_path(".a[1").unwrap_err(),
             "path \".a[1\" has a '[' without ']'"
+        );
+    }
+
+    #[test]
+    fn every_header_name_and_cell_is_escaped() {
+        // A definition as a remote node publishes it: names are not checked by `Columns`.
+        let definition = ResourceDefinition::new("Evil\u{1b}]0;t\u{7}s.x.dev", "ns")
+            .with_print_column("Im\u{1b}[2Jage\u{202e}", ".image");
+        let columns = Columns::new(&definition).unwrap();
+        assert_eq!(
+            columns.header(),
+            [
+                "NAMESPACE",
+                "TYPE",
+                "ID",
+                "VERSION",
+                "Im\\u{1b}[2Jage\\u{202e}"
+            ]
+        );
+        let resource = crate::DynamicResource {
+            metadata: crate::Metadata::new(crate::Pointer::new(
+                "ns",
+                "Evil\u{1b}]0;t\u{7}s.x.dev",
+                "a",
+            )),
+            spec: json!({"image": "x"}),
+        };
+        assert_eq!(
+            columns.row(&resource).unwrap(),
+            ["ns", "Evil\\u{1b}]0;t\\u{7}", "a", "0", "x"]
         );
     }
 
