@@ -24,7 +24,9 @@
 //! ```
 //!
 //! Timestamps are RFC 3339 in UTC with nanoseconds, so they round-trip exactly; times before
-//! 1970 or after 9999 cannot be written and give an error. Spec fields are written in key order
+//! 1970 or after 9999 cannot be written and give an error, and a document's time after
+//! 2262-04-11T23:47:16.854775807Z, the last [`Metadata`] keeps, is an error too, not read as
+//! another time. Spec fields are written in key order
 //! (the spec passes through [`serde_json::Value`]). A float spec field holding NaN or an infinity
 //! is written as `null` (JSON has no such numbers) and does not decode back.
 //!
@@ -584,9 +586,27 @@ impl<'r> Decoder<'r> {
         metadata.set_version(Version::new(md.version));
         metadata.set_owner(md.owner.map(std::sync::Arc::from));
         metadata.set_phase(md.phase);
-        let created = parse_timestamp(subject, "metadata.created", md.created)?;
-        let updated = parse_timestamp(subject, "metadata.updated", md.updated)?;
+        let created = parse_timestamp(subject, "metadata.created", md.created.as_deref())?;
+        let updated = parse_timestamp(subject, "metadata.updated", md.updated.as_deref())?;
         metadata.set_timestamps(created, updated);
+        // Metadata keeps times to 2262 (see `Metadata`), RFC 3339 writes them to 9999: a later
+        // one would read back as another time, silently.
+        let kept = [
+            ("metadata.created", &md.created, created, metadata.created()),
+            ("metadata.updated", &md.updated, updated, metadata.updated()),
+        ];
+        for (field, text, time, kept) in kept {
+            if kept != time {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "{:?} is after {}, the last time metadata keeps",
+                        text.as_deref().unwrap_or_default(),
+                        humantime::format_rfc3339_nanos(kept)
+                    ),
+                ));
+            }
+        }
         *metadata.labels_mut() = md.labels;
         *metadata.annotations_mut() = md.annotations;
         *metadata.finalizers_mut() = md.finalizers;
@@ -634,11 +654,11 @@ fn read_error(subject: &str, err: yaml::ReadError) -> Error {
     }
 }
 
-fn parse_timestamp(subject: &str, field: &str, text: Option<String>) -> Result<SystemTime> {
+fn parse_timestamp(subject: &str, field: &str, text: Option<&str>) -> Result<SystemTime> {
     let Some(text) = text else {
         return Ok(UNIX_EPOCH);
     };
-    humantime::parse_rfc3339(&text).map_err(|e| {
+    humantime::parse_rfc3339(text).map_err(|e| {
         Error::invalid(
             subject,
             field,

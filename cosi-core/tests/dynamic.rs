@@ -133,6 +133,33 @@ fn timestamp_before_1970_is_an_error_not_a_panic() {
 }
 
 #[test]
+fn a_timestamp_metadata_cannot_keep_is_an_error_naming_its_field() {
+    // Metadata keeps times to 2262-04-11T23:47:16.854775807Z; RFC 3339 writes up to 9999.
+    let last = "2262-04-11T23:47:16.854775807Z";
+    let yaml = |created: &str| {
+        format!("metadata: {{type: svc, id: a, created: '{created}', updated: '{last}'}}\nspec: {{image: b, port: 1, env: {{}}, args: [], weight: 1}}\n")
+    };
+    let kept = registry().decode_yaml(&yaml(last)).unwrap();
+    assert_eq!(
+        humantime::format_rfc3339_nanos(kept[0].metadata().created()).to_string(),
+        last
+    );
+    let err = registry()
+        .decode_yaml(&yaml("2262-04-11T23:47:16.854775808Z"))
+        .unwrap_err();
+    assert_eq!(
+        invalid_parts(err),
+        (
+            "YAML document 1".to_string(),
+            "metadata.created".to_string(),
+            "\"2262-04-11T23:47:16.854775808Z\" is after 2262-04-11T23:47:16.854775807Z, \
+             the last time metadata keeps"
+                .to_string()
+        )
+    );
+}
+
+#[test]
 fn multi_document_yaml_decodes_every_document_in_order_with_defaults() {
     let yaml = "\
 metadata: {type: svc, id: b}
