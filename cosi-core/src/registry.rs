@@ -112,7 +112,9 @@ impl Registry {
     /// Fails, registering nothing, when the type is already registered (compared
     /// case-insensitively), when a name of `S` is another type's full name or the other way
     /// round, when the type name or an alias is empty or contains whitespace, a character a
-    /// terminal shows escaped ([`crate::text::shown_escaped`]) or `/`, when a print column path does not parse, or when the definition's type is not `S::TYPE`.
+    /// terminal shows escaped ([`crate::text::shown_escaped`]) or `/`, when the default
+    /// namespace is empty, when a print column path does not parse, or when the definition's
+    /// type is not `S::TYPE`.
     ///
     /// ```
     /// use cosi_core::registry::Registry;
@@ -156,6 +158,10 @@ impl Registry {
         let full = definition.resource_type.clone();
         let invalid = |field: &str, message: String| Error::invalid(full.as_str(), field, message);
         check_name(&full).map_err(|m| invalid("resource type", m))?;
+        // Documents of the type without a namespace take this one; no store accepts "".
+        if definition.default_namespace.is_empty() {
+            return Err(invalid("defaultNamespace", "must not be empty".into()));
+        }
         if definition.plural().is_empty() {
             return Err(invalid(
                 "resource type",
@@ -698,6 +704,21 @@ mod tests {
              names have no whitespace, control characters, bidirectional controls, invisible \
              spaces or '/'"
         );
+    }
+
+    #[test]
+    fn a_definition_without_a_default_namespace_is_rejected() {
+        // Its resources would be decoded into the empty namespace, which no store accepts and
+        // a document may not name (`metadata.namespace: must not be empty`).
+        let mut r = Registry::new();
+        let err = r
+            .register_definition(ResourceDefinition::new("Things.x.dev", ""))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Things.x.dev: invalid defaultNamespace: must not be empty"
+        );
+        assert!(r.resolve("things").is_err());
     }
 
     #[test]
