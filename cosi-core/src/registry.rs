@@ -539,11 +539,13 @@ fn dynamic_from_json(metadata: Metadata, json: &[u8], origin: Origin) -> Result<
     dynamic_from_value(metadata, spec, origin)
 }
 
-/// The lowercased plural, singular and aliases of a definition.
+/// The lowercased plural, singular and aliases of a definition. Never the empty name (the
+/// singular of the plural `s`): an empty type names no type.
 fn short_names(definition: &ResourceDefinition) -> BTreeSet<String> {
     [definition.plural(), &definition.display_type()]
         .into_iter()
         .chain(definition.aliases.iter().map(String::as_str))
+        .filter(|name| !name.is_empty())
         .map(str::to_lowercase)
         .collect()
 }
@@ -719,6 +721,20 @@ mod tests {
             "Things.x.dev: invalid defaultNamespace: must not be empty"
         );
         assert!(r.resolve("things").is_err());
+    }
+
+    #[test]
+    fn the_empty_name_resolves_to_no_type() {
+        // The plural "s" has the empty singular.
+        let mut r = Registry::new();
+        r.register_definition(ResourceDefinition::new("s.x.dev", "ns"))
+            .unwrap();
+        assert_eq!(r.resolve("s").unwrap().resource_type, "s.x.dev");
+        assert_eq!(
+            r.resolve("").unwrap_err().to_string(),
+            "\"\": invalid resource type: no registered type has this full name, plural, \
+             singular or alias"
+        );
     }
 
     #[test]
