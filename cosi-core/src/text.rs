@@ -29,8 +29,11 @@ pub fn prefix_within(text: &str, max_bytes: usize) -> &str {
 /// control character (category Cc: C0, DEL, C1), which a terminal obeys; the bidirectional
 /// embeddings, overrides and isolates and the direction marks (U+202A–U+202E, U+2066–U+2069,
 /// U+200E, U+200F, U+061C), which reorder how the rest of a line reads (CVE-2021-42574); and the
-/// invisible spaces (U+200B, U+2060, U+FEFF), which make two different ids look the same. The
-/// joiners U+200C and U+200D stay: scripts and emoji need them.
+/// invisible spaces (U+200B, U+2060, U+FEFF) and the other characters that show as nothing and
+/// that no script needs (the soft hyphen U+00AD, the combining grapheme joiner U+034F, the
+/// Mongolian vowel separator U+180E, the invisible operators U+2061–U+2064, the deprecated
+/// format characters U+206A–U+206F), which make two different ids look the same. The joiners
+/// U+200C and U+200D stay: scripts and emoji need them.
 pub fn shown_escaped(c: char) -> bool {
     c.is_control()
         || matches!(
@@ -41,8 +44,12 @@ pub fn shown_escaped(c: char) -> bool {
                 | '\u{200f}'
                 | '\u{061c}'
                 | '\u{200b}'
-                | '\u{2060}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{206a}'..='\u{206f}'
                 | '\u{feff}'
+                | '\u{ad}'
+                | '\u{34f}'
+                | '\u{180e}'
         )
 }
 
@@ -77,12 +84,35 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    #[test]
+    fn every_zero_width_invisible_character_is_shown_escaped() {
+        // Each makes "eth0" and another id read the same; none is needed by a script or emoji.
+        for (invisible, shown) in [
+            ('\u{ad}', "eth\\u{ad}0"),     // soft hyphen
+            ('\u{34f}', "eth\\u{34f}0"),   // combining grapheme joiner
+            ('\u{180e}', "eth\\u{180e}0"), // Mongolian vowel separator
+            ('\u{2061}', "eth\\u{2061}0"), // function application
+            ('\u{2062}', "eth\\u{2062}0"), // invisible times
+            ('\u{2063}', "eth\\u{2063}0"), // invisible separator
+            ('\u{2064}', "eth\\u{2064}0"), // invisible plus
+            ('\u{206a}', "eth\\u{206a}0"), // deprecated format characters U+206A–U+206F
+            ('\u{206f}', "eth\\u{206f}0"),
+        ] {
+            assert_eq!(escape_for_terminal(&format!("eth{invisible}0")), shown);
+        }
+        // The joiners stay.
+        assert_eq!(
+            escape_for_terminal("a\u{200c}b\u{200d}c"),
+            "a\u{200c}b\u{200d}c"
+        );
+    }
+
     proptest! {
         /// Whatever the text, the escaped text holds no character shown escaped, and text
         /// without any comes back unchanged.
         #[test]
         fn escaped_text_holds_nothing_a_terminal_obeys_or_reorders(
-            text in "\\PC{0,20}[\\x00-\\x1f\\x7f\\u{80}-\\u{9f}\\u{202a}-\\u{202e}\\u{2066}-\\u{2069}\\u{200b}-\\u{200f}\\u{061c}\\u{2060}\\u{feff}]{0,4}\\PC{0,20}"
+            text in "\\PC{0,20}[\\x00-\\x1f\\x7f\\u{80}-\\u{9f}\\u{202a}-\\u{202e}\\u{2066}-\\u{2069}\\u{200b}-\\u{200f}\\u{061c}\\u{2060}-\\u{2064}\\u{206a}-\\u{206f}\\u{feff}\\u{ad}\\u{34f}\\u{180e}]{0,4}\\PC{0,20}"
         ) {
             let escaped = escape_for_terminal(&text);
             prop_assert!(!escaped.chars().any(shown_escaped));
