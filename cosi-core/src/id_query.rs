@@ -67,9 +67,10 @@ impl IdQuery {
             .map(IdQuery)
             .map_err(|e| {
                 let reason = match &e {
-                    // The parser's message repeats the whole pattern with a marker under it:
-                    // for a long pattern, keep only its last line (what is wrong).
-                    regex::Error::Syntax(message) if pattern.len() > QUOTED_BYTES => message
+                    // The parser's message repeats the whole pattern, unescaped, with a marker
+                    // under it: keep only its last line (what is wrong); the pattern is quoted
+                    // before it, escaped.
+                    regex::Error::Syntax(message) => message
                         .lines()
                         .rev()
                         .find(|line| !line.trim().is_empty())
@@ -160,6 +161,15 @@ mod tests {
             "{refused}"
         );
         assert!(refused.contains("unclosed group"), "{refused}");
+    }
+
+    #[test]
+    fn an_error_quotes_the_pattern_once_escaped_on_one_line() {
+        let refused = IdQuery::new("\u{1b}[2J(").unwrap_err().to_string();
+        assert_eq!(
+            refused,
+            "id query: invalid pattern: \"\\u{1b}[2J(\": error: unclosed character class"
+        );
     }
 
     #[test]
