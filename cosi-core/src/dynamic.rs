@@ -130,8 +130,9 @@ pub(super) fn unique_keys<'de, D: serde::Deserializer<'de>>(
     deserializer.deserialize_map(UniqueKeys)
 }
 
-/// A spec in dynamic form, read strictly: a map with a repeated key or a float that JSON cannot
-/// hold (NaN, infinities) is an error instead of a silently dropped or nulled value.
+/// A spec in dynamic form, read strictly: a map with a repeated key, a float that JSON cannot
+/// hold (NaN, infinities) or an integer beyond 64 bits is an error, saying so, instead of a
+/// silently dropped or nulled value.
 #[derive(Default)]
 pub(super) struct SpecValue(serde_json::Value);
 
@@ -158,6 +159,17 @@ impl<'de> serde::de::Visitor<'de> for SpecVisitor {
     }
     fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
         Ok(v.into())
+    }
+    // YAML integers beyond 64 bits arrive here; a `serde_json::Value` cannot hold them.
+    fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<Self::Value, E> {
+        i64::try_from(v)
+            .map(Into::into)
+            .map_err(|_| beyond_64_bits(v))
+    }
+    fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<Self::Value, E> {
+        u64::try_from(v)
+            .map(Into::into)
+            .map_err(|_| beyond_64_bits(v))
     }
     fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
         serde_json::Number::from_f64(v)
@@ -197,6 +209,12 @@ impl<'de> serde::de::Visitor<'de> for SpecVisitor {
         }
         Ok(serde_json::Value::Object(entries))
     }
+}
+
+fn beyond_64_bits<E: serde::de::Error>(integer: impl std::fmt::Display) -> E {
+    E::custom(format!(
+        "integer {integer} is outside the 64-bit range a spec's integers are kept in"
+    ))
 }
 
 /// The input side of the document. Its own module so that serde's messages say

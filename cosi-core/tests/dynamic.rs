@@ -160,6 +160,25 @@ fn a_timestamp_metadata_cannot_keep_is_an_error_naming_its_field() {
 }
 
 #[test]
+fn an_integer_beyond_64_bits_in_a_dynamic_spec_is_refused_saying_so() {
+    let registry = registry();
+    let decoder = Decoder::new(&registry).unknown_types(UnknownTypes::KeepDynamic);
+    let err = decoder
+        .decode_yaml("metadata: {namespace: ns, type: Widgets.test.cosi.dev, id: w}\nspec: {size: [1, -99999999999999999999]}\n")
+        .unwrap_err();
+    assert_eq!(
+        invalid_parts(err),
+        (
+            "YAML document 1".to_string(),
+            "spec.size[1]".to_string(),
+            "integer -99999999999999999999 is outside the 64-bit range a spec's integers are \
+             kept in at line 2 column 18"
+                .to_string()
+        )
+    );
+}
+
+#[test]
 fn multi_document_yaml_decodes_every_document_in_order_with_defaults() {
     let yaml = "\
 metadata: {type: svc, id: b}
