@@ -1,6 +1,7 @@
 //! The client side: [`channel`] connects to a node, [`RemoteState`] is a [`cosi_core::State`]
 //! over it, [`MachineClient`] calls its machine service.
 
+mod answer;
 mod channel;
 mod machine;
 mod remote_state;

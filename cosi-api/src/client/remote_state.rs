@@ -20,6 +20,7 @@ use crate::query::{encode_ids, encode_labels};
 use crate::server::{MAX_MESSAGE_SIZE, OMIT_YAML_HEADER};
 use crate::status::{from_status, has_detail, Call, CallContext};
 
+use super::answer::{same_kind, same_resource};
 use super::watch::{start_watch, Backoff, WatchClient, WatchTarget};
 
 /// Options of a [`RemoteState`].
@@ -154,9 +155,12 @@ impl RemoteState {
         }
     }
 
+    /// The resource of an answer to a call about `ctx.pointer`: that resource, none other.
     fn decode(&self, resource: Option<pb::Resource>, ctx: &CallContext) -> Result<SharedResource> {
         let resource = resource.ok_or_else(|| missing_resource(ctx))?;
-        self.codec.decode(resource, Reader::Client)
+        let resource = self.codec.decode(resource, Reader::Client)?;
+        same_resource(&ctx.pointer, resource.metadata().pointer())?;
+        Ok(resource)
     }
 
     fn encode(&self, resource: &dyn AnyResource) -> Result<pb::Resource> {
@@ -270,10 +274,11 @@ impl State for RemoteState {
                         source: None,
                     });
                 }
-                out.push(
+                let resource =
                     self.codec
-                        .decode_bytes(&bytes, Reader::Client, Tombstones::Typed)?,
-                );
+                        .decode_bytes(&bytes, Reader::Client, Tombstones::Typed)?;
+                same_kind(kind, resource.metadata().pointer())?;
+                out.push(resource);
             }
             Ok(out)
         })

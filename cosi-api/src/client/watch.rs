@@ -37,6 +37,8 @@ use crate::proto::resource as pb;
 use crate::proto::resource::state_client::StateClient;
 use crate::query::{encode_bookmark, encode_ids, encode_labels, exact_id_message};
 use crate::status::{from_status, is_transient, Call, CallContext};
+
+use super::answer::{same_kind, same_resource};
 use tonic::transport::Channel;
 
 /// What a watch needs of its client: the connection and the codec.
@@ -411,7 +413,9 @@ impl Pump {
 
     async fn deliver(&mut self, events: Vec<encoded::Event>) -> std::result::Result<(), Broken> {
         for event in events {
-            let incoming = match decode_event(&self.state.codec, &self.kind, event) {
+            let incoming = match decode_event(&self.state.codec, &self.kind, event)
+                .and_then(|incoming| self.asked_for(&incoming.event).map(|()| incoming))
+            {
                 Ok(incoming) => incoming,
                 Err(error) => {
                     self.fail(error).await;
@@ -455,6 +459,24 @@ impl Pump {
             self.swallow_noop = false;
             if self.tx.send(event).await.is_err() || ends {
                 return Err(Broken::Done);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the resources of `event` are what this watch asked for: of its kind, and for a
+    /// single-resource watch that resource.
+    fn asked_for(&self, event: &Event) -> Result<()> {
+        let (resource, old) = match event {
+            Event::Created { resource, .. } | Event::Destroyed { resource, .. } => (resource, None),
+            Event::Updated { resource, old, .. } => (resource, old.as_ref()),
+            _ => return Ok(()),
+        };
+        for answered in std::iter::once(resource).chain(old) {
+            let answered = answered.metadata().pointer();
+            match &self.target {
+                WatchTarget::Pointer { pointer, .. } => same_resource(pointer, answered)?,
+                WatchTarget::Kind { kind, .. } => same_kind(kind, answered)?,
             }
         }
         Ok(())

@@ -1,0 +1,326 @@
+//! The client against a server whose answers are wrong: a [`RemoteState`] never hands its caller
+//! a resource it did not ask for. An answer about another resource, or of another kind, is an
+//! error naming what was asked and what came back, never a silently wrong view.
+//!
+//! The server here implements the generated State service by hand and answers with crafted
+//! messages, whatever it was asked.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cosi_api::client::{channel, ClientSecurity, RemoteState};
+use cosi_api::codec::Codec;
+use cosi_api::proto::encoded;
+use cosi_api::proto::resource::{self as pb, state_server};
+use cosi_core::{
+    Error, Event, ListOptions, Resource, ResourceSpec, SharedResource, State, Version,
+    WatchKindOptions, WatchOptions,
+};
+use futures::{Stream, StreamExt};
+use serde::{Deserialize, Serialize};
+use tonic::{Request, Response, Status};
+
+#[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
+struct Blob {
+    data: String,
+}
+impl ResourceSpec for Blob {
+    const TYPE: &'static str = "Blobs.test.cosi.dev";
+    const DEFAULT_NAMESPACE: &'static str = "test";
+}
+
+#[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
+struct Stranger {
+    data: String,
+}
+impl ResourceSpec for Stranger {
+    const TYPE: &'static str = "Strangers.test.cosi.dev";
+    const DEFAULT_NAMESPACE: &'static str = "test";
+}
+
+fn codec() -> Codec {
+    let mut registry = cosi_core::Registry::new();
+    registry.register::<Blob>().unwrap();
+    registry.register::<Stranger>().unwrap();
+    Codec::new(Arc::new(registry))
+}
+
+fn blob(id: &str) -> SharedResource {
+    let mut resource = Resource::new(id, Blob { data: id.into() });
+    resource.metadata.set_version(Version::new(1));
+    resource.into_shared()
+}
+
+fn stranger(id: &str) -> SharedResource {
+    let mut resource = Resource::new(id, Stranger { data: id.into() });
+    resource.metadata.set_version(Version::new(1));
+    resource.into_shared()
+}
+
+fn bytes(resource: &SharedResource) -> Bytes {
+    codec().encode_bytes(&**resource, false).unwrap()
+}
+
+/// What the server answers, whatever it is asked.
+#[derive(Default)]
+struct Answers {
+    get: Option<SharedResource>,
+    list: Vec<SharedResource>,
+    watch: Vec<encoded::WatchResponse>,
+}
+
+struct Hostile(Arc<Answers>);
+
+type Responses<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl state_server::State for Hostile {
+    async fn get(&self, _: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
+        let resource = self
+            .0
+            .get
+            .as_ref()
+            .map(|r| codec().encode(&**r, false).unwrap());
+        Ok(Response::new(pb::GetResponse { resource }))
+    }
+
+    type ListStream = Responses<encoded::ListResponse>;
+
+    async fn list(
+        &self,
+        _: Request<pb::ListRequest>,
+    ) -> Result<Response<Self::ListStream>, Status> {
+        let items: Vec<_> = self
+            .0
+            .list
+            .iter()
+            .map(|r| {
+                Ok(encoded::ListResponse {
+                    resource: Some(bytes(r)),
+                })
+            })
+            .collect();
+        Ok(Response::new(Box::pin(futures::stream::iter(items))))
+    }
+
+    async fn create(
+        &self,
+        _: Request<pb::CreateRequest>,
+    ) -> Result<Response<pb::CreateResponse>, Status> {
+        Err(Status::unimplemented("create"))
+    }
+
+    async fn update(
+        &self,
+        _: Request<pb::UpdateRequest>,
+    ) -> Result<Response<pb::UpdateResponse>, Status> {
+        Err(Status::unimplemented("update"))
+    }
+
+    async fn destroy(
+        &self,
+        _: Request<pb::DestroyRequest>,
+    ) -> Result<Response<pb::DestroyResponse>, Status> {
+        Err(Status::unimplemented("destroy"))
+    }
+
+    type WatchStream = Responses<encoded::WatchResponse>;
+
+    async fn watch(
+        &self,
+        _: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        // The crafted messages, then a stream that stays open (no reconnect muddles the test).
+        let messages: Vec<_> = self.0.watch.iter().cloned().map(Ok).collect();
+        Ok(Response::new(Box::pin(
+            futures::stream::iter(messages).chain(futures::stream::pending()),
+        )))
+    }
+
+    async fn teardown(
+        &self,
+        _: Request<pb::TeardownRequest>,
+    ) -> Result<Response<pb::TeardownResponse>, Status> {
+        Err(Status::unimplemented("teardown"))
+    }
+
+    async fn teardown_and_destroy(
+        &self,
+        _: Request<pb::TeardownAndDestroyRequest>,
+    ) -> Result<Response<pb::TeardownAndDestroyResponse>, Status> {
+        Err(Status::unimplemented("teardown_and_destroy"))
+    }
+}
+
+/// A client of a server that gives `answers`; the server runs until the test's runtime ends.
+async fn client_of(answers: Answers) -> RemoteState {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let service = state_server::StateServer::new(Hostile(Arc::new(answers)));
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    RemoteState::new(
+        channel(address, None, ClientSecurity::Plaintext).unwrap(),
+        codec(),
+    )
+}
+
+fn event(kind: pb::EventType, resource: &SharedResource, bookmark: &[u8]) -> encoded::Event {
+    encoded::Event {
+        resource: Some(bytes(resource)),
+        event_type: kind as i32,
+        bookmark: Some(bookmark.to_vec()),
+        ..Default::default()
+    }
+}
+
+fn marker(kind: pb::EventType, bookmark: &[u8]) -> encoded::Event {
+    encoded::Event {
+        event_type: kind as i32,
+        bookmark: Some(bookmark.to_vec()),
+        ..Default::default()
+    }
+}
+
+/// The error of a wrong answer: not retryable, about what was asked, naming what came back.
+fn assert_wrong_answer(error: &Error, asked: &str, answered: &str) {
+    match error {
+        Error::Backend {
+            subject,
+            message,
+            retryable: false,
+            ..
+        } => {
+            assert_eq!(subject, asked, "{error}");
+            assert!(
+                message.contains(answered),
+                "the error names what came back: {error}"
+            );
+        }
+        other => panic!("expected a backend error about {asked}, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn get_refuses_an_answer_about_another_resource() {
+    let client = client_of(Answers {
+        get: Some(blob("b")),
+        ..Default::default()
+    })
+    .await;
+
+    let error = client
+        .get(&Blob::kind().pointer("a"))
+        .await
+        .expect_err("an answer about test/Blobs.test.cosi.dev/b is not test/…/a");
+
+    assert_wrong_answer(
+        &error,
+        "test/Blobs.test.cosi.dev/a",
+        "test/Blobs.test.cosi.dev/b",
+    );
+}
+
+#[tokio::test]
+async fn list_refuses_resources_of_another_kind() {
+    let client = client_of(Answers {
+        list: vec![blob("a"), stranger("b")],
+        ..Default::default()
+    })
+    .await;
+
+    let error = client
+        .list(&Blob::kind(), &ListOptions::default())
+        .await
+        .expect_err("a Stranger in a list of Blobs");
+
+    assert_wrong_answer(
+        &error,
+        "test/Blobs.test.cosi.dev",
+        "test/Strangers.test.cosi.dev/b",
+    );
+}
+
+async fn next(watch: &mut cosi_core::Watch) -> Event {
+    tokio::time::timeout(std::time::Duration::from_secs(10), watch.recv())
+        .await
+        .expect("an event within 10 s")
+        .expect("the watch is open")
+}
+
+#[tokio::test]
+async fn a_kind_watch_refuses_events_of_another_kind() {
+    let client = client_of(Answers {
+        watch: vec![
+            encoded::WatchResponse { event: vec![] },
+            encoded::WatchResponse {
+                event: vec![
+                    marker(pb::EventType::Noop, b"0"),
+                    event(pb::EventType::Created, &blob("a"), b"1"),
+                    event(pb::EventType::Created, &stranger("b"), b"2"),
+                ],
+            },
+        ],
+        ..Default::default()
+    })
+    .await;
+
+    let mut watch = client
+        .watch_kind(&Blob::kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+
+    match next(&mut watch).await {
+        Event::Created { resource, .. } => assert_eq!(resource.metadata().id(), "a"),
+        other => panic!("expected a's creation, got {other:?}"),
+    }
+    match next(&mut watch).await {
+        Event::Errored { error } => assert_wrong_answer(
+            &error,
+            "test/Blobs.test.cosi.dev",
+            "test/Strangers.test.cosi.dev/b",
+        ),
+        other => panic!("expected the watch to end with an error, got {other:?}"),
+    }
+    assert!(watch.recv().await.is_none(), "the watch has ended");
+}
+
+#[tokio::test]
+async fn a_resource_watch_refuses_events_about_another_id() {
+    let client = client_of(Answers {
+        watch: vec![
+            encoded::WatchResponse { event: vec![] },
+            encoded::WatchResponse {
+                event: vec![
+                    event(pb::EventType::Created, &blob("a"), b"1"),
+                    event(pb::EventType::Created, &blob("b"), b"2"),
+                ],
+            },
+        ],
+        ..Default::default()
+    })
+    .await;
+
+    let mut watch = client
+        .watch(&Blob::kind().pointer("a"), WatchOptions::default())
+        .await
+        .unwrap();
+
+    match next(&mut watch).await {
+        Event::Created { resource, .. } => assert_eq!(resource.metadata().id(), "a"),
+        other => panic!("expected a's creation, got {other:?}"),
+    }
+    match next(&mut watch).await {
+        Event::Errored { error } => assert_wrong_answer(
+            &error,
+            "test/Blobs.test.cosi.dev/a",
+            "test/Blobs.test.cosi.dev/b",
+        ),
+        other => panic!("expected the watch to end with an error, got {other:?}"),
+    }
+    assert!(watch.recv().await.is_none(), "the watch has ended");
+}
