@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use cosi_api::client::{channel, ClientSecurity, RemoteState};
+use cosi_api::client::{channel, ClientSecurity, RemoteOptions, RemoteState};
 use cosi_api::codec::Codec;
 use cosi_api::proto::encoded;
 use cosi_api::proto::resource::{self as pb, state_server};
@@ -68,6 +68,8 @@ struct Answers {
     get: Option<SharedResource>,
     list: Vec<SharedResource>,
     watch: Vec<encoded::WatchResponse>,
+    /// Get never answers; List sends its resources, then nothing more, without ending.
+    silent: bool,
 }
 
 struct Hostile(Arc<Answers>);
@@ -77,6 +79,9 @@ type Responses<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 #[tonic::async_trait]
 impl state_server::State for Hostile {
     async fn get(&self, _: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
+        if self.0.silent {
+            futures::future::pending::<()>().await;
+        }
         let resource = self
             .0
             .get
@@ -101,6 +106,10 @@ impl state_server::State for Hostile {
                 })
             })
             .collect();
+        if self.0.silent {
+            let items = futures::stream::iter(items).chain(futures::stream::pending());
+            return Ok(Response::new(Box::pin(items)));
+        }
         Ok(Response::new(Box::pin(futures::stream::iter(items))))
     }
 
@@ -155,6 +164,10 @@ impl state_server::State for Hostile {
 
 /// A client of a server that gives `answers`; the server runs until the test's runtime ends.
 async fn client_of(answers: Answers) -> RemoteState {
+    client_with(answers, RemoteOptions::default()).await
+}
+
+async fn client_with(answers: Answers, options: RemoteOptions) -> RemoteState {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let service = state_server::StateServer::new(Hostile(Arc::new(answers)));
@@ -163,9 +176,10 @@ async fn client_of(answers: Answers) -> RemoteState {
             .add_service(service)
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
-    RemoteState::new(
+    RemoteState::with_options(
         channel(address, None, ClientSecurity::Plaintext).unwrap(),
         codec(),
+        options,
     )
 }
 
@@ -323,4 +337,87 @@ async fn a_resource_watch_refuses_events_about_another_id() {
         other => panic!("expected the watch to end with an error, got {other:?}"),
     }
     assert!(watch.recv().await.is_none(), "the watch has ended");
+}
+
+/// A client whose calls wait at most 200 ms for the server.
+fn impatient() -> RemoteOptions {
+    RemoteOptions {
+        call_timeout: Some(std::time::Duration::from_millis(200)),
+        ..RemoteOptions::default()
+    }
+}
+
+/// The error of a call the server did not answer in time: retryable, naming the option.
+fn assert_timed_out(error: &Error, asked: &str) {
+    match error {
+        Error::Backend {
+            subject,
+            message,
+            retryable: true,
+            ..
+        } => {
+            assert_eq!(subject, asked, "{error}");
+            assert!(
+                message.contains("did not answer within 200ms (RemoteOptions::call_timeout)"),
+                "{error}"
+            );
+        }
+        other => panic!("expected a retryable backend error about {asked}, got {other:?}"),
+    }
+}
+
+/// Fails the test instead of hanging it when the client waits for good.
+async fn within_10s<T>(call: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(std::time::Duration::from_secs(10), call)
+        .await
+        .expect("the call ended within 10 s")
+}
+
+#[tokio::test]
+async fn a_get_the_server_never_answers_fails_at_the_call_deadline() {
+    let client = client_with(
+        Answers {
+            silent: true,
+            ..Default::default()
+        },
+        impatient(),
+    )
+    .await;
+
+    let error = within_10s(client.get(&Blob::kind().pointer("a")))
+        .await
+        .expect_err("no answer");
+
+    assert_timed_out(&error, "test/Blobs.test.cosi.dev/a");
+}
+
+#[tokio::test]
+async fn a_list_the_server_stops_sending_fails_at_the_call_deadline() {
+    let client = client_with(
+        Answers {
+            list: vec![blob("a")],
+            silent: true,
+            ..Default::default()
+        },
+        impatient(),
+    )
+    .await;
+
+    let error = within_10s(client.list(&Blob::kind(), &ListOptions::default()))
+        .await
+        .expect_err("the list never ends");
+
+    assert_timed_out(&error, "test/Blobs.test.cosi.dev/");
+}
+
+#[tokio::test]
+async fn a_watch_the_server_never_establishes_fails_at_the_call_deadline() {
+    // No first message at all: the stream stays open and silent.
+    let client = client_with(Answers::default(), impatient()).await;
+
+    let error = within_10s(client.watch_kind(&Blob::kind(), WatchKindOptions::default()))
+        .await
+        .expect_err("never established");
+
+    assert_timed_out(&error, "test/Blobs.test.cosi.dev/");
 }

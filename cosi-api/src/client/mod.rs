@@ -3,6 +3,7 @@
 
 mod answer;
 mod channel;
+mod deadline;
 mod machine;
 mod remote_state;
 mod watch;

@@ -6,6 +6,7 @@
 //! dropped connections and server restarts ([`super::watch`]).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use cosi_core::{
     AnyResource, Call as StateCall, CreateOptions, DestroyOptions, Kind, ListOptions, Pointer,
@@ -21,6 +22,7 @@ use crate::server::{MAX_MESSAGE_SIZE, OMIT_YAML_HEADER};
 use crate::status::{from_status, has_detail, Call, CallContext};
 
 use super::answer::{same_kind, same_resource};
+use super::deadline::within;
 use super::watch::{start_watch, Backoff, WatchClient, WatchTarget};
 
 /// Options of a [`RemoteState`].
@@ -37,6 +39,12 @@ pub struct RemoteOptions {
     /// list need never end, so a client that cannot trust its server (an operator's CLI) sets
     /// one; `None` (the default): no bound, as the nodes of one cluster trust each other.
     pub max_list_bytes: Option<usize>,
+    /// How long a call waits for the server: a unary call for its answer, a List for each
+    /// message, a watch for its first (established) message. A server that accepts a call and
+    /// never answers would otherwise hang the caller (a controller's reconcile) for good; past
+    /// it the call fails with a retryable error. `None`: no deadline. Default: 30 s.
+    /// [`RemoteState::teardown_and_destroy_remote`] waits for finalizers and has none.
+    pub call_timeout: Option<Duration>,
 }
 
 impl Default for RemoteOptions {
@@ -46,6 +54,7 @@ impl Default for RemoteOptions {
             reconnect: Backoff::default(),
             watch_buffer: 256,
             max_list_bytes: None,
+            call_timeout: Some(Duration::from_secs(30)),
         }
     }
 }
@@ -100,6 +109,7 @@ impl RemoteState {
         WatchClient {
             client: self.client.clone(),
             codec: self.codec.clone(),
+            call_timeout: self.options.call_timeout,
         }
     }
 
@@ -192,17 +202,16 @@ impl RemoteState {
     /// The server's native `Teardown`: returns whether the resource can be destroyed now.
     pub async fn teardown_remote(&self, pointer: &Pointer, owner: Option<&str>) -> Result<bool> {
         let ctx = CallContext::new(Call::Teardown, pointer.clone());
-        let response = self
-            .client
-            .clone()
-            .teardown(self.request(pb::TeardownRequest {
-                namespace: pointer.namespace().to_string(),
-                r#type: pointer.resource_type().to_string(),
-                id: pointer.id().to_string(),
-                options: Some(pb::TeardownOptions {
-                    owner: owner.unwrap_or_default().to_string(),
-                }),
-            }))
+        let mut client = self.client.clone();
+        let call = client.teardown(self.request(pb::TeardownRequest {
+            namespace: pointer.namespace().to_string(),
+            r#type: pointer.resource_type().to_string(),
+            id: pointer.id().to_string(),
+            options: Some(pb::TeardownOptions {
+                owner: owner.unwrap_or_default().to_string(),
+            }),
+        }));
+        let response = within(self.options.call_timeout, call)
             .await
             .map_err(|s| from_status(&s, &ctx))?;
         Ok(response.into_inner().destroy_ready)
@@ -222,15 +231,14 @@ impl State for RemoteState {
     fn get<'a>(&'a self, pointer: &'a Pointer) -> StateCall<'a, SharedResource> {
         StateCall::pending(async move {
             let ctx = CallContext::new(Call::Get, pointer.clone());
-            let response = self
-                .client
-                .clone()
-                .get(self.request(pb::GetRequest {
-                    namespace: pointer.namespace().to_string(),
-                    r#type: pointer.resource_type().to_string(),
-                    id: pointer.id().to_string(),
-                    options: Some(pb::GetOptions {}),
-                }))
+            let mut client = self.client.clone();
+            let call = client.get(self.request(pb::GetRequest {
+                namespace: pointer.namespace().to_string(),
+                r#type: pointer.resource_type().to_string(),
+                id: pointer.id().to_string(),
+                options: Some(pb::GetOptions {}),
+            }));
+            let response = within(self.options.call_timeout, call)
                 .await
                 .map_err(|s| from_status(&s, &ctx))?;
             self.decode(response.into_inner().resource, &ctx)
@@ -244,23 +252,26 @@ impl State for RemoteState {
     ) -> StateCall<'a, Vec<SharedResource>> {
         StateCall::pending(async move {
             let ctx = CallContext::new(Call::List, kind.pointer(""));
-            let mut stream = self
-                .client
-                .clone()
-                .list(self.request(pb::ListRequest {
-                    namespace: kind.namespace().to_string(),
-                    r#type: kind.resource_type().to_string(),
-                    options: Some(pb::ListOptions {
-                        label_query: encode_labels(&options.labels),
-                        id_query: encode_ids(options.ids.as_ref()),
-                    }),
-                }))
+            let mut client = self.client.clone();
+            let call = client.list(self.request(pb::ListRequest {
+                namespace: kind.namespace().to_string(),
+                r#type: kind.resource_type().to_string(),
+                options: Some(pb::ListOptions {
+                    label_query: encode_labels(&options.labels),
+                    id_query: encode_ids(options.ids.as_ref()),
+                }),
+            }));
+            let mut stream = within(self.options.call_timeout, call)
                 .await
                 .map_err(|s| from_status(&s, &ctx))?
                 .into_inner();
             let mut out = Vec::new();
             let mut read = 0usize;
-            while let Some(item) = stream.message().await.map_err(|s| from_status(&s, &ctx))? {
+            // The deadline is per message: a long list is not cut, a stalled one is.
+            while let Some(item) = within(self.options.call_timeout, stream.message())
+                .await
+                .map_err(|s| from_status(&s, &ctx))?
+            {
                 let bytes = item.resource.ok_or_else(|| missing_resource(&ctx))?;
                 read = read.saturating_add(bytes.len());
                 if let Some(max) = self.options.max_list_bytes.filter(|&max| read > max) {
@@ -299,7 +310,9 @@ impl State for RemoteState {
                     owner: options.owner.as_deref().unwrap_or_default().to_string(),
                 }),
             };
-            let response = self.client.clone().create(self.request(message)).await;
+            let mut client = self.client.clone();
+            let call = client.create(self.request(message));
+            let response = within(self.options.call_timeout, call).await;
             let response = match response {
                 Ok(response) => response,
                 Err(status) => return Err(self.write_error(status, &ctx).await),
@@ -326,7 +339,9 @@ impl State for RemoteState {
                     expected_phase: options.expected_phase.map(|p| p.to_string()),
                 }),
             };
-            let response = self.client.clone().update(self.request(message)).await;
+            let mut client = self.client.clone();
+            let call = client.update(self.request(message));
+            let response = within(self.options.call_timeout, call).await;
             let response = match response {
                 Ok(response) => response,
                 Err(status) => return Err(self.write_error(status, &ctx).await),
@@ -339,18 +354,16 @@ impl State for RemoteState {
         StateCall::pending(async move {
             let mut ctx = CallContext::new(Call::Destroy, pointer.clone());
             ctx.writer = options.owner.as_deref().map(str::to_string);
-            let result = self
-                .client
-                .clone()
-                .destroy(self.request(pb::DestroyRequest {
-                    namespace: pointer.namespace().to_string(),
-                    r#type: pointer.resource_type().to_string(),
-                    id: pointer.id().to_string(),
-                    options: Some(pb::DestroyOptions {
-                        owner: options.owner.as_deref().unwrap_or_default().to_string(),
-                    }),
-                }))
-                .await;
+            let mut client = self.client.clone();
+            let call = client.destroy(self.request(pb::DestroyRequest {
+                namespace: pointer.namespace().to_string(),
+                r#type: pointer.resource_type().to_string(),
+                id: pointer.id().to_string(),
+                options: Some(pb::DestroyOptions {
+                    owner: options.owner.as_deref().unwrap_or_default().to_string(),
+                }),
+            }));
+            let result = within(self.options.call_timeout, call).await;
             match result {
                 Ok(_) => Ok(()),
                 Err(status) => Err(self.write_error(status, &ctx).await),

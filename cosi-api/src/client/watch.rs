@@ -39,6 +39,7 @@ use crate::query::{encode_bookmark, encode_ids, encode_labels, exact_id_message}
 use crate::status::{from_status, is_transient, Call, CallContext};
 
 use super::answer::{same_kind, same_resource};
+use super::deadline::within;
 use tonic::transport::Channel;
 
 /// What a watch needs of its client: the connection and the codec.
@@ -46,6 +47,8 @@ use tonic::transport::Channel;
 pub(super) struct WatchClient {
     pub(super) client: StateClient<Channel>,
     pub(super) codec: crate::codec::Codec,
+    /// How long opening a watch waits for its established message.
+    pub(super) call_timeout: Option<Duration>,
 }
 
 /// How a broken watch reconnects: exponential backoff with jitter.
@@ -179,18 +182,17 @@ async fn open(
     state: &WatchClient,
     message: pb::WatchRequest,
 ) -> std::result::Result<(Streaming<encoded::WatchResponse>, Vec<encoded::Event>), Status> {
-    let mut stream = state
-        .client
-        .clone()
-        .watch(request_for_watch(message))
-        .await?
-        .into_inner();
-    match stream.message().await? {
-        Some(first) => Ok((stream, first.event)),
-        None => Err(Status::unavailable(
-            "the server closed the watch before it was established",
-        )),
-    }
+    let mut client = state.client.clone();
+    within(state.call_timeout, async move {
+        let mut stream = client.watch(request_for_watch(message)).await?.into_inner();
+        match stream.message().await? {
+            Some(first) => Ok((stream, first.event)),
+            None => Err(Status::unavailable(
+                "the server closed the watch before it was established",
+            )),
+        }
+    })
+    .await
 }
 
 fn request_for_watch(message: pb::WatchRequest) -> tonic::Request<pb::WatchRequest> {
