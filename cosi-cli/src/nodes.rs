@@ -158,6 +158,8 @@ pub async fn connect(name: &str, security: ClientSecurity) -> Result<Node, CliEr
             codec(),
             RemoteOptions {
                 max_list_bytes: Some(MAX_LIST_BYTES),
+                // The node's deadline (`--request-timeout`, 0: none) bounds every call whole.
+                call_timeout: None,
                 ..RemoteOptions::default()
             },
         ),
