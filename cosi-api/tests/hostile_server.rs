@@ -421,3 +421,24 @@ async fn a_watch_the_server_never_establishes_fails_at_the_call_deadline() {
 
     assert_timed_out(&error, "test/Blobs.test.cosi.dev/");
 }
+
+#[tokio::test]
+async fn list_refuses_resources_out_of_id_order() {
+    // A list is sorted by id, each id once: b after b (or a after b) is not a list.
+    let client = client_of(Answers {
+        list: vec![blob("a"), blob("b"), blob("b")],
+        ..Default::default()
+    })
+    .await;
+
+    let error = client
+        .list(&Blob::kind(), &ListOptions::default())
+        .await
+        .expect_err("b twice");
+
+    assert_wrong_answer(
+        &error,
+        "test/Blobs.test.cosi.dev",
+        "test/Blobs.test.cosi.dev/b after test/Blobs.test.cosi.dev/b",
+    );
+}

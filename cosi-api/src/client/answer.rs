@@ -31,3 +31,19 @@ pub(super) fn same_kind(asked: &Kind, answered: &Pointer) -> Result<(), Error> {
         Err(foreign(asked, answered))
     }
 }
+
+/// In a list, `next` must come after `previous` (a list is sorted by id, each id once).
+pub(super) fn after(asked: &Kind, previous: &Pointer, next: &Pointer) -> Result<(), Error> {
+    if next.id() > previous.id() {
+        Ok(())
+    } else {
+        Err(Error::Backend {
+            subject: asked.to_string(),
+            message: format!(
+                "the server listed {next} after {previous}; a list is sorted by id, each id once"
+            ),
+            retryable: false,
+            source: None,
+        })
+    }
+}

@@ -21,7 +21,7 @@ use crate::query::{encode_ids, encode_labels};
 use crate::server::{MAX_MESSAGE_SIZE, OMIT_YAML_HEADER};
 use crate::status::{from_status, has_detail, Call, CallContext};
 
-use super::answer::{same_kind, same_resource};
+use super::answer::{after, same_kind, same_resource};
 use super::deadline::within;
 use super::watch::{start_watch, Backoff, WatchClient, WatchTarget};
 
@@ -265,7 +265,7 @@ impl State for RemoteState {
                 .await
                 .map_err(|s| from_status(&s, &ctx))?
                 .into_inner();
-            let mut out = Vec::new();
+            let mut out: Vec<SharedResource> = Vec::new();
             let mut read = 0usize;
             // The deadline is per message: a long list is not cut, a stalled one is.
             while let Some(item) = within(self.options.call_timeout, stream.message())
@@ -289,6 +289,13 @@ impl State for RemoteState {
                     self.codec
                         .decode_bytes(&bytes, Reader::Client, Tombstones::Typed)?;
                 same_kind(kind, resource.metadata().pointer())?;
+                if let Some(previous) = out.last() {
+                    after(
+                        kind,
+                        previous.metadata().pointer(),
+                        resource.metadata().pointer(),
+                    )?;
+                }
                 out.push(resource);
             }
             Ok(out)
