@@ -372,7 +372,7 @@ pub fn from_status(status: &Status, context: &CallContext) -> Error {
             detail.id = pointer.id().to_string();
         }
         if let Some(error) = from_detail(&detail) {
-            return error;
+            return about_the_call(error, context);
         }
     }
     let pointer = context.pointer.clone();
@@ -445,6 +445,39 @@ pub fn from_status(status: &Status, context: &CallContext) -> Error {
             retryable: is_transient(code),
             source: None,
         },
+    }
+}
+
+/// `error`, from a server's detail, if it is about the resource `context` names; an error of a
+/// call on one resource that names another (a wrong or hostile server) is not taken for one
+/// about the asked resource (a caller would read "b: not found" as "a is absent").
+fn about_the_call(error: Error, context: &CallContext) -> Error {
+    let on_a_resource = matches!(
+        context.call,
+        Call::Get
+            | Call::Create
+            | Call::Update
+            | Call::Destroy
+            | Call::Teardown
+            | Call::TeardownAndDestroy
+    );
+    let named = match &error {
+        Error::NotFound { pointer }
+        | Error::AlreadyExists { pointer }
+        | Error::VersionConflict { pointer, .. }
+        | Error::OwnerConflict { pointer, .. }
+        | Error::PhaseConflict { pointer, .. }
+        | Error::PendingFinalizers { pointer, .. } => pointer,
+        _ => return error,
+    };
+    if !on_a_resource || *named == context.pointer {
+        return error;
+    }
+    Error::Backend {
+        subject: context.pointer.to_string(),
+        message: format!("the server answered with an error about another resource: {error}"),
+        retryable: false,
+        source: None,
     }
 }
 

@@ -13,6 +13,7 @@ use cosi_api::client::{channel, ClientSecurity, RemoteOptions, RemoteState};
 use cosi_api::codec::Codec;
 use cosi_api::proto::encoded;
 use cosi_api::proto::resource::{self as pb, state_server};
+use cosi_api::status::{to_status, Call};
 use cosi_core::{
     Error, Event, ListOptions, Resource, ResourceSpec, SharedResource, State, Version,
     WatchKindOptions, WatchOptions,
@@ -70,6 +71,8 @@ struct Answers {
     watch: Vec<encoded::WatchResponse>,
     /// Get never answers; List sends its resources, then nothing more, without ending.
     silent: bool,
+    /// Get fails with this.
+    get_error: Option<Status>,
 }
 
 struct Hostile(Arc<Answers>);
@@ -81,6 +84,9 @@ impl state_server::State for Hostile {
     async fn get(&self, _: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
         if self.0.silent {
             futures::future::pending::<()>().await;
+        }
+        if let Some(status) = &self.0.get_error {
+            return Err(status.clone());
         }
         let resource = self
             .0
@@ -440,5 +446,32 @@ async fn list_refuses_resources_out_of_id_order() {
         &error,
         "test/Blobs.test.cosi.dev",
         "test/Blobs.test.cosi.dev/b after test/Blobs.test.cosi.dev/b",
+    );
+}
+
+#[tokio::test]
+async fn an_error_about_another_resource_is_not_taken_for_one_about_the_asked() {
+    // The server's "not found" names b, for a Get of a: not a's absence.
+    let client = client_of(Answers {
+        get_error: Some(to_status(
+            &Error::NotFound {
+                pointer: Blob::kind().pointer("b"),
+            },
+            Call::Get,
+        )),
+        ..Default::default()
+    })
+    .await;
+
+    let error = client
+        .get(&Blob::kind().pointer("a"))
+        .await
+        .expect_err("an error");
+
+    assert!(!error.is_not_found(), "{error:?}");
+    assert_wrong_answer(
+        &error,
+        "test/Blobs.test.cosi.dev/a",
+        "test/Blobs.test.cosi.dev/b: not found",
     );
 }
