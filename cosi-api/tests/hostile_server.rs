@@ -475,3 +475,10 @@ async fn an_error_about_another_resource_is_not_taken_for_one_about_the_asked() 
         "test/Blobs.test.cosi.dev/b: not found",
     );
 }
+
+#[test]
+fn a_list_is_bounded_by_default() {
+    // A list that never ends (each message in time) would otherwise grow memory without limit;
+    // `limits.rs` shows the bound cutting a list.
+    assert_eq!(RemoteOptions::default().max_list_bytes, Some(256 << 20));
+}

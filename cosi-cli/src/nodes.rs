@@ -23,7 +23,7 @@ pub const DEFAULT_PORT: u16 = 50000;
 
 /// The most one list from a node may bring in, encoded: far more than any node's kind, and a
 /// bound for a node whose list never ends.
-pub const MAX_LIST_BYTES: usize = 256 << 20;
+pub const MAX_LIST_BYTES: usize = cosi_api::client::DEFAULT_MAX_LIST_BYTES;
 
 /// How long one call to a node may take unless `--request-timeout` says otherwise: long
 /// enough for a node under load to answer, short enough that a stuck one is noticed.

@@ -10,5 +10,5 @@ mod watch;
 
 pub use channel::{channel, channel_with, ChannelOptions, ClientSecurity};
 pub use machine::MachineClient;
-pub use remote_state::{RemoteOptions, RemoteState};
+pub use remote_state::{RemoteOptions, RemoteState, DEFAULT_MAX_LIST_BYTES};
 pub use watch::Backoff;

@@ -25,6 +25,10 @@ use super::answer::{after, same_kind, same_resource};
 use super::deadline::within;
 use super::watch::{start_watch, Backoff, WatchClient, WatchTarget};
 
+/// The default bound of one List, encoded ([`RemoteOptions::max_list_bytes`]): far more than
+/// any node's kind (a message is at most 32 MiB), and a bound for a list that never ends.
+pub const DEFAULT_MAX_LIST_BYTES: usize = 256 << 20;
+
 /// Options of a [`RemoteState`].
 #[derive(Clone, Debug)]
 pub struct RemoteOptions {
@@ -36,8 +40,9 @@ pub struct RemoteOptions {
     /// Events buffered per watch between the connection and the consumer (at least 1).
     pub watch_buffer: usize,
     /// The most encoded bytes one List may bring in; past it the list is an error. A server's
-    /// list need never end, so a client that cannot trust its server (an operator's CLI) sets
-    /// one; `None` (the default): no bound, as the nodes of one cluster trust each other.
+    /// list need never end: trusted or not, a peer with a bug must not grow this process's
+    /// memory without limit (each message arriving in time, the call deadline does not end
+    /// it). Default: [`DEFAULT_MAX_LIST_BYTES`]; `None`: no bound.
     pub max_list_bytes: Option<usize>,
     /// How long a call waits for the server: a unary call for its answer, a List for each
     /// message, a watch for its first (established) message. A server that accepts a call and
@@ -53,7 +58,7 @@ impl Default for RemoteOptions {
             yaml_on_write: true,
             reconnect: Backoff::default(),
             watch_buffer: 256,
-            max_list_bytes: None,
+            max_list_bytes: Some(DEFAULT_MAX_LIST_BYTES),
             call_timeout: Some(Duration::from_secs(30)),
         }
     }
