@@ -73,6 +73,10 @@ struct Answers {
     silent: bool,
     /// Get fails with this.
     get_error: Option<Status>,
+    /// A watch ends after its messages (instead of staying open).
+    watch_ends: bool,
+    /// The watch requests received, in order.
+    watch_requests: std::sync::Mutex<Vec<pb::WatchRequest>>,
 }
 
 struct Hostile(Arc<Answers>);
@@ -144,10 +148,18 @@ impl state_server::State for Hostile {
 
     async fn watch(
         &self,
-        _: Request<pb::WatchRequest>,
+        request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        // The crafted messages, then a stream that stays open (no reconnect muddles the test).
+        self.0
+            .watch_requests
+            .lock()
+            .unwrap()
+            .push(request.into_inner());
         let messages: Vec<_> = self.0.watch.iter().cloned().map(Ok).collect();
+        if self.0.watch_ends {
+            return Ok(Response::new(Box::pin(futures::stream::iter(messages))));
+        }
+        // The crafted messages, then a stream that stays open (no reconnect muddles the test).
         Ok(Response::new(Box::pin(
             futures::stream::iter(messages).chain(futures::stream::pending()),
         )))
@@ -174,9 +186,13 @@ async fn client_of(answers: Answers) -> RemoteState {
 }
 
 async fn client_with(answers: Answers, options: RemoteOptions) -> RemoteState {
+    serve(Arc::new(answers), options).await
+}
+
+async fn serve(answers: Arc<Answers>, options: RemoteOptions) -> RemoteState {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let service = state_server::StateServer::new(Hostile(Arc::new(answers)));
+    let service = state_server::StateServer::new(Hostile(answers));
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(service)
@@ -481,4 +497,54 @@ fn a_list_is_bounded_by_default() {
     // A list that never ends (each message in time) would otherwise grow memory without limit;
     // `limits.rs` shows the bound cutting a list.
     assert_eq!(RemoteOptions::default().max_list_bytes, Some(256 << 20));
+}
+
+#[tokio::test]
+async fn a_kind_watch_does_not_resume_after_an_event_without_a_bookmark() {
+    // Every event of a kind watch carries a bookmark (DESIGN 4). One without cannot be resumed
+    // after: resuming after the bookmark before it would deliver it twice, and one whose watch
+    // had none before would start at the head and skip what came between. The watch resyncs.
+    let answers = Arc::new(Answers {
+        watch: vec![
+            encoded::WatchResponse { event: vec![] },
+            encoded::WatchResponse {
+                event: vec![
+                    marker(pb::EventType::Noop, b"0"),
+                    event(pb::EventType::Created, &blob("a"), b"1"),
+                    encoded::Event {
+                        bookmark: None,
+                        ..event(pb::EventType::Created, &blob("b"), b"")
+                    },
+                ],
+            },
+        ],
+        watch_ends: true,
+        ..Default::default()
+    });
+    let client = serve(answers.clone(), RemoteOptions::default()).await;
+
+    let mut watch = client
+        .watch_kind(&Blob::kind(), WatchKindOptions::default())
+        .await
+        .unwrap();
+
+    let ids: Vec<_> = [next(&mut watch).await, next(&mut watch).await]
+        .iter()
+        .map(|e| match e {
+            Event::Created { resource, .. } => resource.metadata().id().to_string(),
+            other => panic!("expected a creation, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(ids, ["a", "b"]);
+    // The stream ended: the watch reopens with a resync, not after a's bookmark.
+    match next(&mut watch).await {
+        Event::Resync { .. } => {}
+        other => panic!("expected a resync, got {other:?}"),
+    }
+    let requests = answers.watch_requests.lock().unwrap().clone();
+    let reopened = requests[1].options.clone().unwrap();
+    assert_eq!(
+        (reopened.bootstrap_contents, reopened.start_from_bookmark),
+        (true, None)
+    );
 }

@@ -438,8 +438,14 @@ impl Pump {
                 }
                 (e, Some(b)) if !e.is_compacted() && !self.bootstrapping => Position::At(b),
                 (_, _) if self.bootstrapping || event.is_compacted() => Position::InRun,
-                // An exact event without a bookmark (a peer's initial single-watch event).
-                _ => self.position.clone(),
+                // An exact event without a bookmark: a peer's initial single-watch event (its
+                // state, sent again by a reopen from the same position). On a kind watch every
+                // event has one (a server's bug): resuming from the last would repeat this
+                // event, or skip what came before it, so the next reopen resyncs.
+                _ => match self.target {
+                    WatchTarget::Pointer { .. } => self.position.clone(),
+                    WatchTarget::Kind { .. } => Position::InRun,
+                },
             };
             if self.announce_resync
                 && !matches!(event, Event::Errored { .. } | Event::Resync { .. })
