@@ -7,6 +7,7 @@ mod deadline;
 mod machine;
 mod remote_state;
 mod watch;
+mod watch_frame;
 
 pub use channel::{channel, channel_with, ChannelOptions, ClientSecurity};
 pub use machine::MachineClient;

@@ -78,6 +78,8 @@ impl Default for RemoteOptions {
 #[derive(Clone)]
 pub struct RemoteState {
     client: StateClient<Channel>,
+    /// For watches, which read their responses one event at a time.
+    channel: Channel,
     codec: Codec,
     options: RemoteOptions,
 }
@@ -100,11 +102,12 @@ impl RemoteState {
 
     /// [`RemoteState::new`] with options.
     pub fn with_options(channel: Channel, codec: Codec, options: RemoteOptions) -> Self {
-        let client = StateClient::new(channel)
+        let client = StateClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_SIZE)
             .max_encoding_message_size(MAX_MESSAGE_SIZE);
         RemoteState {
             client,
+            channel,
             codec,
             options,
         }
@@ -112,7 +115,7 @@ impl RemoteState {
 
     fn watch_client(&self) -> WatchClient {
         WatchClient {
-            client: self.client.clone(),
+            channel: self.channel.clone(),
             codec: self.codec.clone(),
             call_timeout: self.options.call_timeout,
         }

@@ -32,20 +32,19 @@ use tokio::sync::mpsc;
 use tonic::{Code, Status, Streaming};
 
 use crate::events::{decode_event, API_EXTENDED};
-use crate::proto::encoded;
 use crate::proto::resource as pb;
-use crate::proto::resource::state_client::StateClient;
 use crate::query::{encode_bookmark, encode_ids, encode_labels, exact_id_message};
 use crate::status::{from_status, is_transient, Call, CallContext};
 
 use super::answer::{same_kind, same_resource};
 use super::deadline::within;
+use super::watch_frame::{self, Events, WatchFrame};
 use tonic::transport::Channel;
 
 /// What a watch needs of its client: the connection and the codec.
 #[derive(Clone)]
 pub(super) struct WatchClient {
-    pub(super) client: StateClient<Channel>,
+    pub(super) channel: Channel,
     pub(super) codec: crate::codec::Codec,
     /// How long opening a watch waits for its established message.
     pub(super) call_timeout: Option<Duration>,
@@ -181,12 +180,11 @@ fn request(target: &WatchTarget, start: &Start) -> pb::WatchRequest {
 async fn open(
     state: &WatchClient,
     message: pb::WatchRequest,
-) -> std::result::Result<(Streaming<encoded::WatchResponse>, Vec<encoded::Event>), Status> {
-    let mut client = state.client.clone();
+) -> std::result::Result<(Streaming<WatchFrame>, WatchFrame), Status> {
     within(state.call_timeout, async move {
-        let mut stream = client.watch(request_for_watch(message)).await?.into_inner();
+        let mut stream = watch_frame::call(&state.channel, request_for_watch(message)).await?;
         match stream.message().await? {
-            Some(first) => Ok((stream, first.event)),
+            Some(first) => Ok((stream, first)),
             None => Err(Status::unavailable(
                 "the server closed the watch before it was established",
             )),
@@ -298,7 +296,7 @@ enum Broken {
 }
 
 impl Pump {
-    async fn run(mut self, stream: Streaming<encoded::WatchResponse>, early: Vec<encoded::Event>) {
+    async fn run(mut self, stream: Streaming<WatchFrame>, early: WatchFrame) {
         let mut stream = Some((stream, early));
         let mut attempt: u32 = 0;
         let mut failing_since: Option<Instant> = None;
@@ -382,11 +380,11 @@ impl Pump {
 
     async fn drain(
         &mut self,
-        mut stream: Streaming<encoded::WatchResponse>,
-        early: Vec<encoded::Event>,
+        mut stream: Streaming<WatchFrame>,
+        early: WatchFrame,
         failing_since: &mut Option<Instant>,
     ) -> Broken {
-        if let Err(done) = self.deliver(early).await {
+        if let Err(done) = self.deliver(early.events()).await {
             return done;
         }
         loop {
@@ -397,7 +395,7 @@ impl Pump {
             match message {
                 Ok(Some(response)) => {
                     *failing_since = None;
-                    if let Err(done) = self.deliver(response.event).await {
+                    if let Err(done) = self.deliver(response.events()).await {
                         return done;
                     }
                 }
@@ -413,8 +411,17 @@ impl Pump {
         }
     }
 
-    async fn deliver(&mut self, events: Vec<encoded::Event>) -> std::result::Result<(), Broken> {
+    async fn deliver(&mut self, events: Events) -> std::result::Result<(), Broken> {
         for event in events {
+            let event = match event {
+                Ok(event) => event,
+                Err(message) => {
+                    let subject = self.kind.to_string();
+                    self.fail(Error::invalid(subject, "watch response", message))
+                        .await;
+                    return Err(Broken::Done);
+                }
+            };
             let incoming = match decode_event(&self.state.codec, &self.kind, event)
                 .and_then(|incoming| self.asked_for(&incoming.event).map(|()| incoming))
             {

@@ -1,0 +1,158 @@
+//! One watch message costs the client about its size, however many events it packs: the
+//! client reads a response's events one at a time. (Decoding the whole generated message first
+//! cost some 400 bytes per 2-byte empty event: 210 MiB for a 1 MiB message, gigabytes at the
+//! 32 MiB limit.) Its own test binary, as it measures this process's peak resident memory; the
+//! server runs in a child process, so its memory is not counted.
+
+use std::io::BufRead;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use cosi_api::client::{channel, ClientSecurity, RemoteState};
+use cosi_api::codec::Codec;
+use cosi_api::proto::encoded;
+use cosi_api::proto::resource::{self as pb, state_server};
+use cosi_core::{Event, Kind, State, WatchKindOptions};
+use futures::{Stream, StreamExt};
+use tonic::{Request, Response, Status};
+
+/// This process's peak resident memory, in MiB.
+fn peak_mib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap()
+        / 1024
+}
+
+type Responses<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+struct Hostile(Mutex<Option<encoded::WatchResponse>>);
+
+#[tonic::async_trait]
+impl state_server::State for Hostile {
+    async fn get(&self, _: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    type ListStream = Responses<encoded::ListResponse>;
+    async fn list(
+        &self,
+        _: Request<pb::ListRequest>,
+    ) -> Result<Response<Self::ListStream>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn create(
+        &self,
+        _: Request<pb::CreateRequest>,
+    ) -> Result<Response<pb::CreateResponse>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn update(
+        &self,
+        _: Request<pb::UpdateRequest>,
+    ) -> Result<Response<pb::UpdateResponse>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn destroy(
+        &self,
+        _: Request<pb::DestroyRequest>,
+    ) -> Result<Response<pb::DestroyResponse>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    type WatchStream = Responses<encoded::WatchResponse>;
+    async fn watch(
+        &self,
+        _: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let big = self.0.lock().unwrap().take().unwrap();
+        let messages = vec![Ok(encoded::WatchResponse { event: vec![] }), Ok(big)];
+        Ok(Response::new(Box::pin(
+            futures::stream::iter(messages).chain(futures::stream::pending()),
+        )))
+    }
+    async fn teardown(
+        &self,
+        _: Request<pb::TeardownRequest>,
+    ) -> Result<Response<pb::TeardownResponse>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn teardown_and_destroy(
+        &self,
+        _: Request<pb::TeardownAndDestroyRequest>,
+    ) -> Result<Response<pb::TeardownAndDestroyResponse>, Status> {
+        Err(Status::unimplemented(""))
+    }
+}
+
+/// The hostile server, in a process of its own (so its memory is not the client's): runs only
+/// when the test below starts it.
+#[tokio::test]
+async fn hostile_server_process() {
+    if std::env::var_os("COSI_HOSTILE_SERVER").is_none() {
+        return;
+    }
+    // 1 MiB on the wire: 524,288 empty events of 2 bytes each (`0a 00`).
+    let big = encoded::WatchResponse {
+        event: vec![encoded::Event::default(); 1 << 19],
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    println!("PORT {}", listener.local_addr().unwrap().port());
+    tonic::transport::Server::builder()
+        .add_service(state_server::StateServer::new(Hostile(Mutex::new(Some(
+            big,
+        )))))
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_watch_message_of_many_events_costs_the_client_about_its_size() {
+    let mut server = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["hostile_server_process", "--exact", "--nocapture"])
+        .env("COSI_HOSTILE_SERVER", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let port: u16 = loop {
+        let line = lines.next().unwrap().unwrap();
+        if let Some(port) = line.strip_prefix("PORT ") {
+            break port.parse().unwrap();
+        }
+    };
+    let client = RemoteState::new(
+        channel(
+            ([127, 0, 0, 1], port).into(),
+            None,
+            ClientSecurity::Plaintext,
+        )
+        .unwrap(),
+        Codec::new(Arc::new(cosi_core::Registry::new())),
+    );
+    let before = peak_mib();
+    let mut watch = client
+        .watch_kind(
+            &Kind::new("test", "Blobs.test.cosi.dev"),
+            WatchKindOptions::default(),
+        )
+        .await
+        .unwrap();
+    let first = watch.recv().await.unwrap();
+    let after = peak_mib();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert!(matches!(first, Event::Errored { .. }), "{first:?}");
+    eprintln!("peak resident memory {before} MiB -> {after} MiB for one 1 MiB message");
+    assert!(
+        after - before < 16,
+        "peak {before} MiB -> {after} MiB for one 1 MiB message"
+    );
+}
