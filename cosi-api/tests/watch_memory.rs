@@ -2,7 +2,9 @@
 //! client reads a response's events one at a time. (Decoding the whole generated message first
 //! cost some 400 bytes per 2-byte empty event: 210 MiB for a 1 MiB message, gigabytes at the
 //! 32 MiB limit.) Its own test binary, as it measures this process's peak resident memory; the
-//! server runs in a child process, so its memory is not counted.
+//! server runs in a child process (this binary again, with `COSI_HOSTILE_SERVER` set), so its
+//! memory is not counted. A plain harness (`harness = false`), so that the server is not a
+//! test that passes by doing nothing.
 
 use std::io::BufRead;
 use std::pin::Pin;
@@ -91,13 +93,8 @@ impl state_server::State for Hostile {
     }
 }
 
-/// The hostile server, in a process of its own (so its memory is not the client's): runs only
-/// when the test below starts it.
-#[tokio::test]
+/// The hostile server, in a process of its own (so its memory is not the client's).
 async fn hostile_server_process() {
-    if std::env::var_os("COSI_HOSTILE_SERVER").is_none() {
-        return;
-    }
     // 1 MiB on the wire: 524,288 empty events of 2 bytes each (`0a 00`).
     let big = encoded::WatchResponse {
         event: vec![encoded::Event::default(); 1 << 19],
@@ -113,10 +110,24 @@ async fn hostile_server_process() {
         .unwrap();
 }
 
-#[tokio::test]
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    if std::env::var_os("COSI_HOSTILE_SERVER").is_some() {
+        runtime.block_on(hostile_server_process());
+        return;
+    }
+    let name = "a_watch_message_of_many_events_costs_the_client_about_its_size";
+    runtime.block_on(a_watch_message_of_many_events_costs_the_client_about_its_size());
+    println!("test {name} ... ok");
+    println!("test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out");
+}
+
 async fn a_watch_message_of_many_events_costs_the_client_about_its_size() {
     let mut server = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["hostile_server_process", "--exact", "--nocapture"])
         .env("COSI_HOSTILE_SERVER", "1")
         .stdout(std::process::Stdio::piped())
         .spawn()
