@@ -469,7 +469,8 @@ impl<'r> Decoder<'r> {
     }
 
     /// Sets the limits YAML text is held to ([`Limits::default`] unless set): text over a
-    /// limit is refused before anything of it is decoded.
+    /// limit is refused before anything of it is decoded. JSON is held to the same nesting,
+    /// so that what one form accepts the other can carry.
     ///
     /// ```
     /// use cosi_core::dynamic::Decoder;
@@ -530,6 +531,7 @@ impl<'r> Decoder<'r> {
     /// assert_eq!(decoded[0].spec_value().unwrap(), serde_json::json!([1, 2]));
     /// ```
     pub fn decode_json(&self, text: &str) -> Result<Vec<SharedResource>> {
+        check_json_limits(text, &self.limits)?;
         // First pass: the syntax of the whole stream, and how many values it holds.
         let mut count = 0usize;
         let stream = serde_json::Deserializer::from_str(text).into_iter::<serde::de::IgnoredAny>();
@@ -726,4 +728,49 @@ impl Registry {
     pub fn decode_json(&self, text: &str) -> Result<Vec<SharedResource>> {
         Decoder::new(self).decode_json(text)
     }
+}
+
+/// Holds JSON text to the YAML nesting limit: how deep its lists and objects nest (the top
+/// value of a document is depth 1, as in YAML), counted outside strings before anything is
+/// parsed. serde_json's own bound is 128 levels, so a document nested 100 deep decoded and
+/// then could not be written as YAML and read back. (The other YAML limits guard the YAML
+/// library's costs, which JSON's parser does not have.)
+fn check_json_limits(text: &str, limits: &Limits) -> Result<()> {
+    let (mut depth, mut document, mut line, mut column) = (0usize, 1usize, 1usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for c in text.chars() {
+        column += 1;
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '\n' => (line, column) = (line + 1, 0),
+            '[' | '{' => {
+                depth += 1;
+                if depth > limits.max_depth {
+                    return Err(Error::invalid(
+                        format!("JSON document {document}"),
+                        format!("line {line} column {column}"),
+                        format!("more than {} levels of nesting", limits.max_depth),
+                    ));
+                }
+            }
+            ']' | '}' => {
+                // Unbalanced text is the parser's to report.
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    document += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }

@@ -458,3 +458,33 @@ proptest! {
         let _ = registry().decode_json(&text);
     }
 }
+
+fn nested_json(depth: usize) -> String {
+    // The document object is depth 1, the spec's lists the rest.
+    let spec = format!("{}{}", "[".repeat(depth - 1), "]".repeat(depth - 1));
+    format!(r#"{{"metadata": {{"namespace": "n", "type": "T.x.dev", "id": "i"}}, "spec": {spec}}}"#)
+}
+
+#[test]
+fn json_nested_deeper_than_yaml_may_be_is_refused_where_it_passes_the_limit() {
+    let registry = Registry::new();
+    let decoder = Decoder::new(&registry).unknown_types(UnknownTypes::KeepDynamic);
+    let err = decoder.decode_json(&nested_json(100)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "JSON document 1: invalid line 1 column 135: more than 64 levels of nesting"
+    );
+}
+
+#[test]
+fn json_as_deep_as_yaml_may_be_is_decoded_and_its_yaml_reads_back() {
+    let registry = Registry::new();
+    let decoder = Decoder::new(&registry).unknown_types(UnknownTypes::KeepDynamic);
+    let decoded = decoder.decode_json(&nested_json(64)).unwrap();
+    let yaml = dynamic::to_yaml(&*decoded[0]).unwrap();
+    let again = decoder.decode_yaml(&yaml).unwrap();
+    assert_eq!(
+        again[0].spec_value().unwrap(),
+        decoded[0].spec_value().unwrap()
+    );
+}
