@@ -517,6 +517,24 @@ fn metadata_from_view(md: &MetadataView<'_>) -> Result<Metadata> {
     out.set_phase(phase);
     out.set_owner(Some(md.owner).filter(|o| !o.is_empty()).map(Arc::from));
     out.set_timestamps(created, updated);
+    // Metadata keeps times from 1677 to 2262 (nanoseconds in an `i64`). A later one would be
+    // read as the last it keeps, silently: refused. An earlier one reads as the first it keeps
+    // — Go's zero time (year 1), which Go clients send for a time never set, among them.
+    for (field, sent, kept) in [
+        ("metadata.created", created, out.created()),
+        ("metadata.updated", updated, out.updated()),
+    ] {
+        if sent > kept {
+            return Err(invalid(
+                field,
+                format!(
+                    "{} is after {}, the last time metadata keeps",
+                    describe_time(sent),
+                    humantime::format_rfc3339_nanos(kept)
+                ),
+            ));
+        }
+    }
     if !md.finalizers.is_empty() {
         out.finalizers_mut()
             .extend(md.finalizers.iter().map(|f| f.to_string()));
@@ -585,6 +603,17 @@ pub fn encode_time(time: SystemTime) -> prost_types::Timestamp {
     }
 }
 
+/// A time after the epoch, for an error: RFC 3339 up to year 9999, else seconds.
+fn describe_time(time: SystemTime) -> String {
+    match time.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) if after.as_secs() < 253_402_300_800 => {
+            humantime::format_rfc3339_nanos(time).to_string()
+        }
+        Ok(after) => format!("{} seconds after the epoch", after.as_secs()),
+        Err(before) => format!("{} seconds before the epoch", before.duration().as_secs()),
+    }
+}
+
 /// A protobuf timestamp back into a time (absent: the epoch).
 pub fn decode_time(
     timestamp: Option<&prost_types::Timestamp>,
@@ -625,6 +654,41 @@ mod tests {
         let mut registry = Registry::new();
         registry.register::<Port>().unwrap();
         Codec::new(Arc::new(registry))
+    }
+
+    #[test]
+    fn a_time_metadata_cannot_keep_is_an_error_naming_its_field() {
+        let mut r = Resource::new("http", Port { port: 80 });
+        r.metadata.set_version(Version::new(1));
+        let mut wire = codec().encode(&r, false).unwrap();
+        let metadata = wire.metadata.as_mut().unwrap();
+        // 3000-01-01T00:00:00Z, after 2262.
+        metadata.updated = Some(prost_types::Timestamp {
+            seconds: 32_503_680_000,
+            nanos: 0,
+        });
+        let err = codec().decode(wire, Reader::Server).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "test/Ports.test.cosi.dev/http: invalid metadata.updated: \
+             3000-01-01T00:00:00.000000000Z is after 2262-04-11T23:47:16.854775807Z, the last \
+             time metadata keeps"
+        );
+    }
+
+    #[test]
+    fn go_s_zero_time_reads_as_the_first_time_metadata_keeps() {
+        let mut r = Resource::new("http", Port { port: 80 });
+        r.metadata.set_version(Version::new(1));
+        let mut wire = codec().encode(&r, false).unwrap();
+        // 0001-01-01T00:00:00Z, what a Go client sends for a time never set.
+        wire.metadata.as_mut().unwrap().created = Some(prost_types::Timestamp {
+            seconds: -62_135_596_800,
+            nanos: 0,
+        });
+        let decoded = codec().decode(wire, Reader::Server).unwrap();
+        let first = SystemTime::UNIX_EPOCH - Duration::from_nanos(i64::MAX as u64 + 1);
+        assert_eq!(decoded.metadata().created(), first);
     }
 
     #[test]
