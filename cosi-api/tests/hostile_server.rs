@@ -5,12 +5,12 @@
 //! The server here implements the generated State service by hand and answers with crafted
 //! messages, whatever it was asked.
 
-use std::pin::Pin;
+mod support;
+
 use std::sync::Arc;
 
 use bytes::Bytes;
 use cosi_api::client::{channel, ClientSecurity, RemoteOptions, RemoteState};
-use cosi_api::codec::Codec;
 use cosi_api::proto::encoded;
 use cosi_api::proto::resource::{self as pb, state_server};
 use cosi_api::status::{to_status, Call};
@@ -18,34 +18,10 @@ use cosi_core::{
     Error, Event, ListOptions, Resource, ResourceSpec, SharedResource, State, Version,
     WatchKindOptions, WatchOptions,
 };
-use futures::{Stream, StreamExt};
-use serde::{Deserialize, Serialize};
-use tonic::{Request, Response, Status};
 
-#[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
-struct Blob {
-    data: String,
-}
-impl ResourceSpec for Blob {
-    const TYPE: &'static str = "Blobs.test.cosi.dev";
-    const DEFAULT_NAMESPACE: &'static str = "test";
-}
-
-#[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
-struct Stranger {
-    data: String,
-}
-impl ResourceSpec for Stranger {
-    const TYPE: &'static str = "Strangers.test.cosi.dev";
-    const DEFAULT_NAMESPACE: &'static str = "test";
-}
-
-fn codec() -> Codec {
-    let mut registry = cosi_core::Registry::new();
-    registry.register::<Blob>().unwrap();
-    registry.register::<Stranger>().unwrap();
-    Codec::new(Arc::new(registry))
-}
+use support::blob_codec as codec;
+use support::hostile::{Answers, Hostile};
+use support::{Blob, Stranger};
 
 fn blob(id: &str) -> SharedResource {
     let mut resource = Resource::new(id, Blob { data: id.into() });
@@ -61,123 +37,6 @@ fn stranger(id: &str) -> SharedResource {
 
 fn bytes(resource: &SharedResource) -> Bytes {
     codec().encode_bytes(&**resource, false).unwrap()
-}
-
-/// What the server answers, whatever it is asked.
-#[derive(Default)]
-struct Answers {
-    get: Option<SharedResource>,
-    list: Vec<SharedResource>,
-    watch: Vec<encoded::WatchResponse>,
-    /// Get never answers; List sends its resources, then nothing more, without ending.
-    silent: bool,
-    /// Get fails with this.
-    get_error: Option<Status>,
-    /// A watch ends after its messages (instead of staying open).
-    watch_ends: bool,
-    /// The watch requests received, in order.
-    watch_requests: std::sync::Mutex<Vec<pb::WatchRequest>>,
-}
-
-struct Hostile(Arc<Answers>);
-
-type Responses<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl state_server::State for Hostile {
-    async fn get(&self, _: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
-        if self.0.silent {
-            futures::future::pending::<()>().await;
-        }
-        if let Some(status) = &self.0.get_error {
-            return Err(status.clone());
-        }
-        let resource = self
-            .0
-            .get
-            .as_ref()
-            .map(|r| codec().encode(&**r, false).unwrap());
-        Ok(Response::new(pb::GetResponse { resource }))
-    }
-
-    type ListStream = Responses<encoded::ListResponse>;
-
-    async fn list(
-        &self,
-        _: Request<pb::ListRequest>,
-    ) -> Result<Response<Self::ListStream>, Status> {
-        let items: Vec<_> = self
-            .0
-            .list
-            .iter()
-            .map(|r| {
-                Ok(encoded::ListResponse {
-                    resource: Some(bytes(r)),
-                })
-            })
-            .collect();
-        if self.0.silent {
-            let items = futures::stream::iter(items).chain(futures::stream::pending());
-            return Ok(Response::new(Box::pin(items)));
-        }
-        Ok(Response::new(Box::pin(futures::stream::iter(items))))
-    }
-
-    async fn create(
-        &self,
-        _: Request<pb::CreateRequest>,
-    ) -> Result<Response<pb::CreateResponse>, Status> {
-        Err(Status::unimplemented("create"))
-    }
-
-    async fn update(
-        &self,
-        _: Request<pb::UpdateRequest>,
-    ) -> Result<Response<pb::UpdateResponse>, Status> {
-        Err(Status::unimplemented("update"))
-    }
-
-    async fn destroy(
-        &self,
-        _: Request<pb::DestroyRequest>,
-    ) -> Result<Response<pb::DestroyResponse>, Status> {
-        Err(Status::unimplemented("destroy"))
-    }
-
-    type WatchStream = Responses<encoded::WatchResponse>;
-
-    async fn watch(
-        &self,
-        request: Request<pb::WatchRequest>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
-        self.0
-            .watch_requests
-            .lock()
-            .unwrap()
-            .push(request.into_inner());
-        let messages: Vec<_> = self.0.watch.iter().cloned().map(Ok).collect();
-        if self.0.watch_ends {
-            return Ok(Response::new(Box::pin(futures::stream::iter(messages))));
-        }
-        // The crafted messages, then a stream that stays open (no reconnect muddles the test).
-        Ok(Response::new(Box::pin(
-            futures::stream::iter(messages).chain(futures::stream::pending()),
-        )))
-    }
-
-    async fn teardown(
-        &self,
-        _: Request<pb::TeardownRequest>,
-    ) -> Result<Response<pb::TeardownResponse>, Status> {
-        Err(Status::unimplemented("teardown"))
-    }
-
-    async fn teardown_and_destroy(
-        &self,
-        _: Request<pb::TeardownAndDestroyRequest>,
-    ) -> Result<Response<pb::TeardownAndDestroyResponse>, Status> {
-        Err(Status::unimplemented("teardown_and_destroy"))
-    }
 }
 
 /// A client of a server that gives `answers`; the server runs until the test's runtime ends.

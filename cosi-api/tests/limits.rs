@@ -11,25 +11,8 @@ use cosi_api::codec::Codec;
 use cosi_core::{
     CreateOptions, Error, ListOptions, Resource, ResourceSpec, State, StateExt, WatchKindOptions,
 };
-use serde::{Deserialize, Serialize};
 
-#[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
-struct Blob {
-    data: String,
-}
-impl ResourceSpec for Blob {
-    const TYPE: &'static str = "Blobs.test.cosi.dev";
-    const DEFAULT_NAMESPACE: &'static str = "test";
-}
-
-#[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
-struct Stranger {
-    data: String,
-}
-impl ResourceSpec for Stranger {
-    const TYPE: &'static str = "Strangers.test.cosi.dev";
-    const DEFAULT_NAMESPACE: &'static str = "test";
-}
+use support::{Blob, Stranger};
 
 fn server_codec() -> Codec {
     let mut registry = cosi_core::Registry::new();
@@ -38,10 +21,7 @@ fn server_codec() -> Codec {
 }
 
 fn client_codec() -> Codec {
-    let mut registry = cosi_core::Registry::new();
-    registry.register::<Blob>().unwrap();
-    registry.register::<Stranger>().unwrap();
-    Codec::new(Arc::new(registry))
+    support::blob_codec()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

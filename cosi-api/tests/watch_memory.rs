@@ -6,17 +6,17 @@
 //! memory is not counted. A plain harness (`harness = false`), so that the server is not a
 //! test that passes by doing nothing.
 
+mod support;
+
 use std::io::BufRead;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cosi_api::client::{channel, ClientSecurity, RemoteState};
 use cosi_api::codec::Codec;
 use cosi_api::proto::encoded;
-use cosi_api::proto::resource::{self as pb, state_server};
+use cosi_api::proto::resource::state_server;
 use cosi_core::{Event, Kind, State, WatchKindOptions};
-use futures::{Stream, StreamExt};
-use tonic::{Request, Response, Status};
+use support::hostile::{Answers, Hostile};
 
 /// This process's peak resident memory, in MiB.
 fn peak_mib() -> u64 {
@@ -35,64 +35,6 @@ fn peak_mib() -> u64 {
         / 1024
 }
 
-type Responses<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
-struct Hostile(Mutex<Option<encoded::WatchResponse>>);
-
-#[tonic::async_trait]
-impl state_server::State for Hostile {
-    async fn get(&self, _: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
-        Err(Status::unimplemented(""))
-    }
-    type ListStream = Responses<encoded::ListResponse>;
-    async fn list(
-        &self,
-        _: Request<pb::ListRequest>,
-    ) -> Result<Response<Self::ListStream>, Status> {
-        Err(Status::unimplemented(""))
-    }
-    async fn create(
-        &self,
-        _: Request<pb::CreateRequest>,
-    ) -> Result<Response<pb::CreateResponse>, Status> {
-        Err(Status::unimplemented(""))
-    }
-    async fn update(
-        &self,
-        _: Request<pb::UpdateRequest>,
-    ) -> Result<Response<pb::UpdateResponse>, Status> {
-        Err(Status::unimplemented(""))
-    }
-    async fn destroy(
-        &self,
-        _: Request<pb::DestroyRequest>,
-    ) -> Result<Response<pb::DestroyResponse>, Status> {
-        Err(Status::unimplemented(""))
-    }
-    type WatchStream = Responses<encoded::WatchResponse>;
-    async fn watch(
-        &self,
-        _: Request<pb::WatchRequest>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
-        let big = self.0.lock().unwrap().take().unwrap();
-        let messages = vec![Ok(encoded::WatchResponse { event: vec![] }), Ok(big)];
-        Ok(Response::new(Box::pin(
-            futures::stream::iter(messages).chain(futures::stream::pending()),
-        )))
-    }
-    async fn teardown(
-        &self,
-        _: Request<pb::TeardownRequest>,
-    ) -> Result<Response<pb::TeardownResponse>, Status> {
-        Err(Status::unimplemented(""))
-    }
-    async fn teardown_and_destroy(
-        &self,
-        _: Request<pb::TeardownAndDestroyRequest>,
-    ) -> Result<Response<pb::TeardownAndDestroyResponse>, Status> {
-        Err(Status::unimplemented(""))
-    }
-}
-
 /// The hostile server, in a process of its own (so its memory is not the client's).
 async fn hostile_server_process() {
     // 1 MiB on the wire: 524,288 empty events of 2 bytes each (`0a 00`).
@@ -102,9 +44,11 @@ async fn hostile_server_process() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     println!("PORT {}", listener.local_addr().unwrap().port());
     tonic::transport::Server::builder()
-        .add_service(state_server::StateServer::new(Hostile(Mutex::new(Some(
-            big,
-        )))))
+        .add_service(state_server::StateServer::new(Hostile(Arc::new(Answers {
+            // The established message, then the big one.
+            watch: vec![encoded::WatchResponse { event: vec![] }, big],
+            ..Answers::default()
+        }))))
         .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
         .await
         .unwrap();

@@ -1,5 +1,6 @@
 //! What the integration tests share: a State server over a memory store on a loopback port,
-//! and the registry of the backend conformance suite's fixture types.
+//! the registry of the backend conformance suite's fixture types, two spec types of their own
+//! (`Blob`, `Stranger`), and (`hostile`) a State server that answers with crafted messages.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -15,6 +16,36 @@ use cosi_core::{Registry, State};
 use cosi_state::conformance::{Gadget, Widget, HISTORY_WINDOW, MIN_DESTROY_MARKERS};
 use cosi_state::{MemoryOptions, MemoryState};
 use tokio::net::TcpListener;
+
+pub mod hostile;
+
+/// A spec of one string, as large as a test makes it.
+#[derive(Clone, PartialEq, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct Blob {
+    pub data: String,
+}
+impl cosi_core::ResourceSpec for Blob {
+    const TYPE: &'static str = "Blobs.test.cosi.dev";
+    const DEFAULT_NAMESPACE: &'static str = "test";
+}
+
+/// A second type, for answers and clients that know one type and not the other.
+#[derive(Clone, PartialEq, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct Stranger {
+    pub data: String,
+}
+impl cosi_core::ResourceSpec for Stranger {
+    const TYPE: &'static str = "Strangers.test.cosi.dev";
+    const DEFAULT_NAMESPACE: &'static str = "test";
+}
+
+/// A codec that knows [`Blob`] and [`Stranger`].
+pub fn blob_codec() -> Codec {
+    let mut registry = Registry::new();
+    registry.register::<Blob>().unwrap();
+    registry.register::<Stranger>().unwrap();
+    Codec::new(Arc::new(registry))
+}
 
 /// The fixture types of the conformance suite.
 pub fn conformance_registry() -> Registry {
