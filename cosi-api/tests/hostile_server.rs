@@ -169,19 +169,12 @@ async fn a_kind_watch_refuses_events_of_another_kind() {
         .await
         .unwrap();
 
-    match next(&mut watch).await {
-        Event::Created { resource, .. } => assert_eq!(resource.metadata().id(), "a"),
-        other => panic!("expected a's creation, got {other:?}"),
-    }
-    match next(&mut watch).await {
-        Event::Errored { error } => assert_wrong_answer(
-            &error,
-            "test/Blobs.test.cosi.dev",
-            "test/Strangers.test.cosi.dev/b",
-        ),
-        other => panic!("expected the watch to end with an error, got {other:?}"),
-    }
-    assert!(watch.recv().await.is_none(), "the watch has ended");
+    a_then_the_wrong_answer(
+        &mut watch,
+        "test/Blobs.test.cosi.dev",
+        "test/Strangers.test.cosi.dev/b",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -205,16 +198,23 @@ async fn a_resource_watch_refuses_events_about_another_id() {
         .await
         .unwrap();
 
-    match next(&mut watch).await {
+    a_then_the_wrong_answer(
+        &mut watch,
+        "test/Blobs.test.cosi.dev/a",
+        "test/Blobs.test.cosi.dev/b",
+    )
+    .await;
+}
+
+/// The watch delivers a's creation, then ends with the error of a wrong answer: `answered`
+/// where `asked` was asked for.
+async fn a_then_the_wrong_answer(watch: &mut cosi_core::Watch, asked: &str, answered: &str) {
+    match next(watch).await {
         Event::Created { resource, .. } => assert_eq!(resource.metadata().id(), "a"),
         other => panic!("expected a's creation, got {other:?}"),
     }
-    match next(&mut watch).await {
-        Event::Errored { error } => assert_wrong_answer(
-            &error,
-            "test/Blobs.test.cosi.dev/a",
-            "test/Blobs.test.cosi.dev/b",
-        ),
+    match next(watch).await {
+        Event::Errored { error } => assert_wrong_answer(&error, asked, answered),
         other => panic!("expected the watch to end with an error, got {other:?}"),
     }
     assert!(watch.recv().await.is_none(), "the watch has ended");
