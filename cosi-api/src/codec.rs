@@ -50,7 +50,8 @@ pub trait SpecCodec: Send + Sync + 'static {
     fn decode(&self, bytes: &[u8]) -> std::result::Result<serde_json::Value, String>;
 }
 
-/// The default [`SpecCodec`]: the spec as JSON.
+/// The default [`SpecCodec`]: the spec as JSON. An integer beyond 64 bits does not decode (as
+/// in YAML): serde_json would read it as the nearest float.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct JsonSpec;
 
@@ -60,6 +61,7 @@ impl SpecCodec for JsonSpec {
     }
 
     fn decode(&self, bytes: &[u8]) -> std::result::Result<serde_json::Value, String> {
+        cosi_core::json::check_integers(bytes).map_err(|wide| format!("{}: {wide}", wide.path))?;
         serde_json::from_slice(bytes).map_err(|e| e.to_string())
     }
 }
@@ -746,6 +748,27 @@ mod tests {
         );
         let kept = codec.decode(wire, Reader::Client).unwrap();
         assert_eq!(kept.spec_value().unwrap(), serde_json::json!({"a": 1}));
+    }
+
+    #[test]
+    fn an_integer_beyond_64_bits_in_a_json_spec_is_refused_naming_its_path() {
+        let codec = codec();
+        let r = DynamicResource {
+            metadata: Metadata::new(Pointer::new("test", "Nopes.test.cosi.dev", "x")),
+            spec: serde_json::json!(null),
+        };
+        let mut wire = codec.encode(&r, false).unwrap();
+        wire.spec = Some(pb::Spec {
+            proto_spec: br#"{"n": 18446744073709551616}"#.to_vec(),
+            yaml_spec: String::new(),
+        });
+        let err = codec.decode(wire, Reader::Client).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "test/Nopes.test.cosi.dev/x: invalid spec.proto_spec: n: integer \
+             18446744073709551616 is outside the 64-bit range a spec's integers are kept in at \
+             line 1 column 7"
+        );
     }
 
     #[test]

@@ -28,7 +28,9 @@
 //! 2262-04-11T23:47:16.854775807Z, the last [`Metadata`] keeps, is an error too, not read as
 //! another time. Spec fields are written in key order
 //! (the spec passes through [`serde_json::Value`]). A float spec field holding NaN or an infinity
-//! is written as `null` (JSON has no such numbers) and does not decode back.
+//! is written as `null` (JSON has no such numbers) and does not decode back. An integer beyond
+//! 64 bits is refused in either form, naming its field, not read as the nearest float (see
+//! [`json`](crate::json)); a number written as a float stays a float, however large.
 //!
 //! # Decoding
 //!
@@ -49,6 +51,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::json;
 use crate::spec_decode::{spec_field, Origin};
 use crate::yaml::{self, Limits};
 use crate::{
@@ -730,47 +733,31 @@ impl Registry {
     }
 }
 
-/// Holds JSON text to the YAML nesting limit: how deep its lists and objects nest (the top
-/// value of a document is depth 1, as in YAML), counted outside strings before anything is
-/// parsed. serde_json's own bound is 128 levels, so a document nested 100 deep decoded and
-/// then could not be written as YAML and read back. (The other YAML limits guard the YAML
-/// library's costs, which JSON's parser does not have.)
+/// Holds JSON text to the YAML nesting limit (how deep its lists and objects nest) and its
+/// integers to 64 bits, both found by [`json::scan`] before anything is parsed (see the
+/// [`json`] module for why).
 fn check_json_limits(text: &str, limits: &Limits) -> Result<()> {
-    let (mut depth, mut document, mut line, mut column) = (0usize, 1usize, 1usize, 0usize);
-    let (mut in_string, mut escaped) = (false, false);
-    for c in text.chars() {
-        column += 1;
-        if in_string {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                '"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match c {
-            '"' => in_string = true,
-            '\n' => (line, column) = (line + 1, 0),
-            '[' | '{' => {
-                depth += 1;
-                if depth > limits.max_depth {
-                    return Err(Error::invalid(
-                        format!("JSON document {document}"),
-                        format!("line {line} column {column}"),
-                        format!("more than {} levels of nesting", limits.max_depth),
-                    ));
-                }
-            }
-            ']' | '}' => {
-                // Unbalanced text is the parser's to report.
-                depth = depth.saturating_sub(1);
-                if depth == 0 {
-                    document += 1;
-                }
-            }
-            _ => {}
+    match json::scan(text.as_bytes(), limits.max_depth) {
+        None => Ok(()),
+        Some(json::Finding::TooDeep {
+            document,
+            line,
+            column,
+        }) => Err(Error::invalid(
+            format!("JSON document {document}"),
+            format!("line {line} column {column}"),
+            format!("more than {} levels of nesting", limits.max_depth),
+        )),
+        Some(json::Finding::WideInteger(document, wide)) => {
+            let field = match wide.path.as_str() {
+                "." => "document".to_string(),
+                path => path.to_string(),
+            };
+            Err(Error::invalid(
+                format!("JSON document {document}"),
+                field,
+                wide.to_string(),
+            ))
         }
     }
-    Ok(())
 }

@@ -50,6 +50,7 @@ pub mod dynamic;
 mod error;
 mod event;
 pub mod id_query;
+pub mod json;
 mod label_query;
 mod label_syntax;
 mod metadata;

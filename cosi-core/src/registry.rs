@@ -748,4 +748,21 @@ mod tests {
             "ns/Nopes.test.cosi.dev/x: invalid metadata.type: type \"Nopes.test.cosi.dev\" is not registered"
         );
     }
+
+    #[test]
+    fn an_integer_beyond_64_bits_in_a_definition_only_json_spec_is_refused_at_its_path() {
+        let mut registry = Registry::new();
+        registry
+            .register_definition(ResourceDefinition::new("Blobs.test.cosi.dev", "ns"))
+            .unwrap();
+        let md = Metadata::new(crate::Pointer::new("ns", "Blobs.test.cosi.dev", "b"));
+        let err = registry
+            .decode_spec_json(md, br#"{"n": [18446744073709551616]}"#, Origin::ReadBack)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "ns/Blobs.test.cosi.dev/b: invalid spec.n[0]: integer 18446744073709551616 is outside \
+             the 64-bit range a spec's integers are kept in at line 1 column 8"
+        );
+    }
 }

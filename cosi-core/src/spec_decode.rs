@@ -227,8 +227,16 @@ pub(crate) fn typed_from_json<S: ResourceSpec>(
     Ok(Resource::with_metadata(metadata, spec).into_shared())
 }
 
-/// A spec written as JSON, in dynamic form (types known only by their definition).
+/// A spec written as JSON, in dynamic form (types known only by their definition). An integer
+/// beyond 64 bits is an error at its path, as in YAML, not the float serde_json would make it.
 pub(crate) fn value_from_json(metadata: &Metadata, json: &[u8]) -> Result<serde_json::Value> {
+    crate::json::check_integers(json).map_err(|wide| {
+        Error::invalid(
+            metadata.pointer().to_string(),
+            spec_field(&wide.path),
+            wide.to_string(),
+        )
+    })?;
     serde_json::from_slice(json)
         .map_err(|e| Error::invalid(metadata.pointer().to_string(), "spec", json_message(e)))
 }

@@ -179,6 +179,51 @@ fn an_integer_beyond_64_bits_in_a_dynamic_spec_is_refused_saying_so() {
 }
 
 #[test]
+fn an_integer_beyond_64_bits_in_a_json_spec_is_refused_as_in_yaml() {
+    let registry = registry();
+    let decoder = Decoder::new(&registry).unknown_types(UnknownTypes::KeepDynamic);
+    let json = "{\"metadata\": {\"namespace\": \"ns\", \"type\": \"Widgets.test.cosi.dev\", \"id\": \"w\"},\n\
+                \"spec\": {\"size\": [1, -99999999999999999999]}}";
+    let err = decoder.decode_json(json).unwrap_err();
+    assert_eq!(
+        invalid_parts(err),
+        (
+            "JSON document 1".to_string(),
+            "spec.size[1]".to_string(),
+            "integer -99999999999999999999 is outside the 64-bit range a spec's integers are \
+             kept in at line 2 column 22"
+                .to_string()
+        )
+    );
+}
+
+#[test]
+fn an_integer_beyond_64_bits_in_a_later_json_document_names_that_document() {
+    let registry = Registry::new();
+    let decoder = Decoder::new(&registry).unknown_types(UnknownTypes::KeepDynamic);
+    let json = r#"{"metadata": {"namespace": "ns", "type": "W.x.dev", "id": "a"}, "spec": 18446744073709551615}
+{"metadata": {"namespace": "ns", "type": "W.x.dev", "id": "b"}, "spec": {"n": 18446744073709551616}}"#;
+    let (subject, field, _) = invalid_parts(decoder.decode_json(json).unwrap_err());
+    assert_eq!(
+        (subject.as_str(), field.as_str()),
+        ("JSON document 2", "spec.n")
+    );
+}
+
+#[test]
+fn a_json_float_stays_a_float_however_large() {
+    let registry = Registry::new();
+    let decoder = Decoder::new(&registry).unknown_types(UnknownTypes::KeepDynamic);
+    let json = r#"{"metadata": {"namespace": "ns", "type": "W.x.dev", "id": "w"},
+                  "spec": [1e30, 18446744073709551616.0, -9223372036854775809e0]}"#;
+    let decoded = decoder.decode_json(json).unwrap();
+    assert_eq!(
+        decoded[0].spec_value().unwrap(),
+        serde_json::json!([1e30, 18446744073709551616.0, -9223372036854775809.0])
+    );
+}
+
+#[test]
 fn multi_document_yaml_decodes_every_document_in_order_with_defaults() {
     let yaml = "\
 metadata: {type: svc, id: b}
