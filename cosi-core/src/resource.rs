@@ -172,7 +172,9 @@ pub trait AnyResource: Debug + Send + Sync + 'static {
         let value = self.spec_value()?;
         crate::yaml::to_string(&value).map_err(|e| spec_write_error(self.metadata(), "YAML", e))
     }
-    /// Whether both specs are equal (same type and equal values, or equal dynamic forms).
+    /// Whether both specs are equal (same type and equal values, or equal dynamic forms). A
+    /// spec holding NaN equals a copy of itself (NaN equals NaN here, unlike in `==`), so
+    /// the no-op rule of [`modify`](crate::StateExt::modify) holds for it.
     fn spec_eq(&self, other: &dyn AnyResource) -> bool;
     /// A deep copy.
     fn clone_boxed(&self) -> Box<dyn AnyResource>;
@@ -208,7 +210,7 @@ impl<S: ResourceSpec> AnyResource for Resource<S> {
     }
     fn spec_eq(&self, other: &dyn AnyResource) -> bool {
         match other.spec_any().downcast_ref::<S>() {
-            Some(spec) => *spec == self.spec,
+            Some(spec) => *spec == self.spec || both_hold_nan_and_read_alike(&self.spec, spec),
             None => matches!((self.spec_value(), other.spec_value()), (Ok(a), Ok(b)) if a == b),
         }
     }
@@ -221,6 +223,24 @@ impl<S: ResourceSpec> AnyResource for Resource<S> {
     fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
     }
+}
+
+/// Whether two specs that `==` calls unequal are the same but for NaN, which is unequal to
+/// itself: a spec holding NaN would otherwise never equal its own copy, and every
+/// [`modify`](crate::StateExt::modify) of it would write a new version. Such specs are
+/// compared by their YAML form, which writes every NaN as `.nan` (and floats exactly).
+/// `a != a` is the cheap test that a spec holds something unequal to itself; it runs only on
+/// the way to a write.
+fn both_hold_nan_and_read_alike<S: ResourceSpec>(a: &S, b: &S) -> bool {
+    #[allow(clippy::eq_op)] // The point: NaN is the value unequal to itself.
+    let unequal_to_itself = |spec: &S| spec != spec;
+    if !unequal_to_itself(a) || !unequal_to_itself(b) {
+        return false;
+    }
+    matches!(
+        (crate::yaml::to_string(a), crate::yaml::to_string(b)),
+        (Ok(a), Ok(b)) if a == b
+    )
 }
 
 /// A resource whose spec is held in dynamic form: a type not known to this process (kept by
