@@ -22,8 +22,10 @@ enum Step<'p> {
 
 /// Parses a print column path; the message says what is wrong.
 fn parse_path(path: &str) -> std::result::Result<Vec<Step<'_>>, String> {
+    // A definition from a remote node may hold any text here.
+    let shown = crate::text::clipped(path);
     let Some(mut rest) = path.strip_prefix('.') else {
-        return Err(format!("path {path:?} must start with '.'"));
+        return Err(format!("path {shown:?} must start with '.'"));
     };
     let mut steps = Vec::new();
     // `.` alone is the whole spec; otherwise the leading dot introduces the first field or index.
@@ -32,7 +34,7 @@ fn parse_path(path: &str) -> std::result::Result<Vec<Step<'_>>, String> {
         if expect_field {
             let end = rest.find(['.', '[']).unwrap_or(rest.len());
             if end == 0 {
-                return Err(format!("path {path:?} has an empty field name"));
+                return Err(format!("path {shown:?} has an empty field name"));
             }
             steps.push(Step::Field(&rest[..end]));
             rest = &rest[end..];
@@ -42,19 +44,22 @@ fn parse_path(path: &str) -> std::result::Result<Vec<Step<'_>>, String> {
             expect_field = true;
         } else if let Some(after) = rest.strip_prefix('[') {
             let Some(close) = after.find(']') else {
-                return Err(format!("path {path:?} has a '[' without ']'"));
+                return Err(format!("path {shown:?} has a '[' without ']'"));
             };
             let index = after[..close].parse::<usize>().map_err(|_| {
                 format!(
-                    "path {path:?} has index {:?}, expected a non-negative integer",
-                    &after[..close]
+                    "path {shown:?} has index {:?}, expected a non-negative integer",
+                    crate::text::clipped(&after[..close])
                 )
             })?;
             steps.push(Step::Index(index));
             rest = &after[close + 1..];
         } else {
             // Unreachable in practice: a field always ends at '.', '[' or the end.
-            return Err(format!("path {path:?} is malformed at {rest:?}"));
+            return Err(format!(
+                "path {shown:?} is malformed at {:?}",
+                crate::text::clipped(rest)
+            ));
         }
     }
     Ok(steps)
@@ -161,8 +166,8 @@ impl<'d> Columns<'d> {
                 "metadata.type",
                 format!(
                     "a table of {} cannot show a {}",
-                    definition.resource_type,
-                    metadata.resource_type()
+                    crate::text::clipped(&definition.resource_type),
+                    crate::text::clipped(metadata.resource_type())
                 ),
             ));
         }

@@ -53,6 +53,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::json;
 use crate::spec_decode::{spec_field, Origin};
+use crate::text::clipped;
 use crate::yaml::{self, Limits};
 use crate::{
     Annotations, AnyResource, DynamicResource, Error, Finalizers, Labels, Metadata, Phase, Pointer,
@@ -122,7 +123,10 @@ pub(super) fn unique_keys<'de, D: serde::Deserializer<'de>>(
             let mut entries = Self::Value::new();
             while let Some(key) = map.next_key::<String>()? {
                 if entries.contains_key(&key) {
-                    return Err(serde::de::Error::custom(format!("duplicate key {key:?}")));
+                    return Err(serde::de::Error::custom(format!(
+                        "duplicate key {:?}",
+                        clipped(&key)
+                    )));
                 }
                 let value = map.next_value()?;
                 entries.insert(key, value);
@@ -205,7 +209,10 @@ impl<'de> serde::de::Visitor<'de> for SpecVisitor {
         let mut entries = serde_json::Map::new();
         while let Some(key) = map.next_key::<String>()? {
             if entries.contains_key(&key) {
-                return Err(serde::de::Error::custom(format!("duplicate key {key:?}")));
+                return Err(serde::de::Error::custom(format!(
+                    "duplicate key {:?}",
+                    clipped(&key)
+                )));
             }
             let SpecValue(value) = map.next_value()?;
             entries.insert(key, value);
@@ -586,7 +593,7 @@ impl<'r> Decoder<'r> {
             Err(Error::InvalidArgument { message, .. }) => {
                 return Err(invalid(
                     "metadata.type",
-                    format!("{:?}: {message}", md.resource_type),
+                    format!("{:?}: {message}", clipped(&md.resource_type)),
                 ))
             }
             Err(other) => return Err(other),
@@ -597,7 +604,10 @@ impl<'r> Decoder<'r> {
             (None, None) => {
                 return Err(invalid(
                     "metadata.namespace",
-                    format!("required: {resource_type:?} is not a registered type, so it has no default namespace"),
+                    format!(
+                        "required: {:?} is not a registered type, so it has no default namespace",
+                        clipped(resource_type)
+                    ),
                 ))
             }
         };
@@ -624,7 +634,7 @@ impl<'r> Decoder<'r> {
                     field,
                     format!(
                         "{:?} is after {}, the last time metadata keeps",
-                        text.as_deref().unwrap_or_default(),
+                        clipped(text.as_deref().unwrap_or_default()),
                         humantime::format_rfc3339_nanos(kept)
                     ),
                 ));
@@ -686,7 +696,8 @@ fn parse_timestamp(subject: &str, field: &str, text: Option<&str>) -> Result<Sys
             subject,
             field,
             format!(
-                "{text:?} is not an RFC 3339 UTC timestamp like 2026-01-02T03:04:05.123456789Z: {e}"
+                "{:?} is not an RFC 3339 UTC timestamp like 2026-01-02T03:04:05.123456789Z: {e}",
+                clipped(text)
             ),
         )
     })

@@ -1,8 +1,14 @@
 //! The one error type of the runtime. Every variant names what it is about, and
 //! [`Error::is_retryable`] tells a caller whether trying again can help.
+//!
+//! An error's text stays short whatever a caller sent: each piece of caller text it shows (a
+//! pointer, a subject, a field path, an owner) is [`clipped`] to
+//! [`QUOTED_BYTES`](crate::text::QUOTED_BYTES), a message to
+//! [`MESSAGE_BYTES`], each with how many bytes were cut. The variants keep every value whole.
 
 use std::sync::Arc;
 
+use crate::text::{clipped, clipped_to, MESSAGE_BYTES};
 use crate::{Bookmark, Finalizers, Kind, Phase, Pointer, Version};
 
 /// Result alias used across the runtime.
@@ -27,19 +33,22 @@ pub type Source = Arc<dyn std::error::Error + Send + Sync + 'static>;
 #[non_exhaustive]
 pub enum Error {
     /// The resource does not exist.
-    #[error("{pointer}: not found")]
+    #[error("{}: not found", shown(pointer))]
     NotFound {
         /// The missing resource.
         pointer: Pointer,
     },
     /// A create found the resource already there.
-    #[error("{pointer}: already exists")]
+    #[error("{}: already exists", shown(pointer))]
     AlreadyExists {
         /// The existing resource.
         pointer: Pointer,
     },
     /// An update carried a version other than the stored one.
-    #[error("{pointer}: version conflict: expected {expected}, stored {actual}")]
+    #[error(
+        "{}: version conflict: expected {expected}, stored {actual}",
+        shown(pointer)
+    )]
     VersionConflict {
         /// The resource.
         pointer: Pointer,
@@ -69,7 +78,7 @@ pub enum Error {
     ///     "runtime/Services.runtime.cosi.dev/etcd: owner conflict: owned by \"A\", written by \"B\""
     /// );
     /// ```
-    #[error("{pointer}: owner conflict: {}", owner_conflict(.owner, .writer))]
+    #[error("{}: owner conflict: {}", shown(pointer), owner_conflict(.owner, .writer))]
     OwnerConflict {
         /// The resource.
         pointer: Pointer,
@@ -79,7 +88,10 @@ pub enum Error {
         writer: Option<String>,
     },
     /// The resource is not in the phase the writer expected.
-    #[error("{pointer}: phase conflict: expected {expected}, stored {actual}")]
+    #[error(
+        "{}: phase conflict: expected {expected}, stored {actual}",
+        shown(pointer)
+    )]
     PhaseConflict {
         /// The resource.
         pointer: Pointer,
@@ -103,7 +115,7 @@ pub enum Error {
     ///      StateExt::teardown_and_destroy do both, waiting for them"
     /// );
     /// ```
-    #[error("{pointer}: finalizers pending: {}; tear it down first (StateExt::teardown) and destroy it once they are removed, or let StateExt::teardown_and_destroy do both, waiting for them", finalizers.iter().cloned().collect::<Vec<_>>().join(", "))]
+    #[error("{}: finalizers pending: {}; tear it down first (StateExt::teardown) and destroy it once they are removed, or let StateExt::teardown_and_destroy do both, waiting for them", shown(pointer), clipped(&finalizers.iter().cloned().collect::<Vec<_>>().join(", ")))]
     PendingFinalizers {
         /// The resource.
         pointer: Pointer,
@@ -111,7 +123,12 @@ pub enum Error {
         finalizers: Finalizers,
     },
     /// Bad input: `subject` names the resource or input, `field` the offending path inside it.
-    #[error("{subject}: invalid {field}: {message}")]
+    #[error(
+        "{}: invalid {}: {}",
+        clipped(subject),
+        clipped(field),
+        clipped_to(message, MESSAGE_BYTES)
+    )]
     InvalidArgument {
         /// What was being processed: a pointer, a type name, "selector", a file name.
         subject: String,
@@ -121,7 +138,11 @@ pub enum Error {
         message: String,
     },
     /// The caller may not do this (controller access rules, sensitive resources).
-    #[error("{subject}: access denied: {message}")]
+    #[error(
+        "{}: access denied: {}",
+        clipped(subject),
+        clipped_to(message, MESSAGE_BYTES)
+    )]
     AccessDenied {
         /// What was being accessed.
         subject: String,
@@ -129,7 +150,11 @@ pub enum Error {
         message: String,
     },
     /// The backend or runtime does not support this operation.
-    #[error("{subject}: unsupported: {message}")]
+    #[error(
+        "{}: unsupported: {}",
+        clipped(subject),
+        clipped_to(message, MESSAGE_BYTES)
+    )]
     Unsupported {
         /// What was asked of.
         subject: String,
@@ -137,7 +162,7 @@ pub enum Error {
         message: String,
     },
     /// A strict watcher fell behind the exact history window and its watch was ended.
-    #[error("{kind}: watch fell behind the history window at bookmark {position}")]
+    #[error("{}: watch fell behind the history window at bookmark {}", clipped(&kind.to_string()), clipped(&position.to_string()))]
     WatchOverrun {
         /// The kind being watched.
         kind: Kind,
@@ -145,7 +170,11 @@ pub enum Error {
         position: Bookmark,
     },
     /// The storage engine failed.
-    #[error("{subject}: backend failure: {message}")]
+    #[error(
+        "{}: backend failure: {}",
+        clipped(subject),
+        clipped_to(message, MESSAGE_BYTES)
+    )]
     Backend {
         /// What was being accessed.
         subject: String,
@@ -159,11 +188,19 @@ pub enum Error {
     },
 }
 
+/// A pointer as an error shows it: its id (or a type or namespace) may be whatever a caller
+/// sent, so it is [`clipped`] as every quoted piece of caller text is. The variants keep the
+/// pointer whole.
+fn shown(pointer: &Pointer) -> String {
+    clipped(&pointer.to_string()).to_string()
+}
+
 /// An owner conflict in words; a write without an owner (a user's) to a controller's resource
 /// says what to do instead: the controller rewrites it from its inputs.
 fn owner_conflict(owner: &Option<String>, writer: &Option<String>) -> String {
     match (owner, writer) {
         (Some(owner), None) => {
+            let owner = clipped(owner);
             format!("owned by {owner}; this write has no owner — change {owner}'s inputs instead")
         }
         _ => format!(
@@ -176,7 +213,7 @@ fn owner_conflict(owner: &Option<String>, writer: &Option<String>) -> String {
 
 fn display_owner(owner: &Option<String>) -> String {
     match owner {
-        Some(o) => format!("{o:?}"),
+        Some(o) => format!("{:?}", clipped(o)),
         None => "no owner".to_string(),
     }
 }
@@ -260,8 +297,9 @@ impl Error {
             subject,
             "since",
             format!(
-                "bookmark {bookmark} was not issued by this store (another store, or one that \
-                 restarted): watch again without it"
+                "bookmark {} was not issued by this store (another store, or one that \
+                 restarted): watch again without it",
+                clipped(&bookmark.to_string())
             ),
         )
     }

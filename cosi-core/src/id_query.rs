@@ -11,14 +11,14 @@ pub const MAX_PATTERN_BYTES: usize = 4 * 1024;
 pub const MAX_COMPILED_BYTES: usize = 4 * 1024 * 1024;
 
 /// How much of a pattern an error quotes.
-const QUOTED_BYTES: usize = 64;
+const QUOTED_PATTERN_BYTES: usize = 64;
 
-/// The pattern, quoted; past [`QUOTED_BYTES`], its start and an ellipsis.
+/// The pattern, quoted; past [`QUOTED_PATTERN_BYTES`], its start and how many bytes were cut.
 fn quoted_start(pattern: &str) -> String {
-    if pattern.len() <= QUOTED_BYTES {
-        return format!("{pattern:?}");
-    }
-    format!("{:?}…", crate::text::prefix_within(pattern, QUOTED_BYTES))
+    format!(
+        "{:?}",
+        crate::text::clipped_to(pattern, QUOTED_PATTERN_BYTES)
+    )
 }
 
 /// A regex that ids must match (anywhere, unless anchored with `^`/`$`).

@@ -33,16 +33,13 @@ pub struct WideInteger {
     /// Where the integer is inside the JSON value, written as `serde_path_to_error` writes paths
     /// (`a.b[1]`, `.` for the value itself); in a stream of values, inside the one holding it.
     pub path: String,
-    /// The literal as written (at most [`QUOTED_DIGITS`] characters of it).
+    /// The literal as written, [clipped](crate::text::clipped) as errors quote caller text.
     pub literal: String,
     /// The literal's line, counting from 1.
     pub line: usize,
     /// The literal's column, in characters, counting from 1.
     pub column: usize,
 }
-
-/// How many characters of a wide literal an error quotes; a longer one is cut, saying so.
-pub const QUOTED_DIGITS: usize = 64;
 
 impl fmt::Display for WideInteger {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -213,18 +210,9 @@ fn wide_integer(
     if fits {
         return None;
     }
-    let quoted = if literal.len() > QUOTED_DIGITS {
-        format!(
-            "{}… ({} digits)",
-            &literal[..QUOTED_DIGITS],
-            literal.len() - usize::from(negative)
-        )
-    } else {
-        literal.to_string()
-    };
     Some(WideInteger {
         path: path_at(text, start),
-        literal: quoted,
+        literal: crate::text::clipped(literal).to_string(),
         line,
         column: column(text, line_start, start),
     })
@@ -356,6 +344,9 @@ mod tests {
     #[test]
     fn a_long_literal_is_quoted_in_part() {
         let found = wide(&"9".repeat(1000)).unwrap();
-        assert_eq!(found.literal, format!("{}… (1000 digits)", "9".repeat(64)));
+        assert_eq!(
+            found.literal,
+            format!("{}… (744 bytes cut)", "9".repeat(256))
+        );
     }
 }

@@ -8,6 +8,7 @@
 //!   letters, digits and `-`, each starting and ending with a letter or digit.
 //! - A **value** is empty, or follows the same rules as a key's name.
 
+use crate::text::clipped;
 use crate::Error;
 
 /// Why a label key or value is not valid. Turn it into the runtime's error, naming where the label
@@ -80,7 +81,8 @@ pub fn validate_label_key(key: &str) -> Result<(), LabelSyntaxError> {
     }
     if name.is_empty() {
         return Err(LabelSyntaxError::new(format!(
-            "label key {key:?} has an empty name"
+            "label key {:?} has an empty name",
+            clipped(key)
         )));
     }
     validate_name("label key", key, name)
@@ -108,7 +110,8 @@ fn validate_name(what: &str, whole: &str, name: &str) -> Result<(), LabelSyntaxE
     let length = name.chars().count();
     if length > NAME_MAX {
         return Err(LabelSyntaxError::new(format!(
-            "{what} {whole:?}: name is {length} characters long, at most {NAME_MAX} are allowed"
+            "{what} {:?}: name is {length} characters long, at most {NAME_MAX} are allowed",
+            clipped(whole)
         )));
     }
     if let Some(bad) = name
@@ -116,19 +119,22 @@ fn validate_name(what: &str, whole: &str, name: &str) -> Result<(), LabelSyntaxE
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
     {
         return Err(LabelSyntaxError::new(format!(
-            "{what} {whole:?} contains {bad:?}: only letters, digits, '-', '_' and '.' are allowed"
+            "{what} {:?} contains {bad:?}: only letters, digits, '-', '_' and '.' are allowed",
+            clipped(whole)
         )));
     }
     // Non-empty and ASCII-only by the checks above.
     let bytes = name.as_bytes();
     if !bytes[0].is_ascii_alphanumeric() {
         return Err(LabelSyntaxError::new(format!(
-            "{what} {whole:?} must start with a letter or digit"
+            "{what} {:?} must start with a letter or digit",
+            clipped(whole)
         )));
     }
     if !bytes[bytes.len() - 1].is_ascii_alphanumeric() {
         return Err(LabelSyntaxError::new(format!(
-            "{what} {whole:?} must end with a letter or digit"
+            "{what} {:?} must end with a letter or digit",
+            clipped(whole)
         )));
     }
     Ok(())
@@ -137,12 +143,14 @@ fn validate_name(what: &str, whole: &str, name: &str) -> Result<(), LabelSyntaxE
 fn validate_prefix(key: &str, prefix: &str) -> Result<(), LabelSyntaxError> {
     if prefix.is_empty() {
         return Err(LabelSyntaxError::new(format!(
-            "label key {key:?} has an empty prefix before '/'"
+            "label key {:?} has an empty prefix before '/'",
+            clipped(key)
         )));
     }
     if prefix.len() > PREFIX_MAX {
         return Err(LabelSyntaxError::new(format!(
-            "label key {key:?}: prefix is {} characters long, at most {PREFIX_MAX} are allowed",
+            "label key {:?}: prefix is {} characters long, at most {PREFIX_MAX} are allowed",
+            clipped(key),
             prefix.len()
         )));
     }
@@ -156,9 +164,11 @@ fn validate_prefix(key: &str, prefix: &str) -> Result<(), LabelSyntaxError> {
             && bytes[bytes.len() - 1].is_ascii_alphanumeric();
         if !valid_chars || !valid_ends {
             return Err(LabelSyntaxError::new(format!(
-                "label key {key:?}: prefix {prefix:?} is not a DNS subdomain \
+                "label key {:?}: prefix {:?} is not a DNS subdomain \
                  (dot-separated parts of lowercase letters, digits and '-', \
-                 each starting and ending with a letter or digit)"
+                 each starting and ending with a letter or digit)",
+                clipped(key),
+                clipped(prefix)
             )));
         }
     }

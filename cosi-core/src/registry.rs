@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::spec_decode::{self, Origin};
+use crate::text::clipped;
 use crate::{
     Error, ListOptions, Metadata, Resource, ResourceDefinition, ResourceSpec, Result,
     SharedResource, State, StateExt, UpdateOptions,
@@ -454,7 +455,10 @@ fn not_registered(metadata: &Metadata) -> Error {
     Error::invalid(
         metadata.pointer().to_string(),
         "metadata.type",
-        format!("type {:?} is not registered", metadata.resource_type()),
+        format!(
+            "type {:?} is not registered",
+            clipped(metadata.resource_type())
+        ),
     )
 }
 
@@ -562,8 +566,9 @@ fn check_name(name: &str) -> std::result::Result<(), String> {
         .find(|&c| c.is_whitespace() || crate::text::shown_escaped(c) || c == '/')
     {
         return Err(format!(
-            "{name:?} contains {c:?}: names have no whitespace, control characters, \
-             bidirectional controls, invisible spaces or '/'"
+            "{:?} contains {c:?}: names have no whitespace, control characters, \
+             bidirectional controls, invisible spaces or '/'",
+            clipped(name)
         ));
     }
     Ok(())

@@ -312,7 +312,8 @@ impl Parser {
                     "selector",
                     format!("column {}", start + 1),
                     format!(
-                        "expected {expected}, found {text:?} (units: k m g t p, ki mi gi ti pi)"
+                        "expected {expected}, found {:?} (units: k m g t p, ki mi gi ti pi)",
+                        crate::text::clipped(&text)
                     ),
                 )
             })
@@ -387,7 +388,10 @@ impl Parser {
                     None => Err(Error::invalid(
                         "selector",
                         format!("column {start}"),
-                        format!("expected a Unicode scalar value in \\u{{..}}, found {digits:?}"),
+                        format!(
+                            "expected a Unicode scalar value in \\u{{..}}, found {:?}",
+                            crate::text::clipped(&digits)
+                        ),
                     )),
                 };
             }

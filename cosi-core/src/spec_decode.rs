@@ -46,6 +46,7 @@ use std::fmt::Write as _;
 use serde::de::DeserializeOwned;
 use serde::Deserializer;
 
+use crate::text::clipped;
 use crate::{Error, Metadata, Resource, ResourceSpec, Result, SharedResource, UnknownFields};
 
 /// Where a spec being decoded comes from, which decides whether an unknown field is an error
@@ -86,9 +87,10 @@ impl UnknownPaths {
         let first = listed.next()?;
         let mut message = format!(
             "unknown field: {} has no such field (check its spelling)",
-            metadata.resource_type()
+            clipped(metadata.resource_type())
         );
-        let others: Vec<String> = listed.collect();
+        // The keys are the caller's: each path is quoted clipped.
+        let others: Vec<String> = listed.map(|path| clipped(&path).to_string()).collect();
         if !others.is_empty() {
             let _ = write!(message, "; also unknown: {}", others.join(", "));
             let unlisted = self.total - 1 - others.len();

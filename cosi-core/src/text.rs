@@ -1,8 +1,76 @@
 //! Text helpers for what a caller sent: ids, patterns and log lines can be megabytes, and an
-//! error or status that quotes them must stay small ([`prefix_within`]); and they can hold
-//! characters that a terminal obeys or that change how a line reads ([`escape_for_terminal`]).
+//! error or status that quotes them must stay small ([`clipped`], [`prefix_within`]); and they
+//! can hold characters that a terminal obeys or that change how a line reads
+//! ([`escape_for_terminal`]).
 
 use std::borrow::Cow;
+use std::fmt;
+
+/// The most bytes of one piece of caller text (an id, a label value, a name, a path) that an
+/// error quotes.
+pub const QUOTED_BYTES: usize = 256;
+
+/// The most bytes of an error's message that its text shows: a message is the runtime's own
+/// words around quoted pieces, each bounded by [`QUOTED_BYTES`]; this bounds what it
+/// quotes from elsewhere (a parser's message quoting a value, say).
+pub const MESSAGE_BYTES: usize = 2048;
+
+/// Caller text as an error shows it: whole up to a bound, else its first bytes up to it (cut
+/// on a character boundary) and how many bytes were cut. `{}` writes the text, `{:?}` quotes
+/// it; the marker stays outside the quotes, so it never reads as part of the text.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Clipped<'t> {
+    kept: &'t str,
+    cut: usize,
+}
+
+/// `text` cut to [`QUOTED_BYTES`]: what every error uses to quote caller text.
+///
+/// ```
+/// use cosi_core::text::clipped;
+/// assert_eq!(format!("{:?}", clipped("eth0")), "\"eth0\"");
+/// let id = "é".repeat(200); // 400 bytes
+/// assert_eq!(
+///     format!("{:?}", clipped(&id)),
+///     format!("{:?}… (144 bytes cut)", "é".repeat(128))
+/// );
+/// assert_eq!(clipped(&id).to_string(), format!("{}… (144 bytes cut)", "é".repeat(128)));
+/// ```
+pub fn clipped(text: &str) -> Clipped<'_> {
+    clipped_to(text, QUOTED_BYTES)
+}
+
+/// `text` cut to `max_bytes` as [`clipped`] cuts it.
+pub fn clipped_to(text: &str, max_bytes: usize) -> Clipped<'_> {
+    let kept = prefix_within(text, max_bytes);
+    Clipped {
+        kept,
+        cut: text.len() - kept.len(),
+    }
+}
+
+impl Clipped<'_> {
+    fn marker(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.cut > 0 {
+            write!(f, "… ({} bytes cut)", self.cut)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Clipped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kept)?;
+        self.marker(f)
+    }
+}
+
+impl fmt::Debug for Clipped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.kept)?;
+        self.marker(f)
+    }
+}
 
 /// The longest prefix of `text` of at most `max_bytes` bytes that ends on a character
 /// boundary.

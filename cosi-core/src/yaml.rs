@@ -238,7 +238,9 @@ impl Limits {
 /// was.
 fn with_path(message: String, full: &str) -> String {
     match full.split_once(&format!(": {message}")) {
-        Some((path, _)) if !path.is_empty() => format!("{message}, reached at {path}"),
+        Some((path, _)) if !path.is_empty() => {
+            format!("{message}, reached at {}", crate::text::clipped(path))
+        }
         _ => message,
     }
 }
