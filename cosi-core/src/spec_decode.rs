@@ -206,12 +206,14 @@ pub(crate) fn typed_from_value<S: ResourceSpec>(
 }
 
 /// Builds a typed `S` resource from a spec written as JSON, decoding it straight into `S`
-/// (no dynamic form on the way: this is the wire's path).
+/// (no dynamic form on the way: this is the wire's path). An integer beyond 64 bits is refused
+/// at its path, as in the dynamic form, whatever field of `S` it is for.
 pub(crate) fn typed_from_json<S: ResourceSpec>(
     metadata: Metadata,
     json: &[u8],
     origin: Origin,
 ) -> Result<SharedResource> {
+    check_integers(&metadata, json)?;
     let strict = strict::<S>(origin);
     let mut deserializer = serde_json::Deserializer::from_slice(json);
     let spec = unlocated::<S, _>(&mut deserializer, strict).filter(|_| deserializer.end().is_ok());
@@ -232,15 +234,21 @@ pub(crate) fn typed_from_json<S: ResourceSpec>(
 /// A spec written as JSON, in dynamic form (types known only by their definition). An integer
 /// beyond 64 bits is an error at its path, as in YAML, not the float serde_json would make it.
 pub(crate) fn value_from_json(metadata: &Metadata, json: &[u8]) -> Result<serde_json::Value> {
+    check_integers(metadata, json)?;
+    serde_json::from_slice(json)
+        .map_err(|e| Error::invalid(metadata.pointer().to_string(), "spec", json_message(e)))
+}
+
+/// Refuses a spec's JSON holding an integer beyond 64 bits, which serde_json would read as the
+/// nearest float (see [`crate::json`]), naming its path.
+fn check_integers(metadata: &Metadata, json: &[u8]) -> Result<()> {
     crate::json::check_integers(json).map_err(|wide| {
         Error::invalid(
             metadata.pointer().to_string(),
             spec_field(&wide.path),
             wide.to_string(),
         )
-    })?;
-    serde_json::from_slice(json)
-        .map_err(|e| Error::invalid(metadata.pointer().to_string(), "spec", json_message(e)))
+    })
 }
 
 /// A JSON error as text: a value that does not fit is located by its path in the error's
@@ -309,6 +317,40 @@ mod tests {
             "k8s/Kubelets.k8s.cosi.dev/kubelet: invalid spec.mounts[0].path: \
              invalid type: integer `1`, expected a string"
         );
+    }
+
+    #[test]
+    fn an_integer_beyond_64_bits_is_refused_at_its_path_whatever_the_field_s_type() {
+        #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+        struct Gauge {
+            level: f64,
+            raw: serde_json::Value,
+        }
+        impl ResourceSpec for Gauge {
+            const TYPE: &'static str = "Gauges.test.cosi.dev";
+            const DEFAULT_NAMESPACE: &'static str = "test";
+        }
+        let md = || Metadata::new(Pointer::new("test", Gauge::TYPE, "g"));
+        let outside = "is outside the 64-bit range a spec's integers are kept in at line 1";
+        for (json, expected) in [
+            (
+                &br#"{"level": 18446744073709551616, "raw": 1}"#[..],
+                format!("invalid spec.level: integer 18446744073709551616 {outside} column 11"),
+            ),
+            (
+                br#"{"level": 1.5, "raw": {"n": -9223372036854775809}}"#,
+                format!("invalid spec.raw.n: integer -9223372036854775809 {outside} column 29"),
+            ),
+        ] {
+            let err = typed_from_json::<Gauge>(md(), json, Origin::Input).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("test/Gauges.test.cosi.dev/g: {expected}")
+            );
+        }
+        // Written as floats, they are floats.
+        let json = br#"{"level": 18446744073709551616.0, "raw": 1e30}"#;
+        assert!(typed_from_json::<Gauge>(md(), json, Origin::Input).is_ok());
     }
 
     #[test]
