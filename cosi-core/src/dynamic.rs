@@ -30,7 +30,7 @@
 //! (the spec passes through [`serde_json::Value`]). A float spec field holding NaN or an infinity
 //! is written as `null` (JSON has no such numbers) and does not decode back. An integer beyond
 //! 64 bits is refused in either form, naming its field, not read as the nearest float (see
-//! [`json`](crate::json)); a number written as a float stays a float, however large.
+//! [`json`]); a number written as a float stays a float, however large.
 //!
 //! # Decoding
 //!

@@ -35,7 +35,8 @@
 //! - [`Registry`] knows the resource types by name and alias; [`dynamic`] writes any resource as
 //!   `{metadata, spec}` YAML or JSON and decodes such documents back into typed resources;
 //!   [`yaml`] holds YAML from outside to size, nesting and alias-expansion limits (every YAML
-//!   entry point of the workspace checks with it);
+//!   entry point of the workspace checks with it); [`json`] checks JSON text for what
+//!   serde_json would read other than as written (integers beyond 64 bits);
 //!   [`Columns`] turns a resource into the cells of its definition's print columns, and (with
 //!   the `table` feature) `table` prints resources as a text table.
 //! - [`spec_decode`] draws the line between outside input, where an unknown spec field is an
