@@ -123,6 +123,8 @@ pub enum Event {
         error: Error,
     },
     /// Nothing changed for this watcher; only the position moved (used to hand out bookmarks).
+    /// A label- or id-filtered kind watch receives one when changes its filter skipped moved
+    /// its position past its last bookmark, so that bookmark stays resumable.
     Noop {
         /// The new position.
         bookmark: Bookmark,

@@ -64,6 +64,7 @@ use cosi_core::State;
 mod concurrency;
 mod consumer_view;
 mod crud;
+mod filtered_bookmarks;
 mod filtered_catch_up;
 mod fixture;
 mod lifecycle;
@@ -74,6 +75,7 @@ mod watch;
 
 pub use concurrency::*;
 pub use crud::*;
+pub use filtered_bookmarks::*;
 pub use filtered_catch_up::*;
 pub use fixture::{Gadget, Widget};
 pub use lifecycle::*;
@@ -168,6 +170,8 @@ macro_rules! conformance_tests {
             strict_watcher_behind_window_gets_overrun_error,
             single_watch_behind_window_catches_up_to_latest_state,
             strict_single_watch_behind_window_gets_overrun_error,
+            label_filtered_watch_resumes_from_its_last_bookmark_after_skipped_changes,
+            id_filtered_watch_resumes_from_its_last_bookmark_after_skipped_changes,
             lagging_filtered_watch_gets_a_resource_that_entered_as_created,
             lagging_filtered_watch_gets_a_resource_that_left_as_destroyed,
             lagging_filtered_watch_gets_a_held_resource_destroyed_meanwhile_as_destroyed,
@@ -216,6 +220,7 @@ mod tests {
         let rule_files = [
             include_str!("concurrency.rs"),
             include_str!("crud.rs"),
+            include_str!("filtered_bookmarks.rs"),
             include_str!("filtered_catch_up.rs"),
             include_str!("lifecycle.rs"),
             include_str!("query.rs"),

@@ -7,6 +7,11 @@
 //! missed revisions are replayed exactly from etcd's history. Only when etcd compacted those
 //! revisions does the consumer get `Resync` and a fresh bootstrap. A strict watch ends with
 //! [`Error::WatchOverrun`] instead.
+//!
+//! A filtered kind watch hands out a `Noop` at its position when the changes it skipped moved
+//! it past the last bookmark it sent and no change is waiting: a consumer that keeps up holds a
+//! bookmark at the kind's latest change, which stays resumable after etcd compacts the older
+//! revisions.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -35,6 +40,12 @@ pub(super) struct Filter {
 }
 
 impl Filter {
+    /// Whether it is a kind watch's filter that may skip changes (an id query or labels): the
+    /// watches that are handed `Noop`s for what they skip.
+    fn skips_changes_of_a_kind(&self) -> bool {
+        self.id.is_none() && (self.ids.is_some() || !self.labels.is_empty())
+    }
+
     pub fn matches(&self, resource: &dyn AnyResource) -> bool {
         let md = resource.metadata();
         self.id.as_deref().is_none_or(|id| md.id() == id)
@@ -92,6 +103,9 @@ struct Watcher {
     position: i64,
     /// The last bookmark the consumer received (filtered-out changes move `position` only).
     delivered: u64,
+    /// The position the last bookmark sent stands for (its start before any): a filtered watch
+    /// sends a `Noop` when skipped changes moved `position` past it.
+    announced: i64,
 }
 
 /// Starts the task of one watch and returns its receiving end.
@@ -115,6 +129,7 @@ pub(super) fn spawn(
         receiver: subscription.receiver,
         position: 0,
         delivered: 0,
+        announced: 0,
     };
     tokio::spawn(async move {
         let _ = watcher.run(start, last_change).await;
@@ -128,6 +143,17 @@ impl Watcher {
         self.sender.send(event).await.map_err(|_| Gone)?;
         if let Some(revision) = bookmark.as_ref().and_then(super::revision_in) {
             self.delivered = revision as u64;
+            self.announced = revision;
+        }
+        Ok(())
+    }
+
+    /// Sends a `Noop` at the position when skipped changes moved it past the last bookmark
+    /// sent and no change is waiting (at most one per run of skipped changes).
+    async fn bookmark_skipped(&mut self) -> Result<(), Gone> {
+        if self.position > self.announced && self.receiver.is_empty() {
+            let bookmark = super::bookmark(self.position);
+            self.send(Event::Noop { bookmark }).await?;
         }
         Ok(())
     }
@@ -149,13 +175,19 @@ impl Watcher {
                     self.send(event).await?;
                 }
                 self.position = position;
+                self.announced = position;
             }
             Start::Resume { position } => {
                 self.position = position;
+                self.announced = position;
                 self.catch_up(last_change).await?;
             }
         }
+        let noops = self.filter.skips_changes_of_a_kind();
         loop {
+            if noops {
+                self.bookmark_skipped().await?;
+            }
             let message = tokio::select! {
                 () = self.sender.closed() => return Err(Gone),
                 message = self.receiver.recv() => message,

@@ -13,6 +13,12 @@
 //! given the missing changes by a backend that keeps them elsewhere — the disk backend's durable
 //! log: [`KindWatcher::of_kind_with_gap`] says which ([`Gap`]), [`KindWatcher::fill_gap`] takes
 //! them. Without them the watcher catches up as usual.
+//!
+//! A filtered kind watcher also hands out bookmarks for the changes it skips: when the changes
+//! it took moved its position past the last bookmark it queued, it queues one `Noop` at its new
+//! position (at most one per batch taken, none on the unfiltered path). Without it, a consumer
+//! whose filter matched nothing for a while would hold a bookmark the window has left behind,
+//! and a resume from it would catch up (or resync) although it missed nothing.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -64,6 +70,12 @@ pub(crate) struct KindWatcher {
     strict: bool,
     /// Set once an error was queued: nothing is read after it.
     failed: bool,
+    /// Whether it queues a `Noop` when skipped changes moved its position: a filtered kind
+    /// watch (an unfiltered one skips nothing; a pointer watch reports its resource's states
+    /// only, as its consumers expect).
+    noops: bool,
+    /// The position the latest bookmark queued stands for (its start before any).
+    announced: u64,
 }
 
 impl KindWatcher {
@@ -86,6 +98,7 @@ impl KindWatcher {
         }
         KindWatcher {
             collection: collection.clone(),
+            noops: !filter.passes_everything(),
             filter,
             position,
             cursor: contents.register_watcher(position),
@@ -93,6 +106,7 @@ impl KindWatcher {
             ready,
             strict,
             failed: false,
+            announced: position,
         }
     }
 
@@ -195,6 +209,10 @@ impl KindWatcher {
         self.position = gap.upto;
         self.delivered = gap.delivered;
         self.cursor.advance(gap.upto);
+        if self.noops {
+            self.announced = gap.after;
+            self.bookmark_skipped(gap.origin, 0);
+        }
     }
 
     /// Starts a pointer watch: the current state (or a tombstone), then every change.
@@ -222,7 +240,7 @@ impl KindWatcher {
                 compacted: false,
             },
         };
-        KindWatcher::new(
+        let mut watcher = KindWatcher::new(
             collection,
             &contents,
             filter,
@@ -230,7 +248,9 @@ impl KindWatcher {
             VecDeque::from([first]),
             Delivered::Untracked,
             strict,
-        )
+        );
+        watcher.noops = false;
+        watcher
     }
 
     /// Moves up to `max` new events into `ready` (never blocks). Returns whether any arrived.
@@ -264,13 +284,41 @@ impl KindWatcher {
         }
         // Published under the read lock, so the next writer sees it.
         self.cursor.advance(self.position);
+        let origin = contents.origin();
         drop(contents);
+        if self.noops {
+            self.bookmark_skipped(origin, before);
+        }
         if self.delivered.is_tracked() {
             for event in self.ready.range(before..) {
                 self.delivered.apply(event);
             }
         }
         self.ready.len() > before
+    }
+
+    /// Queues a `Noop` at the position when the changes taken since `ready[from]` moved it past
+    /// the last bookmark queued (they were filtered out): at most one per batch, replacing a
+    /// `Noop` still queued, so a consumer that keeps up holds a bookmark at the kind's latest
+    /// change — one a resume serves exactly, not by a catch-up or a resync.
+    fn bookmark_skipped(&mut self, origin: u64, from: usize) {
+        if let Some(seq) = self
+            .ready
+            .range(from..)
+            .next_back()
+            .and_then(|event| event.bookmark()?.position_in(origin))
+        {
+            self.announced = seq;
+        }
+        if self.position <= self.announced {
+            return;
+        }
+        self.announced = self.position;
+        let bookmark = cosi_core::Bookmark::at(origin, self.position);
+        match self.ready.back_mut() {
+            Some(Event::Noop { bookmark: queued }) => *queued = bookmark,
+            _ => self.ready.push_back(Event::Noop { bookmark }),
+        }
     }
 
     /// Waits until `ready` holds at least one event, filling it with up to `max`.

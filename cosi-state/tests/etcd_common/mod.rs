@@ -75,6 +75,17 @@ pub async fn next_event(watch: &mut Watch) -> Event {
         .expect("the watch is still open")
 }
 
+/// The next event that is not a `Noop` (a filtered watch is handed one when changes it skips
+/// move its bookmark).
+pub async fn next_change(watch: &mut Watch) -> Event {
+    loop {
+        match next_event(watch).await {
+            Event::Noop { .. } => continue,
+            event => return event,
+        }
+    }
+}
+
 /// `(type, id, value)` of an event, for exact comparisons.
 pub fn summary(event: &Event) -> (String, String, Option<i64>) {
     let resource = event.resource();
