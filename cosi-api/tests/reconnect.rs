@@ -293,6 +293,62 @@ async fn watch_resyncs_when_the_server_returns_with_another_store() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_resource_watch_resynced_to_a_store_without_its_resource_gets_a_tombstone() {
+    // Given a remote watch of widget w, which exists
+    let first = Arc::new(MemoryState::new(MemoryOptions::default()));
+    let pointer = <Widget as cosi_core::ResourceSpec>::kind().pointer("w");
+    first
+        .create(
+            Resource::new("w", Widget { value: 1 }).into_shared(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    let server = support::plaintext_server(first.clone(), codec(), support::any_port()).await;
+    let remote = support::plaintext_client(server.local_addr(), codec());
+    let mut watch = remote
+        .watch(&pointer, WatchOptions::default())
+        .await
+        .unwrap();
+    let initial = next(&mut watch, "initial state").await;
+    assert_eq!(summary(&initial).0, "created");
+    // When the node comes back with a store that never issued the watch's bookmark and
+    // holds no w
+    let address = stop(server, Outage::Severed).await;
+    let second = Arc::new(MemoryState::new(MemoryOptions::default()));
+    second
+        .create(
+            Resource::new("other", Widget { value: 9 }).into_shared(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    let _server = support::plaintext_server(second.clone(), codec(), address).await;
+
+    // Then the watch resyncs, and says w is absent with a tombstone, as its first event would
+    // have (before: the resync and its bootstrapped alone)
+    let mut seen = Vec::new();
+    loop {
+        let event = next(&mut watch, "after the store changed").await;
+        let done = matches!(event, Event::Bootstrapped { .. });
+        let (kind, id, version, compacted, ..) = summary(&event);
+        seen.push(format!("{kind} {id} {version} {compacted}"));
+        if done {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            "resync  0 false",
+            "destroyed w 0 false",
+            "bootstrapped  0 false"
+        ],
+        "drop the old view, then say w is absent"
+    );
+}
+
 /// When each kind watch was opened on [`EndingWatches`].
 #[derive(Default)]
 struct Opens {

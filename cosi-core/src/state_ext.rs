@@ -237,26 +237,14 @@ pub trait StateExt: State {
     {
         async move {
             let mut watch = self.watch(pointer, WatchOptions::default()).await?;
-            // Between a resync and its `Bootstrapped`: whether the resource was delivered. A
-            // resync that delivers nothing says the resource is absent (a watch that lagged
-            // past a destroy whose marker was dropped learns of it only this way).
-            let mut resync_found = None;
+            // A pointer watch says absent with a `Destroyed`, in a resync too (a tombstone
+            // before its `Bootstrapped`), so the events of the resource are all it reads.
             while let Some(event) = watch.recv().await {
                 match event {
-                    Event::Resync { .. } => resync_found = Some(false),
-                    Event::Bootstrapped { .. } => {
-                        let absent = resync_found.take() == Some(false);
-                        if absent && condition(None) {
-                            return Ok(None);
-                        }
-                    }
-                    Event::Created { resource, .. } | Event::Updated { resource, .. } => {
-                        if let Some(found) = &mut resync_found {
-                            *found = true;
-                        }
-                        if condition(Some(&*resource)) {
-                            return Ok(Some(resource));
-                        }
+                    Event::Created { resource, .. } | Event::Updated { resource, .. }
+                        if condition(Some(&*resource)) =>
+                    {
+                        return Ok(Some(resource));
                     }
                     Event::Destroyed { .. } if condition(None) => return Ok(None),
                     Event::Errored { error } => return Err(error),

@@ -178,6 +178,64 @@ async fn bookmark_in_the_future_is_invalid() {
 }
 
 #[tokio::test]
+async fn a_pointer_watch_that_resyncs_after_its_resource_was_destroyed_gets_a_tombstone() {
+    // Given a pointer watch of `a` whose consumer stopped reading, with a buffer of one event
+    // and a window of four (compaction is server-wide: this test gets a server of its own)
+    let server = start_server();
+    let options = EtcdOptions::new([server.endpoint()])
+        .with_prefix("/pointer-resync/")
+        .with_history_window(4)
+        .with_watch_buffer(1);
+    let state = connect(options).await;
+    create_counter(&state, "a", 1).await;
+    let mut watch = state
+        .watch(&kind().pointer("a"), WatchOptions::default())
+        .await
+        .unwrap();
+    // (its buffer holds the first event; the update's waits in the watch's task)
+    bump(&state, "a", 2).await;
+    // When `a` is destroyed, more changes than the window go by, and etcd compacts its
+    // history, so the watch cannot replay what it missed
+    destroy(&state, "a").await;
+    for i in 0..8 {
+        create_counter(&state, &format!("o{i}"), i).await;
+    }
+    let head = state
+        .client()
+        .kv_client()
+        .get("/", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    state
+        .client()
+        .kv_client()
+        .compact(head, None)
+        .await
+        .unwrap();
+
+    // Then the watch resyncs, and says `a` is absent with a tombstone, as its first event
+    // would have (before: the resync and its bootstrapped alone)
+    assert_eq!(next_summary(&mut watch).await, ev("created", "a", 1));
+    assert_eq!(next_summary(&mut watch).await, ev("updated", "a", 2));
+    assert!(matches!(next_event(&mut watch).await, Event::Resync { .. }));
+    let absent = next_event(&mut watch).await;
+    assert!(
+        matches!(&absent, Event::Destroyed { resource, compacted: false, .. }
+            if resource.metadata().pointer() == &kind().pointer("a")),
+        "{absent:?}"
+    );
+    assert!(matches!(
+        next_event(&mut watch).await,
+        Event::Bootstrapped { .. }
+    ));
+    create_counter(&state, "a", 3).await;
+    assert_eq!(next_summary(&mut watch).await, ev("created", "a", 3));
+}
+
+#[tokio::test]
 async fn compacted_bookmark_gets_resync_and_a_full_bootstrap() {
     // Compaction is server-wide: this test gets a server of its own.
     let server = start_server();

@@ -235,6 +235,7 @@ pub(super) async fn start_watch(
         bootstrapping,
         swallow_noop,
         announce_resync: false,
+        resync_delivered: None,
     };
     let task = tokio::spawn(pump.run(stream, early));
     Ok(Watch::new(RemoteWatch { rx, task }))
@@ -285,6 +286,10 @@ struct Pump {
     swallow_noop: bool,
     /// A resync was started: tell the consumer before the first event of the new stream.
     announce_resync: bool,
+    /// Within a resync of a single-resource watch: whether the resource was delivered. One
+    /// that ends without it gets a tombstone before its `Bootstrapped`: the resync replaced
+    /// the consumer's view, and absent must be said, as the watch's first event says it.
+    resync_delivered: Option<bool>,
 }
 
 /// Why a stream stopped.
@@ -465,7 +470,9 @@ impl Pump {
                 if self.tx.send(Event::Resync { bookmark }).await.is_err() {
                     return Err(Broken::Done);
                 }
+                self.resync_started();
             }
+            self.say_absent_in_resync(&event).await?;
             self.position = next;
             if matches!(event, Event::Noop { .. }) && self.swallow_noop {
                 self.swallow_noop = false;
@@ -475,6 +482,49 @@ impl Pump {
             if self.tx.send(event).await.is_err() || ends {
                 return Err(Broken::Done);
             }
+        }
+        Ok(())
+    }
+
+    /// A resync reaches the consumer: for a single-resource watch, whether it delivers the
+    /// resource is watched from here.
+    fn resync_started(&mut self) {
+        if matches!(self.target, WatchTarget::Pointer { .. }) {
+            self.resync_delivered = Some(false);
+        }
+    }
+
+    /// Follows a single-resource watch's resync through `event` (about to be delivered), and
+    /// delivers a tombstone before the `Bootstrapped` of one that did not deliver the resource.
+    async fn say_absent_in_resync(&mut self, event: &Event) -> std::result::Result<(), Broken> {
+        let WatchTarget::Pointer { pointer, .. } = &self.target else {
+            return Ok(());
+        };
+        match event {
+            Event::Resync { .. } => self.resync_delivered = Some(false),
+            Event::Created { .. } | Event::Updated { .. } | Event::Destroyed { .. } => {
+                if let Some(delivered) = &mut self.resync_delivered {
+                    *delivered = true;
+                }
+            }
+            Event::Bootstrapped { bookmark } => {
+                // The end of a resync, if one was being followed.
+                let delivered = self.resync_delivered.take();
+                if delivered == Some(false) {
+                    let absent = Event::Destroyed {
+                        resource: Arc::new(cosi_core::DynamicResource {
+                            metadata: cosi_core::Metadata::new(pointer.clone()),
+                            spec: serde_json::Value::Null,
+                        }),
+                        bookmark: bookmark.clone(),
+                        compacted: false,
+                    };
+                    if self.tx.send(absent).await.is_err() {
+                        return Err(Broken::Done);
+                    }
+                }
+            }
+            _ => {}
         }
         Ok(())
     }

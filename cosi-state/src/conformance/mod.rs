@@ -170,6 +170,7 @@ macro_rules! conformance_tests {
             strict_watcher_behind_window_gets_overrun_error,
             single_watch_behind_window_catches_up_to_latest_state,
             strict_single_watch_behind_window_gets_overrun_error,
+            single_watch_behind_window_learns_its_resource_was_destroyed,
             label_filtered_watch_resumes_from_its_last_bookmark_after_skipped_changes,
             id_filtered_watch_resumes_from_its_last_bookmark_after_skipped_changes,
             lagging_filtered_watch_gets_a_resource_that_entered_as_created,

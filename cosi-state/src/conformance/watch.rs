@@ -772,6 +772,64 @@ pub async fn single_watch_behind_window_catches_up_to_latest_state(subject: &Sub
     );
 }
 
+/// A single-resource watch that falls behind the window while its resource is destroyed (and
+/// past more destructions than the store keeps markers for) learns that the resource is
+/// absent: from a catch-up, a `Destroyed` of it; from a resync, which replaces the consumer's
+/// view, a `Destroyed` tombstone between `Resync` and `Bootstrapped`, as the first event of a
+/// watch of a missing resource says it. Then it continues with exact live events.
+pub async fn single_watch_behind_window_learns_its_resource_was_destroyed(subject: &Subject) {
+    const RULE: &str = "single_watch_behind_window_learns_its_resource_was_destroyed";
+    let state = subject.state();
+    let others = 2 * HISTORY_WINDOW;
+    create_ok(state, RULE, widget("w", 0), None).await;
+    for n in 0..others {
+        create_ok(state, RULE, widget(&format!("o-{n:03}"), 0), None).await;
+    }
+    let pointer = widget_pointer("w");
+    let mut watch = expect_ok(
+        RULE,
+        "watch",
+        state.watch(&pointer, WatchOptions::default()).await,
+    );
+    expect_events(RULE, &mut watch, &[Seen::created("w", 1)], "first event").await;
+    destroy(RULE, state, "w").await;
+    for n in 0..others {
+        destroy(RULE, state, &format!("o-{n:03}")).await;
+    }
+
+    let first = next_event(RULE, &mut watch).await;
+    let absent = |event: &Event| matches!(event, Event::Destroyed { resource, .. } if resource.metadata().pointer() == &pointer);
+    if matches!(first, Event::Resync { .. }) {
+        let said = next_event(RULE, &mut watch).await;
+        assert!(
+            absent(&said) && !said.is_compacted(),
+            "{RULE}: a resync of a watch whose resource is gone must say so with a destroyed \
+             tombstone, got {:?} ({said:?})",
+            seen(&said)
+        );
+        let end = next_event(RULE, &mut watch).await;
+        assert_eq!(
+            seen(&end),
+            Seen::bootstrapped(),
+            "{RULE}: end of the resync"
+        );
+    } else {
+        assert!(
+            absent(&first),
+            "{RULE}: a watch that lagged past its resource's destruction must receive it, got \
+             {:?} ({first:?})",
+            seen(&first)
+        );
+    }
+    create_ok(state, RULE, widget("w", 7), None).await;
+    let live = next_event(RULE, &mut watch).await;
+    assert_eq!(
+        seen(&live),
+        Seen::created("w", 1),
+        "{RULE}: live event after the resource was said absent"
+    );
+}
+
 /// A strict single-resource watch that falls behind the window ends with an explicit
 /// `WatchOverrun` error for the resource's kind.
 pub async fn strict_single_watch_behind_window_gets_overrun_error(subject: &Subject) {

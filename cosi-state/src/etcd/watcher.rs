@@ -399,6 +399,16 @@ impl Watcher {
             bookmark: bookmark.clone(),
         })
         .await?;
+        let absent = match &self.filter.id {
+            // A single-resource watch says the resource is absent the way its first event did:
+            // the resync replaces the consumer's view.
+            Some(id) if resources.is_empty() => Some(Event::Destroyed {
+                resource: crate::memory::tombstone(&self.hub.kind().pointer(&**id)),
+                bookmark: bookmark.clone(),
+                compacted: false,
+            }),
+            _ => None,
+        };
         for resource in resources {
             self.send(Event::Created {
                 resource,
@@ -406,6 +416,9 @@ impl Watcher {
                 compacted: false,
             })
             .await?;
+        }
+        if let Some(absent) = absent {
+            self.send(absent).await?;
         }
         self.send(Event::Bootstrapped { bookmark }).await?;
         self.position = revision;

@@ -76,6 +76,8 @@ pub(crate) struct KindWatcher {
     noops: bool,
     /// The position the latest bookmark queued stands for (its start before any).
     announced: u64,
+    /// The resource of a pointer watch: its resync says it is absent with a tombstone.
+    pointer: Option<Pointer>,
 }
 
 impl KindWatcher {
@@ -107,6 +109,7 @@ impl KindWatcher {
             strict,
             failed: false,
             announced: position,
+            pointer: None,
         }
     }
 
@@ -250,6 +253,7 @@ impl KindWatcher {
             strict,
         );
         watcher.noops = false;
+        watcher.pointer = Some(pointer.clone());
         watcher
     }
 
@@ -259,6 +263,7 @@ impl KindWatcher {
             return false;
         }
         let before = self.ready.len();
+        let mut caught_up = false;
         let contents = self.collection.read();
         match contents.read_window(self.position, &self.filter, &mut self.ready, max) {
             Some(position) => self.position = position,
@@ -280,12 +285,16 @@ impl KindWatcher {
                     &self.delivered,
                     &mut self.ready,
                 );
+                caught_up = true;
             }
         }
         // Published under the read lock, so the next writer sees it.
         self.cursor.advance(self.position);
         let origin = contents.origin();
         drop(contents);
+        if caught_up {
+            self.tombstone_in_resync(before);
+        }
         if self.noops {
             self.bookmark_skipped(origin, before);
         }
@@ -319,6 +328,29 @@ impl KindWatcher {
             Some(Event::Noop { bookmark: queued }) => *queued = bookmark,
             _ => self.ready.push_back(Event::Noop { bookmark }),
         }
+    }
+
+    /// A pointer watch's resync (queued from `ready[from]`) says the resource is absent the way
+    /// its first event does, with a tombstone: the resync replaces the consumer's view, and a
+    /// view without the resource must be said.
+    fn tombstone_in_resync(&mut self, from: usize) {
+        let Some(pointer) = &self.pointer else {
+            return;
+        };
+        let Some(Event::Resync { bookmark }) = self.ready.get(from) else {
+            return;
+        };
+        if self.ready.range(from..).any(|e| e.resource().is_some()) {
+            return;
+        }
+        let absent = Event::Destroyed {
+            resource: tombstone(pointer),
+            bookmark: bookmark.clone(),
+            compacted: false,
+        };
+        // Before the resync's `Bootstrapped`, its last event.
+        let at = self.ready.len() - 1;
+        self.ready.insert(at, absent);
     }
 
     /// Waits until `ready` holds at least one event, filling it with up to `max`.

@@ -235,6 +235,17 @@ impl Watcher {
                     );
                 }
             }
+            // A pointer watch's resync says its resource is absent with a tombstone, as its
+            // first event does.
+            Event::Destroyed { resource, .. }
+                if self.in_bootstrap && self.only.as_deref() == Some(resource.metadata().id()) =>
+            {
+                assert!(
+                    self.view.is_empty() && !compacted,
+                    "{}: tombstone in a resync",
+                    self.description
+                );
+            }
             Event::Destroyed { resource, .. } => {
                 let id = resource.metadata().id();
                 assert!(

@@ -1437,16 +1437,20 @@ async fn watch_for_absence_holds_when_its_watch_resyncs_after_the_resource_was_d
 }
 
 #[tokio::test]
-async fn a_pointer_watch_behind_evicted_destroy_markers_resyncs_to_its_resource_alone() {
+async fn a_pointer_watch_behind_evicted_destroy_markers_resyncs_to_a_tombstone_of_its_resource() {
+    // Given a store that keeps one change and no destroy marker, and a pointer watch of a
     let state = small(1, 0);
     create(&state, "a", 1).await;
     let mut watch = watch_pointer(&state, "a").await;
     assert_eq!(describe(&recv(&mut watch).await), "created a 1 - @1");
+    // When a is destroyed and another change pushes the destroy out of the window
     destroy(&state, "a").await;
     create(&state, "b", 1).await;
+    // Then the watch resyncs, and says a is absent as its first event would have: a tombstone
+    // (before: the resync and its bootstrapped alone, which said nothing about a)
     assert_eq!(
         describe_all(&recv_batch(&mut watch, 10).await),
-        ["resync @3", "bootstrapped @3"]
+        ["resync @3", "destroyed a - @3", "bootstrapped @3"]
     );
 }
 
