@@ -30,7 +30,9 @@
 //! ([`server::DEFAULT_MAX_CONNECTIONS_PER_CALLER`]; more are closed after the handshake), 256
 //! open calls per caller over all its connections, a watch or log follow holding its place until
 //! it ends ([`server::DEFAULT_MAX_CALLS_PER_CALLER`]; more are refused with `ResourceExhausted`),
-//! 1,024 streams per connection ([`server::MAX_CONCURRENT_STREAMS`]), 64 handshakes at once of at
+//! 64 MiB of responses per caller held in the server at once, over all its streams
+//! ([`server::DEFAULT_MAX_BYTES_PER_CALLER`]; past it the caller's streams wait for it to read,
+//! a watch falling behind in the store and caught up from it as any lagging watcher), 1,024 streams per connection ([`server::MAX_CONCURRENT_STREAMS`]), 64 handshakes at once of at
 //! most 10 s; and a request past these is refused with an error naming the bound: id query
 //! patterns of 4 KiB ([`cosi_core::id_query`]), label queries of 64 × 64 × 1,024 terms
 //! ([`query::MAX_LABEL_QUERIES`] and the next two); status texts are cut at 1 KiB

@@ -14,7 +14,7 @@ use cosi_api::client::{
     channel, channel_with, ChannelOptions, ClientSecurity, MachineClient, RemoteState,
 };
 use cosi_api::codec::Codec;
-use cosi_api::machine::{ApplyRequest, ServiceAction};
+use cosi_api::machine::{ApplyRequest, EventTail, LogRequest, MachineEventPayload, ServiceAction};
 use cosi_api::pki::{CertificateAuthority, CertifiedKey, Validity, CERT_VALIDITY};
 use cosi_api::server::{ApiServer, Security, ServerHandle, StateService};
 use cosi_api::testing::{MachineSnapshot, TestMachine, MACHINE_CONFIG_TYPE};
@@ -25,6 +25,7 @@ use cosi_core::{
     WatchKindOptions, WatchOptions,
 };
 use cosi_state::MemoryState;
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
@@ -928,4 +929,70 @@ async fn a_caller_past_its_open_call_limit_is_refused_and_other_callers_are_serv
             }
         }
     }
+}
+
+#[tokio::test]
+async fn a_counted_caller_s_streams_deliver_through_the_smallest_byte_budget() {
+    // The smallest budget: a response is made only once every earlier one of the caller has
+    // been written, so each stream moves only if the bytes it sent are given back.
+    let node = Node::start_serving(StatePolicy::new([MACHINE_CONFIG_TYPE]), |server| {
+        server.with_max_bytes_per_caller(0)
+    })
+    .await;
+    let (reader, machine) = node.client(Role::Reader);
+    let mut watch = within(reader.watch_kind(&Note::kind(), WatchKindOptions::default()))
+        .await
+        .unwrap();
+    let mut logs = within(machine.logs(LogRequest {
+        service: "etcd".into(),
+        tail: Some(0),
+        follow: true,
+    }))
+    .await
+    .unwrap()
+    .boxed();
+    let mut events = within(machine.events(EventTail::None))
+        .await
+        .unwrap()
+        .boxed();
+    for i in 0..5 {
+        let text = format!("line {i}");
+        node.machine.log("etcd", &text);
+        node.machine.publish_event(MachineEventPayload::Service {
+            service: "etcd".into(),
+            state: "Running".into(),
+            message: text.clone(),
+        });
+        node.store
+            .modify(
+                Resource::new("user", Note::default()),
+                UpdateOptions::default(),
+                |note| {
+                    note.spec.text = text.clone();
+                    Ok(())
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            within(logs.next()).await.unwrap().unwrap(),
+            format!("{text}\n").into_bytes()
+        );
+        match within(events.next()).await.unwrap().unwrap().payload {
+            MachineEventPayload::Service { message, .. } => assert_eq!(message, text),
+            other => panic!("expected a service event, got {other:?}"),
+        }
+        match within(watch.recv()).await.unwrap() {
+            cosi_core::Event::Updated { resource, .. } => {
+                let note = resource.as_any().downcast_ref::<Resource<Note>>().unwrap();
+                assert_eq!(note.spec.text, text);
+            }
+            other => panic!("expected an update, got {other:?}"),
+        }
+    }
+    // A list too, every resource in turn.
+    let listed = within(reader.list(&Note::kind(), &ListOptions::default()))
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 2);
 }

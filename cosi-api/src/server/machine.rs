@@ -1,7 +1,8 @@
 //! The `cosi.machine.MachineService` over a node's [`Machine`]. Streams (logs, events) are
 //! bounded: a few responses are buffered, then the node's stream is read only as fast as the
 //! client takes them; a log response holds at most [`MAX_LOG_CHUNK`] bytes of whole lines. A
-//! server shutting down ends open streams with `Unavailable`.
+//! counted caller's stream reads its next response only while the caller's byte budget has room
+//! for it ([`super::held_bytes`]). A server shutting down ends open streams with `Unavailable`.
 
 use std::sync::Arc;
 
@@ -16,6 +17,8 @@ use crate::machine::{
 };
 use crate::proto::machine::{self as pb, machine_service_server};
 use crate::status::{to_status, Call};
+
+use super::held_bytes::{framed_len, StreamBytes};
 
 /// Bytes of log lines per response.
 pub const MAX_LOG_CHUNK: usize = 64 * 1024;
@@ -52,14 +55,27 @@ fn err(e: cosi_core::Error) -> Status {
     to_status(&e, Call::Machine)
 }
 
-async fn forward<T: Send + 'static>(
+/// Moves `source` onto a response stream. For a counted caller (`bytes`), each response is
+/// sent once the caller's byte budget has room for it, and counted: while it waits, the stream
+/// holds that one response (a log chunk of at most [`MAX_LOG_CHUNK`] bytes of whole lines, or
+/// an event) and reads no more. It takes no room before it has a response: an idle follow
+/// must not keep the caller's other streams waiting.
+async fn forward<T: prost::Message + Send + 'static>(
     mut source: impl futures::Stream<Item = Result<T, Status>> + Unpin + Send,
     tx: mpsc::Sender<Result<T, Status>>,
     mut shutdown: crate::server::StopSignal,
+    bytes: Option<Arc<StreamBytes>>,
 ) {
     loop {
+        let next = async {
+            let item = source.next().await;
+            if let (Some(bytes), Some(Ok(message))) = (&bytes, &item) {
+                bytes.admit().await.charge(framed_len(message));
+            }
+            item
+        };
         let item = tokio::select! {
-            item = source.next() => item,
+            item = next => item,
             reason = crate::server::stopped(&mut shutdown) => {
                 let _ = tx.send(Err(Status::unavailable(reason.to_string()))).await;
                 return;
@@ -192,6 +208,7 @@ impl machine_service_server::MachineService for MachineService {
         &self,
         request: Request<pb::LogsRequest>,
     ) -> Result<Response<Self::LogsStream>, Status> {
+        let bytes = request.extensions().get::<Arc<StreamBytes>>().cloned();
         let r = request.into_inner();
         let lines = self
             .machine
@@ -235,7 +252,7 @@ impl machine_service_server::MachineService for MachineService {
             })
             .boxed();
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(forward(chunks, tx, self.shutdown.clone()));
+        tokio::spawn(forward(chunks, tx, self.shutdown.clone(), bytes));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
@@ -245,6 +262,7 @@ impl machine_service_server::MachineService for MachineService {
         &self,
         request: Request<pb::EventsRequest>,
     ) -> Result<Response<Self::EventsStream>, Status> {
+        let bytes = request.extensions().get::<Arc<StreamBytes>>().cloned();
         let tail = match request.into_inner().tail_events {
             0 => EventTail::None,
             n if n < 0 => EventTail::All,
@@ -282,7 +300,7 @@ impl machine_service_server::MachineService for MachineService {
             })
             .boxed();
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(forward(events, tx, self.shutdown.clone()));
+        tokio::spawn(forward(events, tx, self.shutdown.clone(), bytes));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 

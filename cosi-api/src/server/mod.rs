@@ -11,6 +11,7 @@
 
 mod connection;
 mod encodings;
+mod held_bytes;
 mod machine;
 mod per_caller;
 mod state;
@@ -56,6 +57,11 @@ pub const DEFAULT_MAX_CONNECTIONS_PER_CALLER: usize = 64;
 /// ([`ApiServer::with_max_calls_per_caller`]): a watch, a list or a log follow holds its place
 /// until its stream ends; a remote controller engine needs one watch per kind it reads.
 pub const DEFAULT_MAX_CALLS_PER_CALLER: usize = 256;
+/// Bytes of responses one caller's streams hold in the server at once by default
+/// ([`ApiServer::with_max_bytes_per_caller`]): two messages at the 32 MiB limit, so a caller's
+/// next response may be as large as a message whenever it holds at most 32 MiB; 256 unread
+/// watches of 1 MiB resources pin 64 MiB, not the gigabyte they did with calls counted alone.
+pub const DEFAULT_MAX_BYTES_PER_CALLER: usize = 64 * 1024 * 1024;
 
 /// How the server secures connections.
 #[derive(Clone)]
@@ -109,6 +115,7 @@ pub struct ApiServer {
     max_connections: usize,
     max_connections_per_caller: usize,
     max_calls_per_caller: usize,
+    max_bytes_per_caller: usize,
 }
 
 impl ApiServer {
@@ -121,6 +128,7 @@ impl ApiServer {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_caller: DEFAULT_MAX_CONNECTIONS_PER_CALLER,
             max_calls_per_caller: DEFAULT_MAX_CALLS_PER_CALLER,
+            max_bytes_per_caller: DEFAULT_MAX_BYTES_PER_CALLER,
         }
     }
 
@@ -159,7 +167,8 @@ impl ApiServer {
     /// watch, list or log follow holds its place until its stream ends or is cancelled; a call
     /// past the limit is refused with `ResourceExhausted` (retryable) before any service
     /// sees it. Without it, one certificate's 64 connections of 1,024 streams each could hold
-    /// 65,536 watches, each with its buffered messages.
+    /// 65,536 watches, each with its buffered messages; what the calls it allows hold is
+    /// bounded in bytes by [`ApiServer::with_max_bytes_per_caller`].
     ///
     /// ```
     /// use cosi_api::server::{ApiServer, Security};
@@ -168,6 +177,34 @@ impl ApiServer {
     /// ```
     pub fn with_max_calls_per_caller(mut self, max: usize) -> Self {
         self.max_calls_per_caller = max.max(1);
+        self
+    }
+
+    /// Lets one caller's streams (watches, lists, log follows, event streams) hold at most
+    /// `max` bytes of responses in the server at once (at least one message of
+    /// [`MAX_MESSAGE_SIZE`] and its frame header; default [`DEFAULT_MAX_BYTES_PER_CALLER`]),
+    /// counted as calls are (per client certificate name; maintenance callers per address;
+    /// plaintext callers not at all). A response counts from when its stream makes it until it
+    /// has been written to the caller's socket. A stream makes its next response only while
+    /// the caller holds at most `max` less one largest message; until then it waits, holding no
+    /// encoded response: a watch stops reading the store, which serves it as any lagging
+    /// watcher (exactly from its window, or a compacted catch-up or a resync beyond it) once
+    /// the caller reads again. Nothing is ended or refused. So a caller that never reads pins
+    /// at most `max` bytes of encoded responses, however many calls it holds (beside them a
+    /// waiting stream keeps only what it was handed to send: a watch the store's events, a
+    /// list the listed resources, a log stream one chunk); without it, 256 unread watches of
+    /// 1 MiB resources held about a gigabyte. (Not counted: tonic's encoding buffer, which
+    /// keeps each stream's last large message allocated while the stream lives.) A caller
+    /// waits on its own unread streams only:
+    /// one that stops reading one stream until another delivers must keep them within `max`.
+    ///
+    /// ```
+    /// use cosi_api::server::{ApiServer, Security};
+    /// let server = ApiServer::new(Security::Plaintext).with_max_bytes_per_caller(128 << 20);
+    /// # let _ = server;
+    /// ```
+    pub fn with_max_bytes_per_caller(mut self, max: usize) -> Self {
+        self.max_bytes_per_caller = max;
         self
     }
 
@@ -233,7 +270,10 @@ impl ApiServer {
             .http2_keepalive_timeout(Some(Duration::from_secs(20)))
             .layer(EndArriving::new(stop_signal.clone()))
             .layer(MethodGate)
-            .layer(CallLimit::new(self.max_calls_per_caller))
+            .layer(CallLimit::new(
+                self.max_calls_per_caller,
+                self.max_bytes_per_caller,
+            ))
             .add_routes(routes)
             .serve_with_incoming_shutdown(ReceiverStream::new(incoming), async move {
                 stopped(&mut signal).await;

@@ -9,7 +9,10 @@
 //! layer that claims a place for every call and holds it until the call's response body is
 //! dropped — for a unary call when its answer is sent, for a watch, a list or a log follow when
 //! the stream ends or the client cancels it — so a caller past its limit is refused with
-//! `ResourceExhausted` before its call reaches a service.
+//! `ResourceExhausted` before its call reaches a service. It also gives each counted call a
+//! ledger of the bytes its responses hold ([`super::held_bytes`]), in the request's extensions
+//! for the service, and counts every frame of the response body against it until HTTP/2 drops
+//! the frame.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -22,6 +25,8 @@ use tonic::body::Body;
 use tonic::Status;
 
 use crate::auth::{Caller, Transport};
+
+use super::held_bytes::{BytesPerCaller, StreamBytes};
 
 /// Places held per counted caller.
 #[derive(Debug, Default)]
@@ -91,18 +96,21 @@ impl Drop for Claim {
     }
 }
 
-/// A tower layer holding each caller to `limit` open calls (see the module docs).
+/// A tower layer holding each caller to `limit` open calls, and their responses to `bytes`
+/// held at once (see the module docs).
 #[derive(Clone, Debug)]
 pub(crate) struct CallLimit {
     open: Arc<PerCaller>,
     limit: usize,
+    bytes: Arc<BytesPerCaller>,
 }
 
 impl CallLimit {
-    pub(crate) fn new(limit: usize) -> Self {
+    pub(crate) fn new(limit: usize, bytes: usize) -> Self {
         CallLimit {
             open: Arc::default(),
             limit,
+            bytes: Arc::new(BytesPerCaller::new(bytes)),
         }
     }
 }
@@ -139,7 +147,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         // A request without an identity never gets here: the method gate refuses it first.
         let claim = match request.extensions().get::<Caller>() {
             Some(caller) => match self.limit.open.claim(caller, self.limit.limit) {
@@ -160,16 +168,19 @@ where
             },
             None => Claim { place: None },
         };
-        let answer = self.inner.call(request);
-        if claim.place.is_none() {
+        let Some((_, key)) = &claim.place else {
             // Nothing held (a trusted plaintext caller): the answer as it is, unwrapped.
-            return Box::pin(answer);
-        }
+            return Box::pin(self.inner.call(request));
+        };
+        let bytes = self.limit.bytes.stream(key);
+        request.extensions_mut().insert(bytes.clone());
+        let answer = self.inner.call(request);
         Box::pin(async move {
             let response = answer.await?;
             Ok(response.map(|body| {
                 Body::new(Held {
                     body,
+                    bytes,
                     _claim: claim,
                 })
             }))
@@ -177,9 +188,11 @@ where
     }
 }
 
-/// A response body that holds its call's place until it is dropped.
+/// A response body that holds its call's place until it is dropped, and hands on each frame
+/// as bytes counted against the call's ledger until HTTP/2 drops them.
 struct Held {
     body: Body,
+    bytes: Arc<StreamBytes>,
     _claim: Claim,
 }
 
@@ -191,7 +204,14 @@ impl http_body::Body for Held {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        match polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                let bytes = &self.bytes;
+                Poll::Ready(Some(Ok(frame.map_data(|data| bytes.frame(data)))))
+            }
+            other => other,
+        }
     }
 
     fn is_end_stream(&self) -> bool {
@@ -250,7 +270,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_holds_its_place_until_its_response_body_is_dropped() {
-        let limit = CallLimit::new(1);
+        let limit = CallLimit::new(1, 0);
         let mut service = limit.layer(answering());
         let caller = reader("a");
         let open = service.ready().await.unwrap().call(request(caller.clone()));
@@ -282,7 +302,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_dropped_before_its_answer_gives_its_place_back() {
-        let limit = CallLimit::new(1);
+        let limit = CallLimit::new(1, 0);
         let mut service = limit.layer(answering());
         let caller = reader("a");
         let pending = service.ready().await.unwrap().call(request(caller.clone()));

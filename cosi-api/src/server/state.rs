@@ -33,6 +33,7 @@ use crate::proto::encoded;
 use crate::proto::resource::{self as pb, state_server};
 
 use super::encodings::{SharedEncodings, DEFAULT_BUDGET};
+use super::held_bytes::{framed_len, Admission, StreamBytes};
 use crate::query::{decode_bookmark, decode_ids, decode_labels, exact_id};
 use crate::status::{to_status, Call};
 
@@ -248,6 +249,7 @@ impl state_server::State for StateService {
     ) -> Result<Response<Self::ListStream>, Status> {
         let caller = caller_of(&request)?.clone();
         let yaml = wants_yaml(&request);
+        let bytes = request.extensions().get::<Arc<StreamBytes>>().cloned();
         let r = request.into_inner();
         let kind = self
             .codec()
@@ -267,14 +269,30 @@ impl state_server::State for StateService {
             .await
             .map_err(err(Call::List))?;
         let shared = Arc::clone(&self.shared);
-        let responses = tokio_stream::StreamExt::map(tokio_stream::iter(listed), move |r| {
+        let encode = move |r: &cosi_core::SharedResource| {
             let bytes = shared
                 .codec
-                .encode_bytes(&*r, yaml)
+                .encode_bytes(&**r, yaml)
                 .map_err(err(Call::List))?;
             Ok(encoded::ListResponse {
                 resource: Some(bytes),
             })
+        };
+        let Some(bytes) = bytes else {
+            let responses =
+                tokio_stream::StreamExt::map(tokio_stream::iter(listed), move |r| encode(&r));
+            return Ok(Response::new(Box::pin(responses)));
+        };
+        // A counted caller's resource is encoded once its byte budget has room for it.
+        let encode = Arc::new(encode);
+        let responses = futures::StreamExt::then(futures::stream::iter(listed), move |r| {
+            let (bytes, encode) = (bytes.clone(), encode.clone());
+            async move {
+                let admission = bytes.admit().await;
+                let response = encode(&r)?;
+                admission.charge(framed_len(&response));
+                Ok(response)
+            }
         });
         Ok(Response::new(Box::pin(responses)))
     }
@@ -383,6 +401,7 @@ impl state_server::State for StateService {
     ) -> Result<Response<Self::WatchStream>, Status> {
         let caller = caller_of(&request)?.clone();
         let yaml = wants_yaml(&request);
+        let bytes = request.extensions().get::<Arc<StreamBytes>>().cloned();
         let r = request.into_inner();
         let kind = self
             .codec()
@@ -403,6 +422,7 @@ impl state_server::State for StateService {
             tx,
             shutdown: self.shutdown.clone(),
             batch: self.batch,
+            bytes,
         };
         tokio::spawn(feed.run(watch, first));
         Ok(Response::new(ReceiverStream::new(rx)))
@@ -587,6 +607,8 @@ struct WatchFeed {
     tx: mpsc::Sender<Result<encoded::WatchResponse, Status>>,
     shutdown: crate::server::StopSignal,
     batch: usize,
+    /// The call's ledger in its caller's byte budget (None: a caller that is not counted).
+    bytes: Option<Arc<StreamBytes>>,
 }
 
 enum Step {
@@ -596,13 +618,12 @@ enum Step {
 
 impl WatchFeed {
     async fn run(mut self, mut watch: Watch, first: Option<Event>) {
-        // The "watch established" signal.
-        if self
-            .tx
-            .send(Ok(encoded::WatchResponse::default()))
-            .await
-            .is_err()
-        {
+        // The "watch established" signal (a few bytes, sent without waiting for room).
+        let established = encoded::WatchResponse::default();
+        if let Some(bytes) = &self.bytes {
+            bytes.charge_small(framed_len(&established));
+        }
+        if self.tx.send(Ok(established)).await.is_err() {
             return;
         }
         if let Some(event) = first {
@@ -640,14 +661,25 @@ impl WatchFeed {
         let mut pending_bytes = 0;
         let mut step = Step::Continue;
         let mut end = None;
+        // Room in the caller's byte budget for the response being built, taken before its
+        // first event is encoded (None: not yet taken, or a caller that is not counted).
+        let mut admission = None;
+        let shared = self.shared.clone();
         let Shared {
             codec, encodings, ..
-        } = &*self.shared;
+        } = &*shared;
         let yaml = self.yaml;
         let mut encode = |r: &cosi_core::SharedResource| {
             encodings.get_or_encode(r, yaml, || codec.encode_bytes(&**r, yaml))
         };
-        for event in batch {
+        let mut next = 0;
+        while let Some(event) = batch.get(next) {
+            if admission.is_none() && self.bytes.is_some() {
+                match self.admit().await {
+                    Ok(room) => admission = room,
+                    Err(stop) => return stop,
+                }
+            }
             let (outgoing, size) = self.sized(
                 event,
                 encode_event_with(&self.kind, event, self.api, &mut encode),
@@ -668,7 +700,7 @@ impl WatchFeed {
             if let Some(event) = outgoing {
                 if !self.aggregated {
                     let response = encoded::WatchResponse { event: vec![event] };
-                    if self.tx.send(Ok(response)).await.is_err() {
+                    if self.deliver(response, admission.take()).await.is_err() {
                         return Step::Stop;
                     }
                 } else {
@@ -676,23 +708,28 @@ impl WatchFeed {
                         let response = encoded::WatchResponse {
                             event: std::mem::take(&mut events),
                         };
-                        if self.tx.send(Ok(response)).await.is_err() {
+                        if self.deliver(response, admission.take()).await.is_err() {
                             return Step::Stop;
                         }
                         pending_bytes = 0;
+                        if self.bytes.is_some() {
+                            // A counted caller's event is encoded again once the next response
+                            // has room: held while waiting for it, it would not be counted.
+                            continue;
+                        }
                     }
                     pending_bytes += size;
                     events.push(event);
                 }
             }
+            next += 1;
             if matches!(step, Step::Stop) {
                 break;
             }
         }
         if !events.is_empty()
             && self
-                .tx
-                .send(Ok(encoded::WatchResponse { event: events }))
+                .deliver(encoded::WatchResponse { event: events }, admission.take())
                 .await
                 .is_err()
         {
@@ -702,6 +739,35 @@ impl WatchFeed {
             let _ = self.tx.send(Err(status)).await;
         }
         step
+    }
+
+    /// Waits until the caller's byte budget has room for a response ([`StreamBytes::admit`]);
+    /// `Ok(None)` for a caller that is not counted. A stop or the client going away ends the
+    /// wait (and the watch).
+    async fn admit(&mut self) -> Result<Option<Admission>, Step> {
+        let Some(bytes) = self.bytes.clone() else {
+            return Ok(None);
+        };
+        tokio::select! {
+            admission = bytes.admit() => Ok(Some(admission)),
+            reason = crate::server::stopped(&mut self.shutdown) => {
+                let _ = self.tx.send(Err(Status::unavailable(reason.to_string()))).await;
+                Err(Step::Stop)
+            }
+            _ = self.tx.closed() => Err(Step::Stop),
+        }
+    }
+
+    /// Sends `response`, counted against the caller's budget in place of `admission`.
+    async fn deliver(
+        &self,
+        response: encoded::WatchResponse,
+        admission: Option<Admission>,
+    ) -> Result<(), ()> {
+        if let Some(admission) = admission {
+            admission.charge(framed_len(&response));
+        }
+        self.tx.send(Ok(response)).await.map_err(|_| ())
     }
 
     /// `outgoing` made to fit one message ([`WatchFeed::fit`]), with its encoded size (0 for
@@ -784,4 +850,114 @@ fn encode_nothing(r: &cosi_core::SharedResource) -> cosi_core::Result<prost::byt
         subject: r.metadata().pointer().to_string(),
         message: "an error event carries no resource".into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{decode_event, API_EXTENDED};
+    use crate::server::held_bytes::{BytesPerCaller, LARGEST_RESPONSE};
+    use cosi_core::{Resource, ResourceSpec, Version};
+    use cosi_state::{MemoryOptions, MemoryState};
+    use serde::{Deserialize, Serialize};
+    use std::time::Duration;
+    use tokio_stream::StreamExt;
+
+    #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+    struct Note {
+        text: String,
+    }
+    impl ResourceSpec for Note {
+        const TYPE: &'static str = "Notes.test.cosi.dev";
+        const DEFAULT_NAMESPACE: &'static str = "test";
+    }
+
+    fn codec() -> Codec {
+        let mut registry = cosi_core::Registry::new();
+        registry.register::<Note>().unwrap();
+        Codec::new(Arc::new(registry))
+    }
+
+    async fn write(store: &MemoryState, text: &str) -> Version {
+        let note = Resource::new("n", Note { text: text.into() });
+        let stored = store
+            .modify(note, UpdateOptions::default(), |n| {
+                n.spec.text = text.into();
+                Ok(())
+            })
+            .await
+            .unwrap();
+        stored.metadata().version()
+    }
+
+    /// The next event's version and whether it is part of a catch-up.
+    async fn next(
+        events: &mut ReceiverStream<Result<encoded::WatchResponse, Status>>,
+    ) -> (Version, bool) {
+        let mut response = events.next().await.unwrap().unwrap();
+        assert_eq!(response.event.len(), 1);
+        let event = decode_event(&codec(), &Note::kind(), response.event.remove(0)).unwrap();
+        match event.event {
+            Event::Updated {
+                resource,
+                compacted,
+                ..
+            } => (resource.metadata().version(), compacted),
+            other => panic!("expected an update, got {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_whose_caller_has_no_room_waits_and_then_catches_up_from_the_store() {
+        let store = Arc::new(MemoryState::new(MemoryOptions {
+            history: 4,
+            history_min: 1,
+            ..MemoryOptions::default()
+        }));
+        write(&store, "0").await;
+        // A stop that does not fire while the test runs.
+        let (_stop, signal) = tokio::sync::watch::channel(None);
+        let service =
+            StateService::new(store.clone(), codec(), StatePolicy::default()).with_shutdown(signal);
+        // Room for two of the largest responses: a response starts while the caller holds at
+        // most one.
+        let budgets = BytesPerCaller::new(2 * LARGEST_RESPONSE);
+        let mut request = Request::new(pb::WatchRequest {
+            namespace: "test".into(),
+            r#type: Note::TYPE.into(),
+            api_version: API_EXTENDED,
+            ..pb::WatchRequest::default()
+        });
+        request.extensions_mut().insert(Caller::trusted());
+        request.extensions_mut().insert(budgets.stream("reader"));
+        let mut events = state_server::State::watch(&service, request)
+            .await
+            .unwrap()
+            .into_inner();
+        let established = events.next().await.unwrap().unwrap();
+        assert_eq!(established, encoded::WatchResponse::default());
+
+        // The caller's other stream holds a response its client has not read: no room.
+        let other = budgets.stream("reader");
+        other.admit().await.charge(LARGEST_RESPONSE);
+        let first = write(&store, "1").await;
+        // The paused clock advances only once every task waits: the watch sends nothing.
+        let waited = tokio::time::timeout(Duration::from_secs(60), events.next()).await;
+        assert!(
+            waited.is_err(),
+            "sent while its caller had no room: {waited:?}"
+        );
+        let mut last = first;
+        for i in 2..=10 {
+            last = write(&store, &i.to_string()).await;
+        }
+
+        // Room again: the event it held, exactly, then the store's catch-up (the latest state,
+        // marked), and live events after it; the watch is not ended.
+        drop(other);
+        assert_eq!(next(&mut events).await, (first, false));
+        assert_eq!(next(&mut events).await, (last, true));
+        let live = write(&store, "11").await;
+        assert_eq!(next(&mut events).await, (live, false));
+    }
 }
