@@ -907,6 +907,33 @@ mod tests {
         }
     }
 
+    fn watch_request() -> Request<pb::WatchRequest> {
+        let mut request = Request::new(pb::WatchRequest {
+            namespace: "test".into(),
+            r#type: Note::TYPE.into(),
+            api_version: API_EXTENDED,
+            ..pb::WatchRequest::default()
+        });
+        request.extensions_mut().insert(Caller::trusted());
+        request
+    }
+
+    #[tokio::test]
+    async fn a_service_outside_a_server_does_not_end_its_watches() {
+        let store = Arc::new(MemoryState::default());
+        let first = write(&store, "0").await;
+        let service = StateService::new(store.clone(), codec(), StatePolicy::default());
+        let mut events = state_server::State::watch(&service, watch_request())
+            .await
+            .unwrap()
+            .into_inner();
+        let established = events.next().await.unwrap().unwrap();
+        assert_eq!(established, encoded::WatchResponse::default());
+        let second = write(&store, "1").await;
+        assert_ne!(first, second);
+        assert_eq!(next(&mut events).await, (second, false));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_watch_whose_caller_has_no_room_waits_and_then_catches_up_from_the_store() {
         let store = Arc::new(MemoryState::new(MemoryOptions {
@@ -915,20 +942,11 @@ mod tests {
             ..MemoryOptions::default()
         }));
         write(&store, "0").await;
-        // A stop that does not fire while the test runs.
-        let (_stop, signal) = tokio::sync::watch::channel(None);
-        let service =
-            StateService::new(store.clone(), codec(), StatePolicy::default()).with_shutdown(signal);
+        let service = StateService::new(store.clone(), codec(), StatePolicy::default());
         // Room for two of the largest responses: a response starts while the caller holds at
         // most one.
         let budgets = BytesPerCaller::new(2 * LARGEST_RESPONSE);
-        let mut request = Request::new(pb::WatchRequest {
-            namespace: "test".into(),
-            r#type: Note::TYPE.into(),
-            api_version: API_EXTENDED,
-            ..pb::WatchRequest::default()
-        });
-        request.extensions_mut().insert(Caller::trusted());
+        let mut request = watch_request();
         request.extensions_mut().insert(budgets.stream("reader"));
         let mut events = state_server::State::watch(&service, request)
             .await

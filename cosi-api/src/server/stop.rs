@@ -49,9 +49,11 @@ impl Stop {
     }
 }
 
-/// A signal that never fires, for a service not (yet) part of a server.
+/// A signal that never fires, for a service not (yet) part of a server. Its sender lives for
+/// the whole process: a signal whose sender is gone reads as fired ([`stopped`]).
 pub(crate) fn never() -> StopSignal {
-    watch::channel(None).1
+    static NEVER: std::sync::OnceLock<watch::Sender<Option<Arc<str>>>> = std::sync::OnceLock::new();
+    NEVER.get_or_init(|| watch::channel(None).0).subscribe()
 }
 
 /// Resolves once the stop fires (or its sender is gone), with its reason.
