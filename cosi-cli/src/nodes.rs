@@ -163,7 +163,8 @@ pub async fn connect(name: &str, security: ClientSecurity) -> Result<Node, CliEr
                 ..RemoteOptions::default()
             },
         ),
-        machine: MachineClient::new(channel),
+        // As for the state: `--request-timeout` is the one deadline.
+        machine: MachineClient::new(channel).with_call_timeout(None),
         deadline: Some(DEFAULT_DEADLINE),
     })
 }
@@ -238,6 +239,12 @@ mod tests {
                     && what == "list services"
                     && *deadline == Duration::from_millis(300)
         ));
+    }
+
+    #[tokio::test]
+    async fn the_machine_client_keeps_no_deadline_of_its_own_so_request_timeout_is_the_one() {
+        let node = lazy_node(Some(Duration::from_secs(120))).await;
+        assert_eq!(node.machine.call_timeout(), None);
     }
 
     #[tokio::test(start_paused = true)]

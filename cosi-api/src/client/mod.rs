@@ -10,6 +10,7 @@ mod watch;
 mod watch_frame;
 
 pub use channel::{channel, channel_with, ChannelOptions, ClientSecurity};
+pub use deadline::DEFAULT_CALL_TIMEOUT;
 pub use machine::MachineClient;
 pub use remote_state::{RemoteOptions, RemoteState, DEFAULT_MAX_LIST_BYTES};
 pub use watch::Backoff;

@@ -22,12 +22,15 @@ use crate::server::{MAX_MESSAGE_SIZE, OMIT_YAML_HEADER};
 use crate::status::{from_status, has_detail, Call, CallContext};
 
 use super::answer::{after, same_kind, same_resource};
-use super::deadline::within;
+use super::deadline::{within, DEFAULT_CALL_TIMEOUT};
 use super::watch::{start_watch, Backoff, WatchClient, WatchTarget};
 
 /// The default bound of one List, encoded ([`RemoteOptions::max_list_bytes`]): far more than
 /// any node's kind (a message is at most 32 MiB), and a bound for a list that never ends.
 pub const DEFAULT_MAX_LIST_BYTES: usize = 256 << 20;
+
+/// Where a [`RemoteState`]'s deadline is set, as its errors name it.
+const CALL_TIMEOUT: &str = "RemoteOptions::call_timeout";
 
 /// Options of a [`RemoteState`].
 #[derive(Clone, Debug)]
@@ -47,7 +50,8 @@ pub struct RemoteOptions {
     /// How long a call waits for the server: a unary call for its answer, a List for each
     /// message, a watch for its first (established) message. A server that accepts a call and
     /// never answers would otherwise hang the caller (a controller's reconcile) for good; past
-    /// it the call fails with a retryable error. `None`: no deadline. Default: 30 s.
+    /// it the call fails with a retryable error. `None`: no deadline. Default:
+    /// [`DEFAULT_CALL_TIMEOUT`] (30 s).
     /// [`RemoteState::teardown_and_destroy_remote`] waits for finalizers and has none.
     pub call_timeout: Option<Duration>,
 }
@@ -59,7 +63,7 @@ impl Default for RemoteOptions {
             reconnect: Backoff::default(),
             watch_buffer: 256,
             max_list_bytes: Some(DEFAULT_MAX_LIST_BYTES),
-            call_timeout: Some(Duration::from_secs(30)),
+            call_timeout: Some(DEFAULT_CALL_TIMEOUT),
         }
     }
 }
@@ -219,7 +223,7 @@ impl RemoteState {
                 owner: owner.unwrap_or_default().to_string(),
             }),
         }));
-        let response = within(self.options.call_timeout, call)
+        let response = within(self.options.call_timeout, CALL_TIMEOUT, call)
             .await
             .map_err(|s| from_status(&s, &ctx))?;
         Ok(response.into_inner().destroy_ready)
@@ -246,7 +250,7 @@ impl State for RemoteState {
                 id: pointer.id().to_string(),
                 options: Some(pb::GetOptions {}),
             }));
-            let response = within(self.options.call_timeout, call)
+            let response = within(self.options.call_timeout, CALL_TIMEOUT, call)
                 .await
                 .map_err(|s| from_status(&s, &ctx))?;
             self.decode(response.into_inner().resource, &ctx)
@@ -269,14 +273,14 @@ impl State for RemoteState {
                     id_query: encode_ids(options.ids.as_ref()),
                 }),
             }));
-            let mut stream = within(self.options.call_timeout, call)
+            let mut stream = within(self.options.call_timeout, CALL_TIMEOUT, call)
                 .await
                 .map_err(|s| from_status(&s, &ctx))?
                 .into_inner();
             let mut out: Vec<SharedResource> = Vec::new();
             let mut read = 0usize;
             // The deadline is per message: a long list is not cut, a stalled one is.
-            while let Some(item) = within(self.options.call_timeout, stream.message())
+            while let Some(item) = within(self.options.call_timeout, CALL_TIMEOUT, stream.message())
                 .await
                 .map_err(|s| from_status(&s, &ctx))?
             {
@@ -327,7 +331,7 @@ impl State for RemoteState {
             };
             let mut client = self.client.clone();
             let call = client.create(self.request(message));
-            let response = within(self.options.call_timeout, call).await;
+            let response = within(self.options.call_timeout, CALL_TIMEOUT, call).await;
             let response = match response {
                 Ok(response) => response,
                 Err(status) => return Err(self.write_error(status, &ctx).await),
@@ -356,7 +360,7 @@ impl State for RemoteState {
             };
             let mut client = self.client.clone();
             let call = client.update(self.request(message));
-            let response = within(self.options.call_timeout, call).await;
+            let response = within(self.options.call_timeout, CALL_TIMEOUT, call).await;
             let response = match response {
                 Ok(response) => response,
                 Err(status) => return Err(self.write_error(status, &ctx).await),
@@ -378,7 +382,7 @@ impl State for RemoteState {
                     owner: options.owner.as_deref().unwrap_or_default().to_string(),
                 }),
             }));
-            let result = within(self.options.call_timeout, call).await;
+            let result = within(self.options.call_timeout, CALL_TIMEOUT, call).await;
             match result {
                 Ok(_) => Ok(()),
                 Err(status) => Err(self.write_error(status, &ctx).await),

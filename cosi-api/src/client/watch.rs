@@ -181,15 +181,19 @@ async fn open(
     state: &WatchClient,
     message: pb::WatchRequest,
 ) -> std::result::Result<(Streaming<WatchFrame>, WatchFrame), Status> {
-    within(state.call_timeout, async move {
-        let mut stream = watch_frame::call(&state.channel, request_for_watch(message)).await?;
-        match stream.message().await? {
-            Some(first) => Ok((stream, first)),
-            None => Err(Status::unavailable(
-                "the server closed the watch before it was established",
-            )),
-        }
-    })
+    within(
+        state.call_timeout,
+        "RemoteOptions::call_timeout",
+        async move {
+            let mut stream = watch_frame::call(&state.channel, request_for_watch(message)).await?;
+            match stream.message().await? {
+                Some(first) => Ok((stream, first)),
+                None => Err(Status::unavailable(
+                    "the server closed the watch before it was established",
+                )),
+            }
+        },
+    )
     .await
 }
 

@@ -1,6 +1,7 @@
 //! What the integration tests share: a State server over a memory store on a loopback port,
 //! the registry of the backend conformance suite's fixture types, two spec types of their own
-//! (`Blob`, `Stranger`), and (`hostile`) a State server that answers with crafted messages.
+//! (`Blob`, `Stranger`), (`hostile`) a State server that answers with crafted messages, and
+//! (`hostile_machine`) a machine server that answers late or never.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -18,6 +19,7 @@ use cosi_state::{MemoryOptions, MemoryState};
 use tokio::net::TcpListener;
 
 pub mod hostile;
+pub mod hostile_machine;
 
 /// A spec of one string, as large as a test makes it.
 #[derive(Clone, PartialEq, Debug, Default, serde::Serialize, serde::Deserialize)]
