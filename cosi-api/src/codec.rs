@@ -477,7 +477,9 @@ fn metadata_view(md: &pb::Metadata) -> MetadataView<'_> {
     }
 }
 
-fn entries(map: &std::collections::BTreeMap<String, String>) -> Vec<(&str, &str)> {
+fn entries(
+    map: &std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<&str, &str> {
     map.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }
 
@@ -541,7 +543,7 @@ fn metadata_from_view(md: &MetadataView<'_>) -> Result<Metadata> {
         out.finalizers_mut()
             .extend(md.finalizers.iter().map(|f| f.to_string()));
     }
-    // In the order read, so that a later entry for a key wins, as in the generated message.
+    // The view has folded the entries as the generated message does (a later entry wins).
     if !md.labels.is_empty() {
         let labels = out.labels_mut();
         for (key, value) in &md.labels {

@@ -5,6 +5,7 @@ mod answer;
 mod channel;
 mod deadline;
 mod machine;
+mod raw_answer;
 mod remote_state;
 mod watch;
 mod watch_frame;

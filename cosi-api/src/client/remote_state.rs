@@ -23,6 +23,7 @@ use crate::status::{from_status, has_detail, Call, CallContext};
 
 use super::answer::{after, same_kind, same_resource};
 use super::deadline::{within, DEFAULT_CALL_TIMEOUT};
+use super::raw_answer::{self, resource_of};
 use super::watch::{start_watch, Backoff, WatchClient, WatchTarget};
 
 /// The default bound of one List, encoded ([`RemoteOptions::max_list_bytes`]): far more than
@@ -82,7 +83,8 @@ impl Default for RemoteOptions {
 #[derive(Clone)]
 pub struct RemoteState {
     client: StateClient<Channel>,
-    /// For watches, which read their responses one event at a time.
+    /// For the calls whose answers are read in place ([`super::raw_answer`]): Get, Create,
+    /// Update, Watch.
     channel: Channel,
     codec: Codec,
     options: RemoteOptions,
@@ -177,10 +179,17 @@ impl RemoteState {
         }
     }
 
-    /// The resource of an answer to a call about `ctx.pointer`: that resource, none other.
-    fn decode(&self, resource: Option<pb::Resource>, ctx: &CallContext) -> Result<SharedResource> {
-        let resource = resource.ok_or_else(|| missing_resource(ctx))?;
-        let resource = self.codec.decode(resource, Reader::Client)?;
+    /// The resource of an answer (its bytes: see [`super::raw_answer`]) to a call about
+    /// `ctx.pointer`: that resource, none other.
+    fn decode(&self, answer: &[u8], ctx: &CallContext) -> Result<SharedResource> {
+        let resource = resource_of(answer)
+            .map_err(|message| {
+                cosi_core::Error::invalid(ctx.pointer.to_string(), "response", message)
+            })?
+            .ok_or_else(|| missing_resource(ctx))?;
+        let resource = self
+            .codec
+            .decode_bytes(&resource, Reader::Client, Tombstones::Typed)?;
         same_resource(&ctx.pointer, resource.metadata().pointer())?;
         Ok(resource)
     }
@@ -243,17 +252,17 @@ impl State for RemoteState {
     fn get<'a>(&'a self, pointer: &'a Pointer) -> StateCall<'a, SharedResource> {
         StateCall::pending(async move {
             let ctx = CallContext::new(Call::Get, pointer.clone());
-            let mut client = self.client.clone();
-            let call = client.get(self.request(pb::GetRequest {
+            let request = self.request(pb::GetRequest {
                 namespace: pointer.namespace().to_string(),
                 r#type: pointer.resource_type().to_string(),
                 id: pointer.id().to_string(),
                 options: Some(pb::GetOptions {}),
-            }));
-            let response = within(self.options.call_timeout, CALL_TIMEOUT, call)
+            });
+            let call = raw_answer::unary(&self.channel, "Get", request);
+            let answer = within(self.options.call_timeout, CALL_TIMEOUT, call)
                 .await
                 .map_err(|s| from_status(&s, &ctx))?;
-            self.decode(response.into_inner().resource, &ctx)
+            self.decode(&answer, &ctx)
         })
     }
 
@@ -329,14 +338,13 @@ impl State for RemoteState {
                     owner: options.owner.as_deref().unwrap_or_default().to_string(),
                 }),
             };
-            let mut client = self.client.clone();
-            let call = client.create(self.request(message));
-            let response = within(self.options.call_timeout, CALL_TIMEOUT, call).await;
-            let response = match response {
-                Ok(response) => response,
+            let call = raw_answer::unary(&self.channel, "Create", self.request(message));
+            let answer = within(self.options.call_timeout, CALL_TIMEOUT, call).await;
+            let answer = match answer {
+                Ok(answer) => answer,
                 Err(status) => return Err(self.write_error(status, &ctx).await),
             };
-            self.decode(response.into_inner().resource, &ctx)
+            self.decode(&answer, &ctx)
         })
     }
 
@@ -358,14 +366,13 @@ impl State for RemoteState {
                     expected_phase: options.expected_phase.map(|p| p.to_string()),
                 }),
             };
-            let mut client = self.client.clone();
-            let call = client.update(self.request(message));
-            let response = within(self.options.call_timeout, CALL_TIMEOUT, call).await;
-            let response = match response {
-                Ok(response) => response,
+            let call = raw_answer::unary(&self.channel, "Update", self.request(message));
+            let answer = within(self.options.call_timeout, CALL_TIMEOUT, call).await;
+            let answer = match answer {
+                Ok(answer) => answer,
                 Err(status) => return Err(self.write_error(status, &ctx).await),
             };
-            self.decode(response.into_inner().resource, &ctx)
+            self.decode(&answer, &ctx)
         })
     }
 

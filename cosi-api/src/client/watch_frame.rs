@@ -10,13 +10,14 @@
 use bytes::{Buf, Bytes};
 use prost::encoding::{decode_key, decode_varint, skip_field, DecodeContext, WireType};
 use prost::Message;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder, Streaming};
+use tonic::codec::Streaming;
 use tonic::transport::Channel;
 use tonic::Status;
 
 use crate::proto::encoded;
 use crate::proto::resource as pb;
-use crate::server::MAX_MESSAGE_SIZE;
+
+use super::raw_answer;
 
 /// One received `WatchResponse`, undecoded.
 #[derive(Clone, Debug, Default)]
@@ -74,41 +75,9 @@ impl Iterator for Events {
     }
 }
 
-/// Writes the request as prost does; reads each response as its bytes.
-#[derive(Clone, Copy, Debug, Default)]
-struct FrameCodec;
-
-impl Codec for FrameCodec {
-    type Encode = pb::WatchRequest;
-    type Decode = WatchFrame;
-    type Encoder = FrameCodec;
-    type Decoder = FrameCodec;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        FrameCodec
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        FrameCodec
-    }
-}
-
-impl Encoder for FrameCodec {
-    type Item = pb::WatchRequest;
-    type Error = Status;
-
-    fn encode(&mut self, item: Self::Item, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        item.encode(dst)
-            .map_err(|e| Status::internal(format!("encoding the watch request: {e}")))
-    }
-}
-
-impl Decoder for FrameCodec {
-    type Item = WatchFrame;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<WatchFrame>, Status> {
-        Ok(Some(WatchFrame(src.copy_to_bytes(src.remaining()))))
+impl From<Bytes> for WatchFrame {
+    fn from(bytes: Bytes) -> Self {
+        WatchFrame(bytes)
     }
 }
 
@@ -117,21 +86,7 @@ pub(super) async fn call(
     channel: &Channel,
     request: tonic::Request<pb::WatchRequest>,
 ) -> Result<Streaming<WatchFrame>, Status> {
-    let mut grpc = tonic::client::Grpc::new(channel.clone())
-        .max_decoding_message_size(MAX_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_MESSAGE_SIZE);
-    grpc.ready()
-        .await
-        .map_err(|e| Status::unknown(format!("Service was not ready: {e}")))?;
-    let path = http::uri::PathAndQuery::from_static("/cosi.resource.State/Watch");
-    let mut request = request;
-    request
-        .extensions_mut()
-        .insert(tonic::GrpcMethod::new("cosi.resource.State", "Watch"));
-    Ok(grpc
-        .server_streaming(request, path, FrameCodec)
-        .await?
-        .into_inner())
+    raw_answer::server_streaming(channel, "Watch", request).await
 }
 
 #[cfg(test)]

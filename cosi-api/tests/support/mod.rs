@@ -20,6 +20,7 @@ use tokio::net::TcpListener;
 
 pub mod hostile;
 pub mod hostile_machine;
+pub mod raw_state;
 
 /// A spec of one string, as large as a test makes it.
 #[derive(Clone, PartialEq, Debug, Default, serde::Serialize, serde::Deserialize)]
