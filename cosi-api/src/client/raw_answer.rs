@@ -16,8 +16,35 @@ use tonic::Status;
 
 use crate::server::MAX_MESSAGE_SIZE;
 
-/// The State service's name, as its paths carry it.
-const SERVICE: &str = "cosi.resource.State";
+/// A method of the State service.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Method {
+    name: &'static str,
+    path: &'static str,
+}
+
+impl Method {
+    pub(super) const GET: Method = Method::new("Get", "/cosi.resource.State/Get");
+    pub(super) const CREATE: Method = Method::new("Create", "/cosi.resource.State/Create");
+    pub(super) const UPDATE: Method = Method::new("Update", "/cosi.resource.State/Update");
+    pub(super) const WATCH: Method = Method::new("Watch", "/cosi.resource.State/Watch");
+
+    const fn new(name: &'static str, path: &'static str) -> Method {
+        Method { name, path }
+    }
+
+    fn path(self) -> http::uri::PathAndQuery {
+        http::uri::PathAndQuery::from_static(self.path)
+    }
+
+    /// `request`, named as the generated client names it.
+    fn named<T>(self, mut request: tonic::Request<T>) -> tonic::Request<T> {
+        request
+            .extensions_mut()
+            .insert(tonic::GrpcMethod::new("cosi.resource.State", self.name));
+        request
+    }
+}
 
 /// Writes the request as prost does; reads each response as its bytes, made a `Frame`.
 pub(super) struct RawCodec<Request, Frame>(PhantomData<fn(Request) -> Frame>);
@@ -77,30 +104,17 @@ async fn ready(channel: &Channel) -> Result<tonic::client::Grpc<Channel>, Status
     Ok(grpc)
 }
 
-fn path(method: &'static str) -> http::uri::PathAndQuery {
-    // Built from constants: `/cosi.resource.State/{method}` is always a valid path.
-    http::uri::PathAndQuery::try_from(format!("/{SERVICE}/{method}"))
-        .expect("a method path of the State service")
-}
-
-fn named<T>(mut request: tonic::Request<T>, method: &'static str) -> tonic::Request<T> {
-    request
-        .extensions_mut()
-        .insert(tonic::GrpcMethod::new(SERVICE, method));
-    request
-}
-
 /// Calls the State service's unary `method`, as the generated client does; the answer as its
 /// bytes.
 pub(super) async fn unary<Request: Message + Send + 'static>(
     channel: &Channel,
-    method: &'static str,
+    method: Method,
     request: tonic::Request<Request>,
 ) -> Result<Bytes, Status> {
     let mut grpc = ready(channel).await?;
     let codec = RawCodec::<Request, Bytes>::default();
     Ok(grpc
-        .unary(named(request, method), path(method), codec)
+        .unary(method.named(request), method.path(), codec)
         .await?
         .into_inner())
 }
@@ -109,7 +123,7 @@ pub(super) async fn unary<Request: Message + Send + 'static>(
 /// response as its bytes, made a `Frame`.
 pub(super) async fn server_streaming<Request, Frame>(
     channel: &Channel,
-    method: &'static str,
+    method: Method,
     request: tonic::Request<Request>,
 ) -> Result<Streaming<Frame>, Status>
 where
@@ -119,7 +133,7 @@ where
     let mut grpc = ready(channel).await?;
     let codec = RawCodec::<Request, Frame>::default();
     Ok(grpc
-        .server_streaming(named(request, method), path(method), codec)
+        .server_streaming(method.named(request), method.path(), codec)
         .await?
         .into_inner())
 }

@@ -23,7 +23,7 @@ use crate::status::{from_status, has_detail, Call, CallContext};
 
 use super::answer::{after, same_kind, same_resource};
 use super::deadline::{within, DEFAULT_CALL_TIMEOUT};
-use super::raw_answer::{self, resource_of};
+use super::raw_answer::{self, resource_of, Method};
 use super::watch::{start_watch, Backoff, WatchClient, WatchTarget};
 
 /// The default bound of one List, encoded ([`RemoteOptions::max_list_bytes`]): far more than
@@ -258,7 +258,7 @@ impl State for RemoteState {
                 id: pointer.id().to_string(),
                 options: Some(pb::GetOptions {}),
             });
-            let call = raw_answer::unary(&self.channel, "Get", request);
+            let call = raw_answer::unary(&self.channel, Method::GET, request);
             let answer = within(self.options.call_timeout, CALL_TIMEOUT, call)
                 .await
                 .map_err(|s| from_status(&s, &ctx))?;
@@ -338,7 +338,7 @@ impl State for RemoteState {
                     owner: options.owner.as_deref().unwrap_or_default().to_string(),
                 }),
             };
-            let call = raw_answer::unary(&self.channel, "Create", self.request(message));
+            let call = raw_answer::unary(&self.channel, Method::CREATE, self.request(message));
             let answer = within(self.options.call_timeout, CALL_TIMEOUT, call).await;
             let answer = match answer {
                 Ok(answer) => answer,
@@ -366,7 +366,7 @@ impl State for RemoteState {
                     expected_phase: options.expected_phase.map(|p| p.to_string()),
                 }),
             };
-            let call = raw_answer::unary(&self.channel, "Update", self.request(message));
+            let call = raw_answer::unary(&self.channel, Method::UPDATE, self.request(message));
             let answer = within(self.options.call_timeout, CALL_TIMEOUT, call).await;
             let answer = match answer {
                 Ok(answer) => answer,

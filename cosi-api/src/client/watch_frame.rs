@@ -17,7 +17,7 @@ use tonic::Status;
 use crate::proto::encoded;
 use crate::proto::resource as pb;
 
-use super::raw_answer;
+use super::raw_answer::{self, Method};
 
 /// One received `WatchResponse`, undecoded.
 #[derive(Clone, Debug, Default)]
@@ -86,7 +86,7 @@ pub(super) async fn call(
     channel: &Channel,
     request: tonic::Request<pb::WatchRequest>,
 ) -> Result<Streaming<WatchFrame>, Status> {
-    raw_answer::server_streaming(channel, "Watch", request).await
+    raw_answer::server_streaming(channel, Method::WATCH, request).await
 }
 
 #[cfg(test)]
