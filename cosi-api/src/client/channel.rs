@@ -1,5 +1,10 @@
 //! Connecting to a node: one lazily connected HTTP/2 channel per address, plaintext or TLS
 //! (rustls, ALPN `h2`), reconnecting by itself after a failure on the next call.
+//!
+//! A failure to connect names the address dialled ("connecting to 192.0.2.7:50000: Connection
+//! refused"), so that a caller of several nodes can tell which one is down: the clients over a
+//! channel ([`super::RemoteState`], [`super::MachineClient`]) do not know its address, and their
+//! errors name the resource or call instead.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -51,6 +56,9 @@ impl std::fmt::Debug for ClientSecurity {
     }
 }
 
+/// How long dialling a node (its TCP and TLS handshakes) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 fn setup_error(address: SocketAddr, message: impl std::fmt::Display) -> Error {
     Error::invalid(format!("node {address}"), "tls", message.to_string())
 }
@@ -99,7 +107,6 @@ pub fn channel_with(
     let scheme = if tls.is_some() { "https" } else { "http" };
     let endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
         .map_err(|e| setup_error(address, e))?
-        .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(10))
         .keep_alive_timeout(Duration::from_secs(10))
@@ -117,7 +124,7 @@ pub fn channel_with(
         endpoint.connect_with_connector_lazy(tower::service_fn(move |_uri| {
             let connector = connector.clone();
             let name = name.clone();
-            async move {
+            let dial = async move {
                 let tcp = match local_address {
                     None => TcpStream::connect(address).await?,
                     Some(local) => {
@@ -137,6 +144,19 @@ pub fn channel_with(
                         Transport::Tls(TokioIo::new(Box::new(tls)))
                     }
                 })
+            };
+            async move {
+                let failed = |kind, why: &dyn std::fmt::Display| {
+                    std::io::Error::new(kind, format!("connecting to {address}: {why}"))
+                };
+                match tokio::time::timeout(CONNECT_TIMEOUT, dial).await {
+                    Ok(Ok(transport)) => Ok(transport),
+                    Ok(Err(error)) => Err(failed(error.kind(), &error)),
+                    Err(_) => Err(failed(
+                        std::io::ErrorKind::TimedOut,
+                        &format_args!("no answer within {CONNECT_TIMEOUT:?}"),
+                    )),
+                }
             }
         })),
     )
