@@ -6,6 +6,7 @@
 //! Every collection is keyed by resource, so memory is bounded by the number of resources, not
 //! by the number of events.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -27,12 +28,25 @@ type HashMap<K, V> = foldhash::HashMap<K, V>;
 /// hashed and compared).
 type Id = Arc<str>;
 
+/// Where an item queued or running stands (an item is never both).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Status {
+    /// In `ready`, waiting for a worker.
+    Queued,
+    /// A worker runs it; nothing changed since it started.
+    Running,
+    /// A worker runs it and it changed since it started: it runs again once that run ends.
+    Changed,
+}
+
 #[derive(Default)]
 struct Items {
     ready: VecDeque<Id>,
-    queued: HashSet<Id>,
-    running: HashSet<Id>,
-    dirty: HashSet<Id>,
+    /// Every item queued or running, in one map: an item costs one lookup when it is added,
+    /// one when it is taken and one when its run ends.
+    status: HashMap<Id, Status>,
+    /// How many items are running.
+    running: usize,
     delayed: BTreeMap<(Instant, u64), Id>,
     delayed_at: HashMap<Id, (Instant, u64)>,
     seq: u64,
@@ -112,37 +126,42 @@ impl WorkQueue {
         }
         let item: Id = item.shared_id().clone();
         {
-            let mut items = self.lock();
-            if items.running.contains(&item) {
-                items.dirty.insert(item);
-                return;
-            }
-            if items.queued.contains(&item) {
-                return;
-            }
+            let mut guard = self.lock();
+            let items = &mut *guard;
+            let entry = match items.status.entry(item) {
+                Entry::Occupied(mut entry) => {
+                    if *entry.get() == Status::Running {
+                        entry.insert(Status::Changed);
+                    }
+                    return;
+                }
+                Entry::Vacant(entry) => entry,
+            };
             // Most items were never delayed: no lookup while nothing is.
             let delayed = match items.delayed_at.is_empty() {
                 true => None,
-                false => items.delayed_at.get(&item).copied(),
+                false => items.delayed_at.get(entry.key()).copied(),
             };
             if let Some(key) = delayed {
                 // A failed item keeps its backoff, unless it failed in a way only a change can
                 // mend; a requeue-after is cut short by a change.
-                if items.failures.contains_key(&item) && !items.retry_on_change.contains(&item) {
+                if items.failures.contains_key(entry.key())
+                    && !items.retry_on_change.contains(entry.key())
+                {
                     return;
                 }
-                items.delayed_at.remove(&item);
+                items.delayed_at.remove(entry.key());
                 items.delayed.remove(&key);
             }
-            items.queued.insert(item.clone());
-            items.ready.push_back(item);
+            items.ready.push_back(entry.key().clone());
+            entry.insert(Status::Queued);
         }
         self.work.notify_one();
     }
 
     /// Queues `item` after `delay` (kept at the earlier time if already delayed).
     fn add_after_locked(items: &mut Items, item: Id, at: Instant) {
-        if items.queued.contains(&item) {
+        if items.status.get(&item) == Some(&Status::Queued) {
             return;
         }
         if let Some(&key) = items.delayed_at.get(&item) {
@@ -162,10 +181,16 @@ impl WorkQueue {
         let mut items = self.lock();
         let item = items.ready.pop_front()?;
         let drained = items.ready.is_empty();
-        items.queued.remove(&item);
-        let pointer = self.primary.kind.pointer(item.clone());
-        items.running.insert(item);
+        // Every ready item is recorded as queued; were it not, it is recorded now.
+        match items.status.get_mut(&item) {
+            Some(status) => *status = Status::Running,
+            None => {
+                items.status.insert(item.clone(), Status::Running);
+            }
+        }
+        items.running += 1;
         drop(items);
+        let pointer = self.primary.kind.pointer(item);
         if drained {
             self.drained.notify_waiters();
         }
@@ -177,14 +202,26 @@ impl WorkQueue {
     pub(crate) fn done(&self, item: &Pointer, finish: Finish) {
         let item = item.shared_id();
         let mut items = self.lock();
-        items.running.remove(item);
-        // The sets below are empty in the common case: no hashing then.
-        let changed = !items.dirty.is_empty() && items.dirty.remove(item);
+        // One lookup: the item's run ends, and whether it changed meanwhile.
+        let (ran, changed) = match items.status.remove(item) {
+            Some(Status::Running) => (true, false),
+            Some(Status::Changed) => (true, true),
+            // Not running (the runner ends only what it took): a queued item stays queued.
+            Some(Status::Queued) => {
+                items.status.insert(item.clone(), Status::Queued);
+                (false, false)
+            }
+            None => (false, false),
+        };
+        if ran {
+            items.running -= 1;
+        }
         let (retry_after, now_if_changed) = match finish {
             Finish::Done => (None, true),
             Finish::RequeueAfter(delay) => (Some(delay), true),
             Finish::Retry(retry) => (Some(retry.after), retry.on_change),
         };
+        // The failure sets are empty in the common case: no hashing then.
         if let Finish::Retry(retry) = finish {
             *items.failures.entry(item.clone()).or_default() += 1;
             if retry.on_change {
@@ -197,7 +234,7 @@ impl WorkQueue {
             items.retry_on_change.remove(item);
         }
         if changed && now_if_changed {
-            items.queued.insert(item.clone());
+            items.status.insert(item.clone(), Status::Queued);
             items.ready.push_back(item.clone());
             drop(items);
             self.work.notify_one();
@@ -262,11 +299,17 @@ impl WorkQueue {
             }
             let (_, item) = items.delayed.pop_first()?;
             items.delayed_at.remove(&item);
-            if items.running.contains(&item) {
-                items.dirty.insert(item);
-            } else if items.queued.insert(item.clone()) {
-                items.ready.push_back(item);
-                self.work.notify_one();
+            match items.status.entry(item) {
+                Entry::Occupied(mut entry) => {
+                    if *entry.get() == Status::Running {
+                        entry.insert(Status::Changed);
+                    }
+                }
+                Entry::Vacant(entry) => {
+                    items.ready.push_back(entry.key().clone());
+                    entry.insert(Status::Queued);
+                    self.work.notify_one();
+                }
             }
         }
         None
@@ -348,7 +391,7 @@ impl IdleProbe for WorkQueue {
         !items.busy
             && !self.bell.is_pending()
             && items.ready.is_empty()
-            && items.running.is_empty()
+            && items.running == 0
             && items.inbox.is_empty()
             && !items.relist
             && items.remap_at.is_none_or(|at| at > now)
@@ -515,6 +558,11 @@ mod tests {
                     q.promote_due(Instant::now());
                 }
                 prop_assert!(owed.is_empty(), "never run after being added: {owed:?}");
+                // Nothing left ready or running: the queue says it is idle.
+                q.take_rebuild();
+                q.bell.take();
+                q.set_busy(false);
+                prop_assert!(q.is_idle(Instant::now()), "not idle once everything ran");
             }
         }
     }
