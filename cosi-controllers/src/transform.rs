@@ -688,7 +688,16 @@ impl<In: ResourceSpec, Out: ResourceSpec> QueueController for QueueTransform<In,
             Err(e) => return Err(e),
         };
         let input = downcast_ref::<In>(&*shared)?;
-        let existing = owned_output::<Out>(state, settings, item.shared_id()).await?;
+        // `owned_output`, written out: a reconcile's calls are awaited here directly, not
+        // through a nested future each (every level of nesting costs its own state to build,
+        // poll and drop, per item).
+        let output_pointer = settings.output_kind.pointer(item.shared_id().clone());
+        let existing = match state.get(&output_pointer).await {
+            Ok(output) if owns(state, &*output) => Some(downcast::<Out>(output)?),
+            Ok(_) => None,
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(e),
+        };
         let mapped = (self.map)(input);
         if let Some((id, _)) = &mapped {
             if id != item.shared_id() {
@@ -703,8 +712,15 @@ impl<In: ResourceSpec, Out: ResourceSpec> QueueController for QueueTransform<In,
         }
         match mapped {
             Some((id, spec)) if input.metadata.phase() == Phase::Running => {
-                // Per item there is no memo to keep: the result only says it converged.
-                converge(state, settings, &*self.map, &shared, existing, id, spec).await?;
+                // What `converge` does, without the memo a level transform keeps (per item
+                // there is none): hold our finalizer on the input (called only when it is
+                // missing), then bring the output to `spec`.
+                if settings.finalizers && !input.metadata.finalizers().contains(&*settings.name) {
+                    state.hold_own_finalizer(input).await?;
+                }
+                // Pure map: running it again gives the same spec, for the rare conflict retry.
+                let again = || (self.map)(input).map(|(_, spec)| spec);
+                write_output(state, settings, existing, id, spec, again).await?;
             }
             _ => {
                 let gone = match &existing {
