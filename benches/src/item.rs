@@ -5,8 +5,6 @@
 //! timed loop takes its ids from [`item_ids`] (built beforehand) and builds each resource with
 //! [`item_with_id`], which formats the label.
 
-use std::cell::RefCell;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use cosi_core::{Kind, Metadata, Resource, ResourceSpec};
@@ -18,14 +16,7 @@ pub struct BenchItem {
     /// The value workloads change and check.
     pub value: i64,
     /// A short label, so the resource carries a heap-allocated string like real specs do.
-    ///
-    /// An `Arc<str>`, not a `String`: the reference's spec is a Go string, which is immutable
-    /// and copied by reference, so the copy a read-modify-write or a transform makes of it
-    /// allocates nothing there. A `String` would make every such copy allocate and copy the
-    /// text here: more work than the reference does, in the workload's own code rather than
-    /// the runtime's. A label is still formatted and allocated once per create, inside the
-    /// clock, as the reference's is.
-    pub label: Arc<str>,
+    pub label: String,
 }
 
 impl ResourceSpec for BenchItem {
@@ -80,24 +71,13 @@ pub fn item_ids(n: usize) -> Vec<Arc<str>> {
     (0..n).map(|i| Arc::from(item_id(i))).collect()
 }
 
-/// The label of item `index`, formatted inside the timed loops: one allocation, as a
-/// `format!` makes (the text is formatted into a buffer kept per thread, then copied into the
-/// `Arc`).
+/// The label of item `index`, formatted inside the timed loops.
 ///
 /// ```
-/// assert_eq!(&*benches::item::label(7), "item 7");
-/// assert_eq!(&*benches::item::label(usize::MAX), "item 18446744073709551615");
+/// assert_eq!(benches::item::label(7), "item 7");
 /// ```
-pub fn label(index: usize) -> Arc<str> {
-    thread_local! {
-        static TEXT: RefCell<String> = RefCell::new(String::with_capacity(32));
-    }
-    TEXT.with_borrow_mut(|text| {
-        text.clear();
-        // Writing to a `String` cannot fail.
-        let _ = write!(text, "item {index}");
-        Arc::from(text.as_str())
-    })
+pub fn label(index: usize) -> String {
+    format!("item {index}")
 }
 
 /// A fresh (unstored) resource of kind `kind` with an id made beforehand, `value` and the
@@ -109,14 +89,14 @@ pub fn label(index: usize) -> Arc<str> {
 /// let ids = item_ids(2);
 /// let make = |value, label| BenchItem { value, label };
 /// let item = item_with_id(&BenchItem::kind(), &ids[1], 1, 5, make);
-/// assert_eq!((item.metadata.id(), item.spec.value, &*item.spec.label), ("item-0000001", 5, "item 1"));
+/// assert_eq!((item.metadata.id(), item.spec.value, item.spec.label.as_str()), ("item-0000001", 5, "item 1"));
 /// ```
 pub fn item_with_id<S: ResourceSpec>(
     kind: &Kind,
     id: &Arc<str>,
     index: usize,
     value: i64,
-    spec: impl FnOnce(i64, Arc<str>) -> S,
+    spec: impl FnOnce(i64, String) -> S,
 ) -> Resource<S> {
     Resource::with_metadata(
         Metadata::new(kind.pointer(Arc::clone(id))),

@@ -239,7 +239,7 @@ async fn store_steps(state: &dyn State, n: usize) -> Result<StoreSteps, Workload
     })
 }
 
-fn bench_item(value: i64, label: Arc<str>) -> BenchItem {
+fn bench_item(value: i64, label: String) -> BenchItem {
     BenchItem { value, label }
 }
 

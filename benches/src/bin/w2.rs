@@ -66,7 +66,7 @@ struct Cli {
     history: Option<History>,
 }
 
-fn bench_item(value: i64, label: Arc<str>) -> BenchItem {
+fn bench_item(value: i64, label: String) -> BenchItem {
     BenchItem { value, label }
 }
 

@@ -60,7 +60,7 @@ macro_rules! chain_type {
         #[derive(Clone, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
         struct $name {
             value: i64,
-            label: Arc<str>,
+            label: String,
         }
         impl ResourceSpec for $name {
             const TYPE: &'static str = $ty;
@@ -271,7 +271,7 @@ impl Calls {
     }
 }
 
-fn chain_a(value: i64, label: Arc<str>) -> ChainA {
+fn chain_a(value: i64, label: String) -> ChainA {
     ChainA { value, label }
 }
 
