@@ -7,7 +7,9 @@
 //! and servers) over the first pass's messages, except that the State service's List and Watch
 //! responses are the twins of `proto/cosi_rs/encoded.proto`, which hold each resource as its
 //! encoded bytes and are the same on the wire (see that file): so a server encodes a resource
-//! once for every response that carries it, and a client decodes it from the frame's bytes.
+//! once for every response that carries it, and a client decodes it from the frame's bytes. The
+//! services decode with `bounded_codec::BoundedCodec`: prost's, each request's repeated entries
+//! counted on its bytes before it is built.
 
 use std::path::PathBuf;
 
@@ -46,6 +48,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // Each received message's repeated entries are counted before it is built.
+        .codec_path("crate::bounded_codec::BoundedCodec")
         .out_dir(&services)
         .extern_path(".cosi.resource", "crate::proto::resource")
         .extern_path(".cosi.machine", "crate::proto::machine")

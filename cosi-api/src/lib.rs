@@ -34,9 +34,11 @@
 //! ([`server::DEFAULT_MAX_BYTES_PER_CALLER`]; past it the caller's streams wait for it to read,
 //! a watch falling behind in the store and caught up from it as any lagging watcher), 1,024 streams per connection ([`server::MAX_CONCURRENT_STREAMS`]), 64 handshakes at once of at
 //! most 10 s; and a request past these is refused with an error naming the bound: id query
-//! patterns of 4 KiB ([`cosi_core::id_query`]), label queries of 64 × 64 × 1,024 terms
-//! ([`query::MAX_LABEL_QUERIES`] and the next two); status texts are cut at 1 KiB
-//! ([`status::MAX_STATUS_TEXT`]).
+//! patterns of 4 KiB ([`cosi_core::id_query`]), label queries of 64 × 64 × 1,024 terms and
+//! 4,096 values in all ([`request_bounds::MAX_LABEL_QUERIES`] and the next three), 1,024
+//! finalizers in a created or updated resource, 256 patches in an ApplyConfiguration; these
+//! repeated entries are counted on the request's bytes before its message is built
+//! ([`request_bounds`]); status texts are cut at 1 KiB ([`status::MAX_STATUS_TEXT`]).
 //!
 //! A server over an in-memory store and a client, on a loopback port (the `remote` program in
 //! the workspace's `examples` package does the same over mutual TLS, with a controller in the
@@ -83,6 +85,7 @@
 //! ```
 
 pub mod auth;
+mod bounded_codec;
 pub mod client;
 pub mod codec;
 pub mod events;
@@ -90,6 +93,7 @@ pub mod machine;
 pub mod pki;
 pub mod proto;
 pub mod query;
+pub mod request_bounds;
 mod resource_wire;
 pub mod server;
 pub mod status;

@@ -39,18 +39,15 @@ fn encode_term(term: &LabelTerm) -> pb::LabelTerm {
     }
 }
 
-/// The most label queries one request may carry (a resource matches if any matches).
-pub const MAX_LABEL_QUERIES: usize = 64;
-/// The most terms one label query may have.
-pub const MAX_LABEL_TERMS: usize = 64;
-/// The most values one term may list (`in`).
-pub const MAX_LABEL_VALUES: usize = 1024;
+pub use crate::request_bounds::{MAX_LABEL_QUERIES, MAX_LABEL_TERMS, MAX_LABEL_VALUES};
 
 /// Messages back into label queries. `subject` names the request in errors.
 ///
 /// A query is evaluated against every resource of the kind (for a watch, against every change,
 /// for as long as it runs), so its size is bounded: at most [`MAX_LABEL_QUERIES`] queries of
-/// [`MAX_LABEL_TERMS`] terms, each listing at most [`MAX_LABEL_VALUES`] values.
+/// [`MAX_LABEL_TERMS`] terms, each listing at most [`MAX_LABEL_VALUES`] values. (The server
+/// counts them, and all the values together, on the request's bytes before it builds the
+/// message: [`crate::request_bounds`].)
 pub fn decode_labels(subject: &str, queries: Vec<pb::LabelQuery>) -> Result<LabelQueries> {
     let too_many = |field: String, count: usize, limit: usize, what: &str| {
         Error::invalid(

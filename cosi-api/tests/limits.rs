@@ -206,6 +206,41 @@ async fn a_list_with_more_label_terms_than_the_limit_is_refused_before_it_reads_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_with_more_label_values_in_all_than_the_limit_is_refused() {
+    use cosi_api::proto::resource as pb;
+    use cosi_api::request_bounds::{MAX_LABEL_VALUES, MAX_LABEL_VALUES_IN_ALL};
+    let store = Arc::new(cosi_state::MemoryState::default());
+    let server = support::plaintext_server(store, server_codec(), support::any_port()).await;
+    let mut raw = raw_client(&server).await;
+    // Every term within its own limit; all of them together one value past theirs.
+    let term = |values: usize| pb::LabelTerm {
+        key: "k".into(),
+        op: pb::label_term::Operation::In as i32,
+        value: vec![String::new(); values],
+        invert: false,
+    };
+    let terms = (MAX_LABEL_VALUES_IN_ALL / MAX_LABEL_VALUES) + 1;
+    let mut terms: Vec<_> = (0..terms).map(|_| term(MAX_LABEL_VALUES)).collect();
+    terms.last_mut().unwrap().value.truncate(1);
+    let status = raw
+        .list(pb::ListRequest {
+            namespace: "test".into(),
+            r#type: Blob::TYPE.into(),
+            options: Some(pb::ListOptions {
+                label_query: vec![pb::LabelQuery { terms }],
+                id_query: None,
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert_invalid(
+        &status,
+        "list test/Blobs.test.cosi.dev: invalid label_query: 4097 values in all its terms, more \
+         than the 4096 allowed",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_id_query_pattern_longer_than_the_limit_is_refused_quoting_only_its_start() {
     use cosi_api::proto::resource as pb;
     let store = Arc::new(cosi_state::MemoryState::default());
