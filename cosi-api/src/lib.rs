@@ -36,7 +36,7 @@
 //! most 10 s; and a request past these is refused with an error naming the bound: id query
 //! patterns of 4 KiB ([`cosi_core::id_query`]), label queries of 64 × 64 × 1,024 terms and
 //! 4,096 values in all ([`request_bounds::MAX_LABEL_QUERIES`] and the next three), 1,024
-//! finalizers in a created or updated resource, 256 patches in an ApplyConfiguration; these
+//! finalizers and 4,096 labels and annotations each in a created or updated resource, 256 patches in an ApplyConfiguration; these
 //! repeated entries are counted on the request's bytes before its message is built
 //! ([`request_bounds`]); status texts are cut at 1 KiB ([`status::MAX_STATUS_TEXT`]).
 //!

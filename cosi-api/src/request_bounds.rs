@@ -8,7 +8,8 @@
 //! 4 MiB Create of empty finalizers; and ApplyConfiguration is open to any caller of a node in
 //! maintenance mode.
 //!
-//! The limits, per request: [`MAX_FINALIZERS`] finalizers in the resource of a Create or Update;
+//! The limits, per request: [`MAX_FINALIZERS`] finalizers, [`MAX_LABELS`] labels and
+//! [`MAX_ANNOTATIONS`] annotations in the resource of a Create or Update;
 //! [`MAX_LABEL_QUERIES`] label queries in a List or Watch, of [`MAX_LABEL_TERMS`] terms each,
 //! each term listing at most [`MAX_LABEL_VALUES`] values and all of them together at most
 //! [`MAX_LABEL_VALUES_IN_ALL`]; [`MAX_PATCHES`] patches in an ApplyConfiguration. Entries are
@@ -26,6 +27,12 @@ use crate::status::{to_status, Call};
 
 /// The most finalizers the resource of one Create or Update request may carry.
 pub const MAX_FINALIZERS: usize = 1024;
+/// The most label entries the resource of one Create or Update request may carry (counted on
+/// the wire: an entry sent twice counts twice).
+pub const MAX_LABELS: usize = 4096;
+/// The most annotation entries the resource of one Create or Update request may carry, counted
+/// as labels are.
+pub const MAX_ANNOTATIONS: usize = 4096;
 /// The most label queries one List or Watch request may carry (a resource matches if any
 /// matches).
 pub const MAX_LABEL_QUERIES: usize = 64;
@@ -118,25 +125,31 @@ fn within(
 }
 
 /// A Create (`resource` is field 1) or Update (`new_resource`, field 2) request: the
-/// resource's finalizers (`Resource.metadata` is field 1, `Metadata.finalizers` field 9),
-/// named by the resource's pointer.
+/// resource's finalizers, labels and annotations (`Resource.metadata` is field 1, and
+/// `Metadata`'s fields 9, 10 and 11), named by the resource's pointer.
 fn check_resource_request(
     message: &[u8],
     call: Call,
     (tag, name): (u32, &str),
 ) -> Result<(), Status> {
-    let finalizers = count(message, &[tag, 1, 9]);
-    if finalizers <= MAX_FINALIZERS {
-        return Ok(());
+    for (field, what, limit) in [
+        (9, "finalizers", MAX_FINALIZERS),
+        (10, "labels", MAX_LABELS),
+        (11, "annotations", MAX_ANNOTATIONS),
+    ] {
+        let entries = count(message, &[tag, 1, field]);
+        if entries > limit {
+            let metadata = |field| text(last_string(message, &[tag, 1, field]));
+            let subject = format!("{}/{}/{}", metadata(1), metadata(2), metadata(3));
+            return within(
+                (&subject, call),
+                &format!("{name}.metadata.{what}"),
+                (entries, limit),
+                what,
+            );
+        }
     }
-    let metadata = |field| text(last_string(message, &[tag, 1, field]));
-    let subject = format!("{}/{}/{}", metadata(1), metadata(2), metadata(3));
-    within(
-        (&subject, call),
-        &format!("{name}.metadata.finalizers"),
-        (finalizers, MAX_FINALIZERS),
-        "finalizers",
-    )
+    Ok(())
 }
 
 /// A List (`options` field 3, `ListOptions.label_query` field 1) or Watch (`options` field 4,
