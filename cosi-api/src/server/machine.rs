@@ -342,3 +342,44 @@ impl MachineService {
         Ok(Response::new(pb::ServiceActionResponse { response }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::held_bytes::BytesPerCaller;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_cancelled_while_its_source_is_idle_gives_back_what_it_had_queued() {
+        // The smallest budget: whatever the cancelled stream keeps counted stalls its caller.
+        let budgets = BytesPerCaller::new(0);
+        let observer = budgets.stream("reader");
+        let (lines, source) = mpsc::channel(4);
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let task = tokio::spawn(forward(
+            ReceiverStream::new(source),
+            tx,
+            crate::server::never(),
+            Some(budgets.stream("reader")),
+        ));
+        let chunk = pb::LogData {
+            bytes: b"line\n".to_vec(),
+        };
+        lines.send(Ok(chunk.clone())).await.unwrap();
+        while rx.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        // Queued, not yet taken by HTTP/2: counted.
+        assert_eq!(observer.caller_holds(), framed_len(&chunk));
+
+        // The client cancels (its response stream is dropped) while the follow has nothing
+        // new to send: the stream ends and its queued response is given back.
+        drop(rx);
+        tokio::time::timeout(Duration::from_secs(3600), task)
+            .await
+            .expect("the stream ended when its client cancelled")
+            .unwrap();
+        assert_eq!(observer.caller_holds(), 0);
+        drop(lines);
+    }
+}

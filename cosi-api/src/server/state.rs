@@ -978,4 +978,43 @@ mod tests {
         let live = write(&store, "11").await;
         assert_eq!(next(&mut events).await, (live, false));
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_cancelled_while_its_store_is_quiet_gives_back_what_it_had_queued() {
+        let store = Arc::new(MemoryState::default());
+        write(&store, "0").await;
+        let service = StateService::new(store.clone(), codec(), StatePolicy::default());
+        let budgets = BytesPerCaller::new(2 * LARGEST_RESPONSE);
+        let observer = budgets.stream("reader");
+        let mut request = watch_request();
+        request.extensions_mut().insert(budgets.stream("reader"));
+        let mut events = state_server::State::watch(&service, request)
+            .await
+            .unwrap()
+            .into_inner();
+        let established = events.next().await.unwrap().unwrap();
+        assert_eq!(established, encoded::WatchResponse::default());
+        write(&store, "1").await;
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while events.as_ref().is_empty() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+        .await
+        .expect("the update was sent");
+        // An update queued, not yet taken by HTTP/2: counted (the established message, which
+        // was taken but not written here, too).
+        assert!(observer.caller_holds() > framed_len(&established));
+
+        // The client cancels while the store has nothing new: the watch ends and gives back
+        // all it had counted.
+        drop(events);
+        tokio::time::timeout(Duration::from_secs(3600), async {
+            while observer.caller_holds() != 0 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+        .await
+        .expect("the watch gave its queued update back when its client cancelled");
+    }
 }
