@@ -15,11 +15,9 @@
 //! resync, DESIGN §4), and nothing is ended. What a stream still holds while it waits is the
 //! store's own values it was handed (shared with the store) and its small fixed parts.
 //!
-//! Not counted, because the server cannot see it: the buffer tonic encodes each stream's
-//! messages into keeps the allocation of the last large message the stream sent, as long as the
-//! stream lives, whether or not the caller read it (64 watches that each carried one 4 MiB update,
-//! read to the end and then idle, hold about 256 MiB). Bounding that needs the server to frame
-//! its stream messages itself instead of through tonic's encoder.
+//! A stream holds no encoding buffer between responses: the State service frames its watch and
+//! list responses itself ([`super::framing`]), each frame a fresh allocation that HTTP/2 frees
+//! once written (tonic's encoder kept each stream's largest message allocated while it lived).
 //!
 //! The bytes a stream has charged and not yet seen written are given back when its ledger drops
 //! (its body and its producer gone, and every frame HTTP/2 held), so a cancelled or ended stream

@@ -11,6 +11,7 @@
 
 mod connection;
 mod encodings;
+mod framing;
 mod held_bytes;
 mod machine;
 mod per_caller;
@@ -30,11 +31,11 @@ use crate::auth::MethodGate;
 use crate::machine::Machine;
 use crate::pki::CertifiedKey;
 use crate::proto::machine::machine_service_server::MachineServiceServer;
-use crate::proto::resource::state_server::StateServer;
 use crate::tls::TlsError;
 
 use connection::{accept_loop, Acceptor, Limits, OpenConnections};
 pub use encodings::DEFAULT_BUDGET as DEFAULT_SHARED_ENCODINGS;
+use framing::FramedState;
 pub use machine::{MachineService, MAX_LOG_CHUNK};
 use per_caller::CallLimit;
 pub use state::{StateService, MAX_EVENT_BYTES, OMIT_YAML_HEADER, WATCH_BATCH};
@@ -193,9 +194,7 @@ impl ApiServer {
     /// at most `max` bytes of encoded responses, however many calls it holds (beside them a
     /// waiting stream keeps only what it was handed to send: a watch the store's events, a
     /// list the listed resources, a log stream one chunk); without it, 256 unread watches of
-    /// 1 MiB resources held about a gigabyte. (Not counted: tonic's encoding buffer, which
-    /// keeps each stream's last large message allocated while the stream lives.) A caller
-    /// waits on its own unread streams only:
+    /// 1 MiB resources held about a gigabyte. A caller waits on its own unread streams only:
     /// one that stops reading one stream until another delivers must keep them within `max`.
     ///
     /// ```
@@ -250,11 +249,10 @@ impl ApiServer {
 
         let mut routes = tonic::service::Routes::default();
         if let Some(state) = self.state {
-            routes = routes.add_service(
-                StateServer::new(state.with_shutdown(stop_signal.clone()))
-                    .max_decoding_message_size(MAX_MESSAGE_SIZE)
-                    .max_encoding_message_size(MAX_MESSAGE_SIZE),
-            );
+            routes = routes.add_service(FramedState::new(
+                state.with_shutdown(stop_signal.clone()),
+                MAX_MESSAGE_SIZE,
+            ));
         }
         if let Some(machine) = self.machine {
             routes = routes.add_service(

@@ -1,0 +1,198 @@
+//! A stream that has sent a large message and gone idle holds no buffer of that message's size
+//! in the server: 64 watches that each carried one update of a 4 MiB resource, read to the end
+//! by their client and then idle, leave the server holding the stored resource and a few KiB
+//! per stream. tonic's encoder kept the allocation of the largest message each stream had
+//! encoded for as long as the stream lived (about +260 MiB here), which bounded what a caller's
+//! idle watches pin only by their count times the message limit.
+//!
+//! Its own test binary with a plain harness (`harness = false`): it measures the resident
+//! memory of the server, which runs in a child process (this binary again, with
+//! `COSI_IDLE_STREAM_SERVER` set), so that the client's memory is not counted. The child's
+//! allocator gives every allocation of 64 KiB or more back to the system when it is freed
+//! (`MALLOC_MMAP_THRESHOLD_`), so its resident memory is what the server holds rather than
+//! what the allocator keeps for reuse.
+
+mod support;
+
+use std::io::{BufRead, Write};
+use std::time::{Duration, Instant};
+
+use cosi_api::client::{channel, ClientSecurity};
+use cosi_api::proto::resource::{self as pb, state_client::StateClient};
+use cosi_api::server::OMIT_YAML_HEADER;
+use cosi_core::{CreateOptions, Resource, ResourceSpec, State, StateExt, UpdateOptions};
+use support::Blob;
+
+/// Watches of the resource, each of which receives its one large update.
+const WATCHES: usize = 64;
+/// The size of the update each watch sends.
+const LARGE: usize = 4 << 20;
+/// What a stream may hold once idle: the small buffer the task asks for, at most.
+const IDLE_STREAM_BYTES: usize = 64 << 10;
+/// Room for what else moves in the server's resident memory between the two measurements
+/// (the client's connection, the tasks' stacks and the allocator's small-object pools).
+const SLACK_MIB: u64 = 8;
+
+/// The server process's resident memory (`VmRSS`), in KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// The resident memory once it has stopped falling (the server's tasks finish dropping what
+/// they sent): its lowest figure, taken when it has not fallen for half a second.
+async fn settled_rss_kib() -> u64 {
+    let started = Instant::now();
+    let (mut low, mut since) = (rss_kib(), Instant::now());
+    while since.elapsed() < Duration::from_millis(500)
+        && started.elapsed() < Duration::from_secs(30)
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = rss_kib();
+        if now < low {
+            (low, since) = (now, Instant::now());
+        }
+    }
+    low
+}
+
+fn blob(data: String) -> Resource<Blob> {
+    Resource::new("large", Blob { data })
+}
+
+/// The server: a plaintext State server over a memory store holding one small resource.
+/// Prints `PORT`; on the line `base` prints `BASE` (its settled memory, every watch open); on
+/// `write` makes the resource LARGE bytes and prints `WRITTEN`; on `idle` prints `IDLE` (its
+/// settled memory once the client has read every watch's update).
+async fn server_process() {
+    let store = std::sync::Arc::new(cosi_state::MemoryState::default());
+    store
+        .create(blob("small".into()).into_shared(), CreateOptions::default())
+        .await
+        .unwrap();
+    let server =
+        support::plaintext_server(store.clone(), support::blob_codec(), support::any_port()).await;
+    println!("PORT {}", server.local_addr().port());
+    let mut lines = std::io::stdin().lock().lines();
+    let mut expect = |word: &str| assert_eq!(lines.next().unwrap().unwrap(), word);
+    expect("base");
+    println!("BASE {}", settled_rss_kib().await);
+    expect("write");
+    store
+        .modify(blob(String::new()), UpdateOptions::default(), |b| {
+            b.spec.data = "x".repeat(LARGE);
+            Ok(())
+        })
+        .await
+        .unwrap();
+    println!("WRITTEN");
+    expect("idle");
+    println!("IDLE {}", settled_rss_kib().await);
+    std::io::stdout().flush().unwrap();
+    // Serve until the parent is done.
+    let _ = lines.next();
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    if std::env::var_os("COSI_IDLE_STREAM_SERVER").is_some() {
+        runtime.block_on(server_process());
+        return;
+    }
+    let name = "a_stream_that_sent_a_large_message_holds_at_most_a_small_buffer_when_idle";
+    runtime.block_on(a_stream_that_sent_a_large_message_holds_at_most_a_small_buffer_when_idle());
+    println!("test {name} ... ok");
+    println!("test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out");
+}
+
+async fn a_stream_that_sent_a_large_message_holds_at_most_a_small_buffer_when_idle() {
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .env("COSI_IDLE_STREAM_SERVER", "1")
+        .env("MALLOC_MMAP_THRESHOLD_", "65536")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut answer = |label: &str| -> u64 {
+        let line = lines.next().unwrap().unwrap();
+        let rest = line
+            .strip_prefix(label)
+            .unwrap_or_else(|| panic!("expected {label}, got {line:?}"));
+        rest.trim().parse().unwrap_or(0)
+    };
+    let port = answer("PORT") as u16;
+
+    let channel = channel(
+        ([127, 0, 0, 1], port).into(),
+        None,
+        ClientSecurity::Plaintext,
+    )
+    .unwrap();
+    let mut client = StateClient::new(channel).max_decoding_message_size(64 << 20);
+    let mut watches = Vec::new();
+    for _ in 0..WATCHES {
+        let mut request = tonic::Request::new(pb::WatchRequest {
+            namespace: Blob::kind().namespace().to_string(),
+            r#type: Blob::TYPE.to_string(),
+            ..pb::WatchRequest::default()
+        });
+        // One copy of the resource per message (no YAML copy of its spec).
+        request
+            .metadata_mut()
+            .insert(OMIT_YAML_HEADER, "1".parse().unwrap());
+        let mut watch = client.watch(request).await.unwrap().into_inner();
+        let established = watch.message().await.unwrap().unwrap();
+        assert!(established.event.is_empty());
+        watches.push(watch);
+    }
+    writeln!(stdin, "base").unwrap();
+    let base = answer("BASE");
+    writeln!(stdin, "write").unwrap();
+    answer("WRITTEN");
+    // Every watch's update, read to its last byte (all at once: the watches share one
+    // connection's receive window); the streams stay open and idle.
+    let sizes = futures::future::join_all(watches.iter_mut().map(|watch| async move {
+        let response = watch.message().await.unwrap().unwrap();
+        assert_eq!(response.event.len(), 1);
+        // The resource, as its encoded message.
+        response.event[0].resource.as_ref().unwrap().len()
+    }))
+    .await;
+    for size in sizes {
+        assert!(size > LARGE, "{size}");
+    }
+    writeln!(stdin, "idle").unwrap();
+    let idle = answer("IDLE");
+    writeln!(stdin, "done").unwrap();
+    child.wait().unwrap();
+    drop(watches);
+
+    let grown_mib = idle.saturating_sub(base) / 1024;
+    // What the server holds anyway: the stored resource, now LARGE bytes.
+    let stored_mib = (LARGE >> 20) as u64;
+    let streams_mib = ((WATCHES * IDLE_STREAM_BYTES) >> 20) as u64;
+    eprintln!(
+        "server resident {} MiB -> {} MiB (+{grown_mib} MiB) with {WATCHES} idle watches that \
+         each sent {} MiB; the stored resource {stored_mib} MiB, the streams' allowance \
+         {streams_mib} MiB",
+        base / 1024,
+        idle / 1024,
+        LARGE >> 20
+    );
+    assert!(
+        grown_mib <= stored_mib + streams_mib + SLACK_MIB,
+        "server resident memory grew {grown_mib} MiB with {WATCHES} idle watches that each sent \
+         {} MiB",
+        LARGE >> 20
+    );
+}
