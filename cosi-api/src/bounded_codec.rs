@@ -46,13 +46,19 @@ where
     }
 
     fn decoder(&mut self) -> BoundedDecoder<U> {
-        BoundedDecoder(ProstDecoder::default())
+        BoundedDecoder::default()
     }
 }
 
 /// prost's decoder after [`Bounded::check`].
 #[derive(Debug)]
 pub struct BoundedDecoder<U>(ProstDecoder<U>);
+
+impl<U> Default for BoundedDecoder<U> {
+    fn default() -> Self {
+        BoundedDecoder(ProstDecoder::default())
+    }
+}
 
 impl<U: Message + Default + Bounded> Decoder for BoundedDecoder<U> {
     type Item = U;

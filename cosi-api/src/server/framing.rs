@@ -32,8 +32,9 @@ use tonic::codec::{BufferSettings, Codec};
 use tonic::codegen::BoxFuture;
 use tonic::server::{Grpc, NamedService, ServerStreamingService};
 use tonic::{Request, Response, Status};
-use tonic_prost::{ProstDecoder, ProstEncoder};
+use tonic_prost::ProstEncoder;
 
+use crate::bounded_codec::{Bounded, BoundedDecoder};
 use crate::proto::resource::{self as pb, state_server};
 
 use super::state::StateService;
@@ -133,7 +134,7 @@ async fn serve_framed<Req, M, F, Fut, S>(
     call: F,
 ) -> http::Response<Body>
 where
-    Req: prost::Message + Default + Send + 'static,
+    Req: prost::Message + Default + Bounded + Send + 'static,
     M: prost::Message + Send + 'static,
     F: Fn(Request<Req>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Response<S>, Status>> + Send + 'static,
@@ -191,9 +192,9 @@ where
     }
 }
 
-/// The codec tonic decodes the request with (prost's, as the generated server uses); its
-/// encoder is never given a message ([`Handover`]'s stream is empty), so it starts with no
-/// buffer.
+/// The codec tonic decodes the request with (the generated server's: prost's after the
+/// request's repeated entries are counted, [`crate::bounded_codec`]); its encoder is never
+/// given a message ([`Handover`]'s stream is empty), so it starts with no buffer.
 struct RequestCodec<M, Req>(std::marker::PhantomData<(M, Req)>);
 
 impl<M, Req> Default for RequestCodec<M, Req> {
@@ -205,19 +206,19 @@ impl<M, Req> Default for RequestCodec<M, Req> {
 impl<M, Req> Codec for RequestCodec<M, Req>
 where
     M: prost::Message + Send + 'static,
-    Req: prost::Message + Default + Send + 'static,
+    Req: prost::Message + Default + Bounded + Send + 'static,
 {
     type Encode = M;
     type Decode = Req;
     type Encoder = ProstEncoder<M>;
-    type Decoder = ProstDecoder<Req>;
+    type Decoder = BoundedDecoder<Req>;
 
     fn encoder(&mut self) -> Self::Encoder {
         ProstEncoder::new(BufferSettings::new(0, YIELD_BYTES))
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        ProstDecoder::new(BufferSettings::default())
+        BoundedDecoder::default()
     }
 }
 
