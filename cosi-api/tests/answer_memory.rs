@@ -22,27 +22,12 @@ use cosi_api::client::{channel, ClientSecurity, RemoteState};
 use cosi_api::proto::resource as pb;
 use cosi_core::{Event, ListOptions, ResourceSpec, State, WatchKindOptions};
 use prost::Message;
+use support::memory::{passed, runtime, status_kib};
 use support::raw_state::{field, serve, RawState};
 use support::{blob_codec, Blob};
 
 /// The size of each answer on the wire.
 const MESSAGE_MIB: usize = 4;
-
-/// This process's peak resident memory, in KiB.
-fn peak_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .unwrap()
-}
 
 /// A case: which call, and what its resource is full of.
 #[derive(Clone, Copy, Debug)]
@@ -134,11 +119,7 @@ impl Case {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     if let Some(case) = std::env::var_os("COSI_ANSWER_SERVER") {
         let case = Case::parse(case.to_str().unwrap());
         runtime.block_on(async {
@@ -158,10 +139,8 @@ fn main() {
         println!("GROWN {grown}");
         return;
     }
-    let name = "an_answer_of_many_tiny_entries_costs_the_client_about_its_size";
     an_answer_of_many_tiny_entries_costs_the_client_about_its_size();
-    println!("test {name} ... ok");
-    println!("test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out");
+    passed("an_answer_of_many_tiny_entries_costs_the_client_about_its_size");
 }
 
 /// Runs this binary with `variable` set to `case`; its child process and its stdout's lines.
@@ -244,7 +223,7 @@ async fn client(case: Case, port: u16) -> u64 {
         .unwrap(),
         blob_codec(),
     );
-    let before = peak_kib();
+    let before = status_kib("VmHWM");
     match case {
         Case::GetEmptyFinalizers | Case::GetEmptyLabels | Case::GetEmptyAnnotations => {
             let resource = client.get(&Blob::kind().pointer("a")).await.unwrap();
@@ -268,5 +247,5 @@ async fn client(case: Case, port: u16) -> u64 {
             assert!(matches!(first, Event::Created { .. }), "{first:?}");
         }
     }
-    peak_kib() - before
+    status_kib("VmHWM") - before
 }

@@ -27,6 +27,7 @@ use cosi_api::server::{
 };
 use cosi_core::{CreateOptions, Resource, ResourceSpec, State, StateExt, UpdateOptions};
 use cosi_state::{MemoryOptions, MemoryState};
+use support::memory::{serve_or_test, status_kib};
 use support::Blob;
 
 /// Resources of the kind, each of [`BLOB_BYTES`].
@@ -37,23 +38,6 @@ const ROUNDS: usize = 6;
 /// The store's history window: the old versions it keeps for lagging watchers (one per update
 /// here, as ROUNDS × BLOBS ≤ HISTORY).
 const HISTORY: usize = 64;
-
-/// A process's memory figure (`VmHWM`: peak resident, `VmRSS`: resident), in MiB.
-fn memory_mib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .unwrap()
-        / 1024
-}
 
 fn blob(id: usize, round: usize) -> Resource<Blob> {
     let fill = char::from(b'a' + round as u8);
@@ -96,7 +80,7 @@ async fn server_process(dir: &Path) {
     .serve(listener)
     .unwrap();
     println!("PORT {port}");
-    println!("BASE {}", memory_mib("VmHWM:"));
+    println!("BASE {}", status_kib("VmHWM") / 1024);
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "write");
@@ -114,34 +98,27 @@ async fn server_process(dir: &Path) {
     }
     // The watches' tasks run on: wait until the resident memory has not grown for a second.
     let started = Instant::now();
-    let (mut last, mut since) = (memory_mib("VmRSS:"), Instant::now());
+    let (mut last, mut since) = (status_kib("VmRSS") / 1024, Instant::now());
     while since.elapsed() < Duration::from_secs(1) && started.elapsed() < Duration::from_secs(60) {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let now = memory_mib("VmRSS:");
+        let now = status_kib("VmRSS") / 1024;
         if now > last {
             (last, since) = (now, Instant::now());
         }
     }
-    println!("PEAK {}", memory_mib("VmHWM:"));
+    println!("PEAK {}", status_kib("VmHWM") / 1024);
     std::io::stdout().flush().unwrap();
     // Serve until the parent is done.
     let _ = std::io::stdin().lock().read_line(&mut line);
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    if let Some(dir) = std::env::var_os("COSI_CALLER_MEMORY_SERVER") {
-        runtime.block_on(server_process(Path::new(&dir)));
-        return;
-    }
-    let name = "one_caller_s_unread_watches_pin_at_most_its_byte_budget";
-    runtime.block_on(one_caller_s_unread_watches_pin_at_most_its_byte_budget());
-    println!("test {name} ... ok");
-    println!("test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out");
+    serve_or_test(
+        "COSI_CALLER_MEMORY_SERVER",
+        |dir| async move { server_process(Path::new(&dir)).await },
+        "one_caller_s_unread_watches_pin_at_most_its_byte_budget",
+        one_caller_s_unread_watches_pin_at_most_its_byte_budget,
+    );
 }
 
 async fn one_caller_s_unread_watches_pin_at_most_its_byte_budget() {

@@ -21,6 +21,7 @@ use cosi_api::client::{channel, ClientSecurity};
 use cosi_api::proto::resource::{self as pb, state_client::StateClient};
 use cosi_api::server::OMIT_YAML_HEADER;
 use cosi_core::{CreateOptions, Resource, ResourceSpec, State, StateExt, UpdateOptions};
+use support::memory::{serve_or_test, status_kib};
 use support::Blob;
 
 /// Watches of the resource, each of which receives its one large update.
@@ -33,26 +34,16 @@ const IDLE_STREAM_BYTES: usize = 64 << 10;
 /// (the client's connection, the tasks' stacks and the allocator's small-object pools).
 const SLACK_MIB: u64 = 8;
 
-/// The server process's resident memory (`VmRSS`), in KiB.
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// The resident memory once it has stopped falling (the server's tasks finish dropping what
 /// they sent): its lowest figure, taken when it has not fallen for half a second.
 async fn settled_rss_kib() -> u64 {
     let started = Instant::now();
-    let (mut low, mut since) = (rss_kib(), Instant::now());
+    let (mut low, mut since) = (status_kib("VmRSS"), Instant::now());
     while since.elapsed() < Duration::from_millis(500)
         && started.elapsed() < Duration::from_secs(30)
     {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let now = rss_kib();
+        let now = status_kib("VmRSS");
         if now < low {
             (low, since) = (now, Instant::now());
         }
@@ -98,19 +89,12 @@ async fn server_process() {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    if std::env::var_os("COSI_IDLE_STREAM_SERVER").is_some() {
-        runtime.block_on(server_process());
-        return;
-    }
-    let name = "a_stream_that_sent_a_large_message_holds_at_most_a_small_buffer_when_idle";
-    runtime.block_on(a_stream_that_sent_a_large_message_holds_at_most_a_small_buffer_when_idle());
-    println!("test {name} ... ok");
-    println!("test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out");
+    serve_or_test(
+        "COSI_IDLE_STREAM_SERVER",
+        |_| server_process(),
+        "a_stream_that_sent_a_large_message_holds_at_most_a_small_buffer_when_idle",
+        a_stream_that_sent_a_large_message_holds_at_most_a_small_buffer_when_idle,
+    );
 }
 
 async fn a_stream_that_sent_a_large_message_holds_at_most_a_small_buffer_when_idle() {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use cosi_api::proto::resource as pb;
 use cosi_core::{CreateOptions, Resource, ResourceSpec, State};
 use serde::{Deserialize, Serialize};
+use support::memory::status_kib;
 
 #[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
 struct Page {
@@ -17,17 +18,6 @@ struct Page {
 impl ResourceSpec for Page {
     const TYPE: &'static str = "Pages.test.cosi.dev";
     const DEFAULT_NAMESPACE: &'static str = "test";
-}
-
-/// This process's resident memory, in MiB.
-fn rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kib: f64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kib / 1024.0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,7 +46,7 @@ async fn lists_that_nobody_reads_do_not_each_hold_the_kind_encoded() {
     ))
     .await
     .unwrap();
-    let before = rss_mib();
+    let before = status_kib("VmRSS") as f64 / 1024.0;
     // 50 lists opened and never read: encoded up front, they would hold ~1.6 GB.
     let mut unread = Vec::new();
     for _ in 0..50 {
@@ -70,7 +60,7 @@ async fn lists_that_nobody_reads_do_not_each_hold_the_kind_encoded() {
             .unwrap();
         unread.push(response.into_inner());
     }
-    let grown = rss_mib() - before;
+    let grown = status_kib("VmRSS") as f64 / 1024.0 - before;
     assert!(
         grown < 400.0,
         "50 unread lists grew the process by {grown:.0} MiB"

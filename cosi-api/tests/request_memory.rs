@@ -31,6 +31,7 @@ use cosi_api::testing::TestMachine;
 use cosi_api::tls::fingerprint_of_pem;
 use cosi_core::ResourceSpec;
 use cosi_state::MemoryState;
+use support::memory::{serve_or_test, status_kib};
 use support::raw_state::field;
 use support::{blob_codec, Blob};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -38,22 +39,6 @@ use tonic::{Code, Status};
 
 /// The size of each request on the wire.
 const MESSAGE_MIB: usize = 4;
-
-/// This process's peak resident memory, in KiB.
-fn peak_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .unwrap()
-}
 
 /// A case: which call, and what its request is full of.
 #[derive(Clone, Copy, Debug)]
@@ -269,25 +254,18 @@ async fn server_process(dir: &Path) {
         if line.unwrap().trim() != "peak" {
             break;
         }
-        println!("PEAK {}", peak_kib());
+        println!("PEAK {}", status_kib("VmHWM"));
         std::io::stdout().flush().unwrap();
     }
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    if let Some(dir) = std::env::var_os("COSI_REQUEST_SERVER") {
-        runtime.block_on(server_process(Path::new(&dir)));
-        return;
-    }
-    let name = "a_request_of_many_tiny_entries_costs_the_server_about_its_size";
-    runtime.block_on(a_request_of_many_tiny_entries_costs_the_server_about_its_size());
-    println!("test {name} ... ok");
-    println!("test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out");
+    serve_or_test(
+        "COSI_REQUEST_SERVER",
+        |dir| async move { server_process(Path::new(&dir)).await },
+        "a_request_of_many_tiny_entries_costs_the_server_about_its_size",
+        a_request_of_many_tiny_entries_costs_the_server_about_its_size,
+    );
 }
 
 /// Sends `case`'s request to a fresh server; the server's peak growth, in KiB, and the status.

@@ -17,23 +17,7 @@ use cosi_api::proto::encoded;
 use cosi_api::proto::resource::state_server;
 use cosi_core::{Event, Kind, State, WatchKindOptions};
 use support::hostile::{Answers, Hostile};
-
-/// This process's peak resident memory, in MiB.
-fn peak_mib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .unwrap()
-        / 1024
-}
+use support::memory::{serve_or_test, status_kib};
 
 /// The hostile server, in a process of its own (so its memory is not the client's).
 async fn hostile_server_process() {
@@ -55,19 +39,12 @@ async fn hostile_server_process() {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    if std::env::var_os("COSI_HOSTILE_SERVER").is_some() {
-        runtime.block_on(hostile_server_process());
-        return;
-    }
-    let name = "a_watch_message_of_many_events_costs_the_client_about_its_size";
-    runtime.block_on(a_watch_message_of_many_events_costs_the_client_about_its_size());
-    println!("test {name} ... ok");
-    println!("test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out");
+    serve_or_test(
+        "COSI_HOSTILE_SERVER",
+        |_| hostile_server_process(),
+        "a_watch_message_of_many_events_costs_the_client_about_its_size",
+        a_watch_message_of_many_events_costs_the_client_about_its_size,
+    );
 }
 
 async fn a_watch_message_of_many_events_costs_the_client_about_its_size() {
@@ -92,7 +69,7 @@ async fn a_watch_message_of_many_events_costs_the_client_about_its_size() {
         .unwrap(),
         Codec::new(Arc::new(cosi_core::Registry::new())),
     );
-    let before = peak_mib();
+    let before = status_kib("VmHWM") / 1024;
     let mut watch = client
         .watch_kind(
             &Kind::new("test", "Blobs.test.cosi.dev"),
@@ -101,7 +78,7 @@ async fn a_watch_message_of_many_events_costs_the_client_about_its_size() {
         .await
         .unwrap();
     let first = watch.recv().await.unwrap();
-    let after = peak_mib();
+    let after = status_kib("VmHWM") / 1024;
     server.kill().unwrap();
     server.wait().unwrap();
     assert!(matches!(first, Event::Errored { .. }), "{first:?}");

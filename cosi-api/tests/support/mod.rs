@@ -1,7 +1,8 @@
 //! What the integration tests share: a State server over a memory store on a loopback port,
 //! the registry of the backend conformance suite's fixture types, two spec types of their own
-//! (`Blob`, `Stranger`), (`hostile`) a State server that answers with crafted messages, and
-//! (`hostile_machine`) a machine server that answers late or never.
+//! (`Blob`, `Stranger`), (`hostile`) a State server that answers with crafted messages,
+//! (`hostile_machine`) a machine server that answers late or never, (`raw_state`) one that
+//! answers with raw bytes, and (`memory`) what the tests measuring a process's memory share.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -20,6 +21,7 @@ use tokio::net::TcpListener;
 
 pub mod hostile;
 pub mod hostile_machine;
+pub mod memory;
 pub mod raw_state;
 
 /// A spec of one string, as large as a test makes it.
