@@ -27,7 +27,7 @@ use cosi_api::server::{
 };
 use cosi_core::{CreateOptions, Resource, ResourceSpec, State, StateExt, UpdateOptions};
 use cosi_state::{MemoryOptions, MemoryState};
-use support::memory::{serve_or_test, status_kib};
+use support::memory::{serve_or_test, status_kib, ServerChild};
 use support::Blob;
 
 /// Resources of the kind, each of [`BLOB_BYTES`].
@@ -133,22 +133,9 @@ async fn one_caller_s_unread_watches_pin_at_most_its_byte_budget() {
         .issue_client("slow-reader", Role::Reader, CERT_VALIDITY)
         .unwrap();
 
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .env("COSI_CALLER_MEMORY_SERVER", dir.path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut figure = |label: &str| -> u64 {
-        let line = lines.next().unwrap().unwrap();
-        line.strip_prefix(label)
-            .and_then(|rest| rest.trim().parse().ok())
-            .unwrap_or_else(|| panic!("expected {label}, got {line:?}"))
-    };
-    let port = figure("PORT") as u16;
-    let base = figure("BASE");
+    let mut server = ServerChild::spawn(&[("COSI_CALLER_MEMORY_SERVER", dir.path().as_os_str())]);
+    let port = server.figure("PORT") as u16;
+    let base = server.figure("BASE");
 
     // A slow reader: a small receive window, every watch established and then never read.
     let channel = channel_with(
@@ -180,10 +167,9 @@ async fn one_caller_s_unread_watches_pin_at_most_its_byte_budget() {
         assert!(established.event.is_empty());
         watches.push(watch);
     }
-    writeln!(stdin, "write").unwrap();
-    let peak = figure("PEAK");
-    writeln!(stdin, "done").unwrap();
-    child.wait().unwrap();
+    server.say("write");
+    let peak = server.figure("PEAK");
+    server.finish();
     drop(watches);
 
     let grown = peak - base;

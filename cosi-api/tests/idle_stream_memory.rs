@@ -14,6 +14,7 @@
 
 mod support;
 
+use std::ffi::OsStr;
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,7 @@ use cosi_api::client::{channel, ClientSecurity};
 use cosi_api::proto::resource::{self as pb, state_client::StateClient};
 use cosi_api::server::OMIT_YAML_HEADER;
 use cosi_core::{CreateOptions, Resource, ResourceSpec, State, StateExt, UpdateOptions};
-use support::memory::{serve_or_test, status_kib};
+use support::memory::{serve_or_test, status_kib, ServerChild};
 use support::Blob;
 
 /// Watches of the resource, each of which receives its one large update.
@@ -98,23 +99,11 @@ fn main() {
 }
 
 async fn a_stream_that_sent_a_large_message_holds_at_most_a_small_buffer_when_idle() {
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .env("COSI_IDLE_STREAM_SERVER", "1")
-        .env("MALLOC_MMAP_THRESHOLD_", "65536")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut answer = |label: &str| -> u64 {
-        let line = lines.next().unwrap().unwrap();
-        let rest = line
-            .strip_prefix(label)
-            .unwrap_or_else(|| panic!("expected {label}, got {line:?}"));
-        rest.trim().parse().unwrap_or(0)
-    };
-    let port = answer("PORT") as u16;
+    let mut server = ServerChild::spawn(&[
+        ("COSI_IDLE_STREAM_SERVER", OsStr::new("1")),
+        ("MALLOC_MMAP_THRESHOLD_", OsStr::new("65536")),
+    ]);
+    let port = server.figure("PORT") as u16;
 
     let channel = channel(
         ([127, 0, 0, 1], port).into(),
@@ -139,10 +128,10 @@ async fn a_stream_that_sent_a_large_message_holds_at_most_a_small_buffer_when_id
         assert!(established.event.is_empty());
         watches.push(watch);
     }
-    writeln!(stdin, "base").unwrap();
-    let base = answer("BASE");
-    writeln!(stdin, "write").unwrap();
-    answer("WRITTEN");
+    server.say("base");
+    let base = server.figure("BASE");
+    server.say("write");
+    server.expect("WRITTEN");
     // Every watch's update, read to its last byte (all at once: the watches share one
     // connection's receive window); the streams stay open and idle.
     let sizes = futures::future::join_all(watches.iter_mut().map(|watch| async move {
@@ -155,10 +144,9 @@ async fn a_stream_that_sent_a_large_message_holds_at_most_a_small_buffer_when_id
     for size in sizes {
         assert!(size > LARGE, "{size}");
     }
-    writeln!(stdin, "idle").unwrap();
-    let idle = answer("IDLE");
-    writeln!(stdin, "done").unwrap();
-    child.wait().unwrap();
+    server.say("idle");
+    let idle = server.figure("IDLE");
+    server.finish();
     drop(watches);
 
     let grown_mib = idle.saturating_sub(base) / 1024;

@@ -19,7 +19,6 @@ mod support;
 use std::io::{BufRead, Write};
 use std::marker::PhantomData;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes};
@@ -31,7 +30,7 @@ use cosi_api::testing::TestMachine;
 use cosi_api::tls::fingerprint_of_pem;
 use cosi_core::ResourceSpec;
 use cosi_state::MemoryState;
-use support::memory::{serve_or_test, status_kib};
+use support::memory::{serve_or_test, status_kib, ServerChild};
 use support::raw_state::field;
 use support::{blob_codec, Blob};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -274,25 +273,9 @@ async fn measure(
     dir: &Path,
     fingerprint: &cosi_api::tls::Fingerprint,
 ) -> (u64, Status) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .env("COSI_REQUEST_SERVER", dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut figure = |label: &str| -> u64 {
-        let Some(line) = lines.next() else {
-            panic!("the server ended: {:?}", child.wait());
-        };
-        let line = line.unwrap();
-        line.strip_prefix(label)
-            .and_then(|rest| rest.trim().parse().ok())
-            .unwrap_or_else(|| panic!("expected {label}, got {line:?}"))
-    };
-    let state_port = figure("STATE") as u16;
-    let machine_port = figure("MACHINE") as u16;
+    let mut server = ServerChild::spawn(&[("COSI_REQUEST_SERVER", dir.as_os_str())]);
+    let state_port = server.figure("STATE") as u16;
+    let machine_port = server.figure("MACHINE") as u16;
     let message = case.message();
     let (port, security) = match case {
         Case::ApplyEmptyPatches => (
@@ -351,13 +334,12 @@ async fn measure(
         }
     };
     let _ = call(Bytes::from(small)).await;
-    writeln!(stdin, "peak").unwrap();
-    let base = figure("PEAK");
+    server.say("peak");
+    let base = server.figure("PEAK");
     let status = call(message).await;
-    writeln!(stdin, "peak").unwrap();
-    let peak = figure("PEAK");
-    writeln!(stdin, "done").unwrap();
-    child.wait().unwrap();
+    server.say("peak");
+    let peak = server.figure("PEAK");
+    server.finish();
     (peak.saturating_sub(base), status)
 }
 

@@ -1,9 +1,12 @@
 //! What the memory tests share (`harness = false` tests that measure a process's memory): its
-//! figures from `/proc/self/status`, and the `main` that runs either the test or, in a second
-//! process of the same binary, the server it measures.
+//! figures from `/proc/self/status`, the `main` that runs either the test or, in a second
+//! process of the same binary, the server it measures, and that server as the test sees it
+//! ([`ServerChild`]).
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::future::Future;
+use std::io::{BufRead, BufReader, Lines, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 /// One of this process's memory figures from `/proc/self/status`, in KiB: `"VmHWM"` (peak
 /// resident) or `"VmRSS"` (resident).
@@ -49,4 +52,64 @@ pub fn serve_or_test<S, T>(
     }
     runtime.block_on(test());
     passed(name);
+}
+
+/// A memory test's server: this binary again, as a child process that prints `LABEL value`
+/// lines (its port, its memory figures) and takes the test's words on its standard input.
+pub struct ServerChild {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+    stdin: ChildStdin,
+}
+
+impl ServerChild {
+    /// Starts this binary with `envs` set (one of them names the server to run).
+    pub fn spawn(envs: &[(&str, &OsStr)]) -> ServerChild {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        for (name, value) in envs {
+            command.env(name, value);
+        }
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let stdin = child.stdin.take().unwrap();
+        ServerChild {
+            child,
+            lines,
+            stdin,
+        }
+    }
+
+    /// The rest of the server's next line, which must start with `label`.
+    pub fn expect(&mut self, label: &str) -> String {
+        let Some(line) = self.lines.next() else {
+            panic!("the server ended: {:?}", self.child.wait());
+        };
+        let line = line.unwrap();
+        match line.strip_prefix(label) {
+            Some(rest) => rest.trim().to_string(),
+            None => panic!("expected {label}, got {line:?}"),
+        }
+    }
+
+    /// The number on the server's next line, `label` and the number.
+    pub fn figure(&mut self, label: &str) -> u64 {
+        let rest = self.expect(label);
+        rest.parse()
+            .unwrap_or_else(|_| panic!("expected a number after {label}, got {rest:?}"))
+    }
+
+    /// Says `word` to the server.
+    pub fn say(&mut self, word: &str) {
+        writeln!(self.stdin, "{word}").unwrap();
+    }
+
+    /// Tells the server it is done, and waits for it to end.
+    pub fn finish(mut self) {
+        self.say("done");
+        self.child.wait().unwrap();
+    }
 }
