@@ -217,10 +217,17 @@ async fn a_pointer_watch_that_resyncs_after_its_resource_was_destroyed_gets_a_to
         .unwrap();
 
     // Then the watch resyncs, and says `a` is absent with a tombstone, as its first event
-    // would have (before: the resync and its bootstrapped alone)
+    // would have (before: the resync and its bootstrapped alone). The update arrives first
+    // only if the watch's task took it from the kind's shared feed before it fell behind that
+    // feed; once behind, it reads from etcd at its position, which the compaction removed (a
+    // race the test cannot order; both ways end in the resync).
     assert_eq!(next_summary(&mut watch).await, ev("created", "a", 1));
-    assert_eq!(next_summary(&mut watch).await, ev("updated", "a", 2));
-    assert!(matches!(next_event(&mut watch).await, Event::Resync { .. }));
+    let mut after = next_event(&mut watch).await;
+    if !matches!(after, Event::Resync { .. }) {
+        assert_eq!(summary(&after), ev("updated", "a", 2));
+        after = next_event(&mut watch).await;
+    }
+    assert!(matches!(after, Event::Resync { .. }), "{after:?}");
     let absent = next_event(&mut watch).await;
     assert!(
         matches!(&absent, Event::Destroyed { resource, compacted: false, .. }
