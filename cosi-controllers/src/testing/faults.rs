@@ -1,7 +1,7 @@
 //! [`FaultyState`]: a [`State`] wrapper that fails chosen calls, to test how controllers handle
 //! store failures.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cosi_core::{
@@ -19,6 +19,9 @@ enum Fault {
         kind: Kind,
     },
     Watches {
+        kind: Kind,
+    },
+    Holds {
         kind: Kind,
     },
 }
@@ -49,6 +52,10 @@ pub struct FaultyState {
     inner: Arc<dyn State>,
     faults: Mutex<Vec<Fault>>,
     injected: AtomicU64,
+    /// Rung when holds are lifted.
+    released: tokio::sync::Notify,
+    /// Kind watches waiting for a hold to be lifted.
+    held: AtomicUsize,
 }
 
 impl std::fmt::Debug for FaultyState {
@@ -56,6 +63,7 @@ impl std::fmt::Debug for FaultyState {
         f.debug_struct("FaultyState")
             .field("faults", &*self.lock())
             .field("injected", &self.injected())
+            .field("held", &self.held_watches())
             .finish_non_exhaustive()
     }
 }
@@ -67,6 +75,8 @@ impl FaultyState {
             inner,
             faults: Mutex::new(Vec::new()),
             injected: AtomicU64::new(0),
+            released: tokio::sync::Notify::new(),
+            held: AtomicUsize::new(0),
         }
     }
 
@@ -96,9 +106,29 @@ impl FaultyState {
         self.lock().push(Fault::Watches { kind });
     }
 
-    /// Disarms every fault.
+    /// Holds every `watch_kind` of `kind` made from now on until [`Self::release_watches`] (or
+    /// [`Self::clear`]): the call waits, then proceeds as the faults armed by then say. This is
+    /// how a test stops a controller in the middle of watching its inputs, to order that
+    /// against something else ([`Self::held_watches`] tells when a call is waiting).
+    pub fn hold_watches(&self, kind: Kind) {
+        self.lock().push(Fault::Holds { kind });
+    }
+
+    /// Lifts every hold of [`Self::hold_watches`]; the waiting calls proceed.
+    pub fn release_watches(&self) {
+        self.lock().retain(|f| !matches!(f, Fault::Holds { .. }));
+        self.released.notify_waiters();
+    }
+
+    /// How many `watch_kind` calls are waiting for a hold to be lifted.
+    pub fn held_watches(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// Disarms every fault (and lifts every hold).
     pub fn clear(&self) {
         self.lock().clear();
+        self.released.notify_waiters();
     }
 
     /// How many calls were failed so far.
@@ -156,6 +186,35 @@ impl FaultyState {
         Ok(())
     }
 
+    fn is_held(&self, kind: &Kind) -> bool {
+        self.lock()
+            .iter()
+            .any(|f| matches!(f, Fault::Holds { kind: k } if k == kind))
+    }
+
+    /// Waits until `kind` is held no more.
+    async fn until_released(&self, kind: &Kind) {
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.held.fetch_add(1, Ordering::SeqCst);
+        // Counted down however the wait ends (a caller may drop the call).
+        let _waiting = Waiting(&self.held);
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            // Registered before looking, so a release in between is not missed.
+            released.as_mut().enable();
+            if !self.is_held(kind) {
+                break;
+            }
+            released.await;
+        }
+    }
+
     fn check_watch(&self, kind: &Kind, subject: &dyn std::fmt::Display) -> Result<()> {
         self.check_read(kind, subject)?;
         let failing = self
@@ -211,6 +270,13 @@ impl State for FaultyState {
     }
 
     fn watch_kind<'a>(&'a self, kind: &'a Kind, options: WatchKindOptions) -> Call<'a, Watch> {
+        if self.is_held(kind) {
+            return Call::pending(async move {
+                self.until_released(kind).await;
+                self.check_watch(kind, kind)?;
+                self.inner.watch_kind(kind, options).await
+            });
+        }
         Call::after(self.check_watch(kind, kind), |()| {
             self.inner.watch_kind(kind, options)
         })
