@@ -257,6 +257,11 @@ impl ControllerState {
     /// controller reconciles again (retrying, each failure a restart), and reconciles it once
     /// they are watched (a queue controller: relists its items; the items it had queued still
     /// run meanwhile).
+    ///
+    /// Changes of inputs made at once (by several items of a queue controller, or by a task of
+    /// the controller's own holding a clone of this handle) take turns, with each other and
+    /// with the engine's subscribing them again: the inputs watched are always the inputs
+    /// declared, those of the last change that succeeded.
     pub async fn set_inputs(&self, inputs: Vec<Input>) -> Result<()> {
         self.shared
             .registry

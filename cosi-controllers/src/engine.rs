@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use crate::access::{Access, InputRegistry};
 use crate::feed::KindFeeds;
 use crate::level::LevelActivity;
-use crate::runner::{deadline_after, FeedTarget, IdleProbe, Signals, TaskContext};
+use crate::runner::{deadline_after, FeedTarget, IdleProbe, Signals, TaskContext, Watched};
 use crate::status::{refuse_reserved, FailureSink, Publisher, StatusCell, StatusCells};
 use crate::wake::WakeSignal;
 use crate::work_queue::WorkQueue;
@@ -102,6 +102,8 @@ pub(crate) struct Slot {
     pub(crate) name: Arc<str>,
     pub(crate) access: Arc<RwLock<Arc<Access>>>,
     pub(crate) target: Arc<dyn FeedTarget>,
+    /// Whether its inputs are watched; its runner and its changes of inputs take turns here.
+    pub(crate) watched: Arc<Watched>,
     pub(crate) probe: Arc<dyn IdleProbe>,
     pub(crate) status: Arc<StatusCell>,
 }
@@ -158,6 +160,7 @@ impl Shared {
             state,
             raw: self.state.clone(),
             feeds: self.feeds.clone(),
+            watched: slot.watched.clone(),
             signals: self.signals(),
             restart_backoff: self.options.restart_backoff.clone(),
             shutdown: self.shutdown_tx.subscribe(),
@@ -188,6 +191,10 @@ impl InputRegistry for Shared {
             .ok_or_else(|| RegistrationError::UnknownController {
                 name: controller.into(),
             })?;
+        // The runner subscribing meanwhile (again, after the inputs were lost) would read the
+        // inputs before this changes them and leave them watched beside the new ones: it waits
+        // for its turn, and then finds them watched.
+        let mut watched = slot.watched.lock().await;
         let previous = slot
             .access
             .read()
@@ -208,18 +215,23 @@ impl InputRegistry for Shared {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .set_inputs(controller, &previous.inputs)?;
-            if let Err(restore) = self
+            match self
                 .feeds
                 .subscribe(slot.id, &previous.inputs, slot.target.clone())
                 .await
             {
-                // The old inputs are declared again but watched no more: the runner subscribes
-                // to them again, with backoff, before the controller runs on.
-                tracing::warn!(controller, error = %error, restore_error = %restore, "changing inputs failed and so did watching the old ones again; the runner watches them again before the controller runs on");
-                slot.target.unsubscribed();
+                Ok(()) => *watched = true,
+                Err(restore) => {
+                    // The old inputs are declared again but watched no more: the runner
+                    // subscribes to them again, with backoff, before the controller runs on.
+                    tracing::warn!(controller, error = %error, restore_error = %restore, "changing inputs failed and so did watching the old ones again; the runner watches them again before the controller runs on");
+                    *watched = false;
+                    slot.target.unsubscribed();
+                }
             }
             return Err(error);
         }
+        *watched = true;
         *slot.access.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Access {
             inputs,
             outputs: previous.outputs.clone(),
@@ -390,6 +402,7 @@ impl Engine {
             name: name.clone(),
             access: Arc::new(RwLock::new(Arc::new(Access { inputs, outputs }))),
             target,
+            watched: Arc::default(),
             probe,
             status: status.clone(),
         });

@@ -175,18 +175,18 @@ pub(crate) async fn run(
     }
 }
 
-/// Subscribes the controller to its current inputs, retrying after the restart `backoff`
-/// (each failure recorded as a restart); `false` on shutdown. On error the feeds keep no
-/// subscription of the controller, so every attempt starts from scratch.
+/// Subscribes the controller to its current inputs (unless a change of them watches them
+/// already), retrying after the restart `backoff` (each failure recorded as a restart); `false`
+/// on shutdown, also one that comes while the store is slow to answer. On error the feeds keep
+/// no subscription of the controller, so every attempt starts from scratch.
 async fn subscribe(
     activity: &Arc<LevelActivity>,
     cx: &mut TaskContext,
     backoff: &mut crate::Backoff,
 ) -> bool {
     loop {
-        let inputs = cx.state.inputs();
-        match cx.feeds.subscribe(cx.id, &inputs, activity.clone()).await {
-            Ok(()) => return true,
+        match cx.watch_inputs(activity.clone()).await {
+            Ok(up) => return up,
             Err(error) => {
                 tracing::warn!(controller = %cx.name, %error, "watching inputs failed; retrying");
                 cx.record_failure(&Failure::Error(error), true);

@@ -11,7 +11,8 @@
 //! ones: [`crate::runner::FeedTarget::unsubscribed`]) are made again by the runner, retrying
 //! after the restart backoff (each failure counts as a restart); the queue is relisted once
 //! they hold, so no change made meanwhile is missed. Items already queued still run while it
-//! retries.
+//! retries; one of them that changes the inputs meanwhile waits for the attempt under way,
+//! and a change that succeeds ends the retries (the new inputs are watched).
 //!
 //! A primary destroyed while its kind watch resyncs is not queued again: see "Primaries
 //! destroyed inside a resync" in [`QueueController`]'s docs for the exact limitation and what
@@ -160,12 +161,12 @@ pub(crate) async fn run<Q: QueueController>(
 ) {
     let cx = Arc::new(cx);
     let mut restart = cx.restart_backoff.clone();
-    let mut subscribed = false;
     let mut shutdown = cx.shutdown.clone();
     // Start: subscribe, run the hook; a failure restarts after backoff.
     loop {
-        match start(&*controller, &queue, &cx, &mut subscribed).await {
-            Ok(()) => break,
+        match start(&*controller, &queue, &cx).await {
+            Ok(true) => break,
+            Ok(false) => return,
             Err(failure) => {
                 let delay = restart.next_delay();
                 tracing::warn!(controller = %cx.name, error = %failure, backoff = ?delay, "queue controller failed to start; restarting after backoff");
@@ -290,27 +291,30 @@ async fn work<Q: QueueController>(controller: Arc<Q>, queue: Arc<WorkQueue>, cx:
     }
 }
 
+/// Subscribes (unless a restart finds the inputs watched already) and runs the hook; `false`
+/// on shutdown.
 async fn start<Q: QueueController>(
     controller: &Q,
     queue: &Arc<WorkQueue>,
     cx: &TaskContext,
-    subscribed: &mut bool,
-) -> std::result::Result<(), Failure> {
-    if !*subscribed {
-        let inputs = cx.state.inputs();
-        cx.feeds
-            .subscribe(cx.id, &inputs, queue.clone())
-            .await
-            .map_err(Failure::Error)?;
-        *subscribed = true;
+) -> std::result::Result<bool, Failure> {
+    if !cx
+        .watch_inputs(queue.clone())
+        .await
+        .map_err(Failure::Error)?
+    {
+        return Ok(false);
     }
     run_step(async { controller.run_hook(&cx.state).await })
         .await
-        .map_err(|failure| failure.during("run hook"))
+        .map_err(|failure| failure.during("run hook"))?;
+    Ok(true)
 }
 
-/// Subscribes the controller to its inputs again after they were lost, retrying after the
-/// restart backoff (each failure recorded as a restart); `false` on shutdown.
+/// Subscribes the controller to its inputs again after they were lost (unless a change of
+/// inputs made meanwhile watches them), retrying after the restart backoff (each failure
+/// recorded as a restart); `false` on shutdown, also one that comes while the store is slow
+/// to answer.
 async fn resubscribe(
     queue: &Arc<WorkQueue>,
     cx: &TaskContext,
@@ -318,9 +322,8 @@ async fn resubscribe(
 ) -> bool {
     let mut backoff = cx.restart_backoff.clone();
     loop {
-        let inputs = cx.state.inputs();
-        let error = match cx.feeds.subscribe(cx.id, &inputs, queue.clone()).await {
-            Ok(()) => return true,
+        let error = match cx.watch_inputs(queue.clone()).await {
+            Ok(up) => return up,
             Err(error) => error,
         };
         let delay = backoff.next_delay();

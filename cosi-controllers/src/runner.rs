@@ -2,10 +2,11 @@
 //! [`crate::Controller`], `queue` a [`crate::QueueController`]).
 //!
 //! A runner is given a [`TaskContext`]: its controller's identity and state handle, a way to
-//! subscribe to input changes ([`Subscriptions`]), the engine's [`Signals`] and its shutdown
-//! flag. It exposes an [`IdleProbe`] (so the engine and the test harness can tell when it has
-//! nothing to do) and a [`FeedTarget`] (where input changes arrive). Every reconcile of every
-//! runner goes through [`run_reconcile`]: one span, one panic catch, one outcome.
+//! subscribe to input changes ([`Subscriptions`], taking turns with the engine's changes of
+//! inputs through [`Watched`]), the engine's [`Signals`] and its shutdown flag. It exposes an
+//! [`IdleProbe`] (so the engine and the test harness can tell when it has nothing to do) and a
+//! [`FeedTarget`] (where input changes arrive). Every reconcile of every runner goes through
+//! [`run_reconcile`]: one span, one panic catch, one outcome.
 //!
 //! This module imports nothing from the engine or the runners: the engine composes the runners
 //! through it, the way kube-runtime's controller composes its runner and scheduler.
@@ -74,6 +75,25 @@ pub(crate) trait Subscriptions: Send + Sync {
     ) -> Result<()>;
 }
 
+/// Whether a controller's inputs are watched, behind the lock that every change of its
+/// subscriptions holds from reading the inputs until the feeds have them: the engine's change
+/// of inputs ([`crate::ControllerState::set_inputs`]) and the runner's subscribing (at start,
+/// and again after they were lost) take turns. A runner that read the inputs just before a
+/// change of them, and subscribed while it ran, would otherwise leave the old ones watched
+/// beside the new.
+#[derive(Debug, Default)]
+pub(crate) struct Watched {
+    /// `false` before the runner first subscribes, and while the subscriptions are lost.
+    watched: tokio::sync::Mutex<bool>,
+}
+
+impl Watched {
+    /// Takes the turn (held across the feeds' awaits: that is its purpose).
+    pub(crate) async fn lock(&self) -> tokio::sync::MutexGuard<'_, bool> {
+        self.watched.lock().await
+    }
+}
+
 /// What a runner tells the engine: progress (the harness's quiescence detection) and changed
 /// counters (the status publisher).
 #[derive(Clone, Debug, Default)]
@@ -112,6 +132,8 @@ pub(crate) struct TaskContext {
     /// The state without access rules (a queue runner lists single-id inputs through it).
     pub(crate) raw: Arc<dyn State>,
     pub(crate) feeds: Arc<dyn Subscriptions>,
+    /// Whether the inputs are watched; shared with the engine's changes of inputs.
+    pub(crate) watched: Arc<Watched>,
     pub(crate) signals: Signals,
     pub(crate) restart_backoff: Backoff,
     pub(crate) shutdown: watch::Receiver<bool>,
@@ -119,6 +141,30 @@ pub(crate) struct TaskContext {
 }
 
 impl TaskContext {
+    /// Subscribes `target` to the controller's current inputs, unless they are watched already
+    /// (a change of inputs made since they were lost watches them). Returns `Ok(false)` if the
+    /// engine shut down first: a store that does not answer does not hold up the shutdown,
+    /// and a runner does not go on as if subscribed (what it subscribed before it gave up is
+    /// left to the feeds, which end on the same signal). On error nothing is subscribed.
+    pub(crate) async fn watch_inputs(&self, target: Arc<dyn FeedTarget>) -> Result<bool> {
+        let mut shutdown = self.shutdown.clone();
+        let subscribe = async {
+            let mut watched = self.watched.lock().await;
+            if !*watched {
+                let inputs = self.state.inputs();
+                self.feeds.subscribe(self.id, &inputs, target).await?;
+                *watched = true;
+            }
+            Ok(())
+        };
+        tokio::select! {
+            biased;
+            // Also when the signal was seen before: the value, not a change, decides.
+            _ = shutdown.wait_for(|&down| down) => Ok(false),
+            result = subscribe => result.map(|()| true),
+        }
+    }
+
     /// Records a reconcile's outcome in the controller's counters.
     pub(crate) fn record(&self, elapsed: Duration, outcome: &Outcome, restart: bool) {
         if let (Some(sink), Some(failure)) = (&self.failures, outcome.failure()) {

@@ -12,7 +12,7 @@ use common::*;
 use cosi_controllers::testing::Harness;
 use cosi_controllers::{
     Backoff, Controller, ControllerState, ControllerStatus, EngineOptions, Input, Output,
-    Reconciled, RegistrationError,
+    Reconciled, RegistrationError, ShutdownReport,
 };
 use cosi_core::{
     Call, Error, LabelOp, LabelQueries, LabelQuery, LabelTerm, ListOptions, Resource, ResourceSpec,
@@ -1414,6 +1414,154 @@ async fn a_controller_waiting_for_a_change_it_cannot_hear_watches_its_inputs_aga
     set(&h.state(), "b1", B { value: 2 }).await;
     h.settle().await;
     assert_eq!(runs.load(Ordering::SeqCst), 4);
+}
+
+/// A controller on A and C that also changes its inputs from a task of its own: its first
+/// reconcile hands a clone of its state handle to a task that, once `gate` is rung, switches to
+/// A and B and keeps the result. A switch in `request` is made by the next reconcile, its
+/// failure returned.
+struct BackgroundSwitcher {
+    request: Arc<Mutex<Option<Vec<Input>>>>,
+    gate: Arc<tokio::sync::Notify>,
+    background: Arc<Mutex<Option<Result<()>>>>,
+    runs: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Controller for BackgroundSwitcher {
+    fn name(&self) -> &str {
+        "BackgroundSwitcher"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak_of::<A>(), Input::weak_of::<C>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        if self.runs.fetch_add(1, Ordering::SeqCst) == 0 {
+            let (state, gate, background) =
+                (state.clone(), self.gate.clone(), self.background.clone());
+            tokio::spawn(async move {
+                gate.notified().await;
+                let result = state
+                    .set_inputs(vec![Input::weak_of::<A>(), Input::weak_of::<B>()])
+                    .await;
+                *background.lock().unwrap() = Some(result);
+            });
+        }
+        let request = self.request.lock().unwrap().take();
+        if let Some(inputs) = request {
+            state.set_inputs(inputs).await?;
+        }
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_controller_changing_its_inputs_while_its_runner_watches_the_lost_ones_again_watches_exactly_the_new_ones(
+) {
+    // Given a controller on A and C that switched to A and B while the store could not watch
+    // A: watching A and B failed, and so did watching A and C again (1 s restart backoff)
+    let h = Harness::with_options(test_options());
+    h.expect_errors("BackgroundSwitcher");
+    let request = Arc::new(Mutex::new(None));
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let background = Arc::new(Mutex::new(None));
+    let runs = Arc::new(AtomicUsize::new(0));
+    h.register(BackgroundSwitcher {
+        request: request.clone(),
+        gate: gate.clone(),
+        background: background.clone(),
+        runs: runs.clone(),
+    })
+    .unwrap();
+    h.start().await;
+    let a_and_b = vec![Input::weak_of::<A>(), Input::weak_of::<B>()];
+    h.faults().fail_watches(A::kind());
+    *request.lock().unwrap() = Some(a_and_b.clone());
+    create(&h.state(), "a1", A { value: 1 }).await;
+    h.settle().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!(h.engine().watched_kinds(), []);
+
+    // When the store recovers, the runner's next attempt is held in the middle (A watched, C
+    // not yet), and meanwhile the controller's own task switches to A and B
+    h.faults().clear();
+    h.faults().hold_watches(C::kind());
+    h.advance_quiesce(Duration::from_secs(1)).await;
+    assert_eq!(h.faults().held_watches(), 1);
+    gate.notify_one();
+    h.quiesce().await;
+    h.faults().release_watches();
+    h.settle().await;
+
+    // Then the controller watches exactly A and B, as it asked last: not C any more
+    assert!(matches!(*background.lock().unwrap(), Some(Ok(()))));
+    assert_eq!(
+        h.engine().graph().inputs("BackgroundSwitcher").unwrap(),
+        a_and_b
+    );
+    assert_eq!(h.engine().watched_kinds(), [A::kind(), B::kind()]);
+    let before = runs.load(Ordering::SeqCst);
+    create(&h.state(), "c1", C { value: 1 }).await;
+    h.settle().await;
+    assert_eq!(runs.load(Ordering::SeqCst), before, "C is no input");
+    create(&h.state(), "b1", B { value: 1 }).await;
+    h.settle().await;
+    assert_eq!(runs.load(Ordering::SeqCst), before + 1, "B is one");
+}
+
+/// A `deaf_retargeter` whose store recovered, its runner held in the middle of watching B
+/// again. Returns the harness and its reconcile count (2).
+async fn retargeter_held_watching_again() -> (Harness, Arc<AtomicUsize>) {
+    let (h, runs) = deaf_retargeter(false).await;
+    h.settle().await;
+    h.faults().clear();
+    h.faults().hold_watches(B::kind());
+    h.advance_quiesce(Duration::from_secs(1)).await;
+    assert_eq!(h.faults().held_watches(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    (h, runs)
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_does_not_wait_for_a_controller_watching_its_inputs_again() {
+    // Given a controller whose runner is held watching its inputs again
+    let (h, _runs) = retargeter_held_watching_again().await;
+
+    // When the engine shuts down
+    let started = tokio::time::Instant::now();
+    let report = h.shutdown().await;
+
+    // Then the runner stopped at once: not aborted after the shutdown timeout
+    assert_eq!(
+        report,
+        ShutdownReport {
+            stopped: 2,
+            aborted: 0
+        }
+    );
+    assert_eq!(started.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_controller_watching_its_inputs_again_when_the_engine_shuts_down_does_not_reconcile_again(
+) {
+    // Given a controller whose runner is held watching its inputs again
+    let (h, runs) = retargeter_held_watching_again().await;
+
+    // When the engine shuts down, and the watch is made while it does
+    let engine = h.engine().clone();
+    let shutdown = tokio::spawn(async move { engine.shutdown().await });
+    // The shutdown task sends its signal on its first poll.
+    tokio::task::yield_now().await;
+    h.faults().release_watches();
+    let report = shutdown.await.unwrap();
+
+    // Then no reconcile started after the signal
+    assert_eq!(report.aborted, 0);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test(start_paused = true)]

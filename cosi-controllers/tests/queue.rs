@@ -12,6 +12,7 @@ use common::*;
 use cosi_controllers::testing::Harness;
 use cosi_controllers::{
     Backoff, ControllerState, EngineOptions, Input, Output, QueueController, Reconciled,
+    ShutdownReport,
 };
 use cosi_core::{Error, Phase, Pointer, Resource, ResourceSpec, Result, SharedResource, StateExt};
 
@@ -870,6 +871,165 @@ async fn a_queue_controller_whose_inputs_could_be_neither_changed_nor_restored_h
     // Counted: the item's failure, and the failed first attempt at watching A again.
     let status = h.status("QueueRetargeter").await;
     assert_eq!((status.errors, status.restarts), (2, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_does_not_wait_for_a_queue_controller_watching_its_inputs_again() {
+    // Given a queue controller on A whose switch to A and B lost it every watch, and whose
+    // runner is held in the middle of watching A again once the store recovered
+    let h = Harness::with_options(EngineOptions {
+        restart_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(8)),
+        ..EngineOptions::default()
+    });
+    h.expect_errors("QueueRetargeter");
+    let request = Arc::new(Mutex::new(None));
+    let log = Arc::new(Log::default());
+    h.register_queue(QueueRetargeter {
+        request: request.clone(),
+        log: log.clone(),
+    })
+    .unwrap();
+    h.start().await;
+    h.faults().fail_watches(A::kind());
+    h.faults().fail_watches(B::kind());
+    *request.lock().unwrap() = Some(vec![Input::weak_of::<A>(), Input::weak_of::<B>()]);
+    create(&h.state(), "a1", A { value: 1 }).await;
+    h.settle().await;
+    assert_eq!(h.engine().watched_kinds(), []);
+    h.faults().clear();
+    h.faults().hold_watches(A::kind());
+    h.advance_quiesce(Duration::from_secs(1)).await;
+    assert_eq!(h.faults().held_watches(), 1);
+
+    // When the engine shuts down
+    let started = tokio::time::Instant::now();
+    let report = h.shutdown().await;
+
+    // Then the runner stopped at once: not aborted after the shutdown timeout
+    assert_eq!(
+        report,
+        ShutdownReport {
+            stopped: 2,
+            aborted: 0
+        }
+    );
+    assert_eq!(started.elapsed(), Duration::ZERO);
+}
+
+/// Items of A, with C as a secondary input (each C mapped to nothing, and logged). The item
+/// `a2` waits for `gate` first. An item with an entry in `switches` changes the inputs to it
+/// and logs whether that worked.
+struct QueueSwitcher {
+    switches: Arc<Mutex<HashMap<String, Vec<Input>>>>,
+    gate: Arc<tokio::sync::Notify>,
+    log: Arc<Log>,
+}
+
+impl QueueController for QueueSwitcher {
+    fn name(&self) -> &str {
+        "QueueSwitcher"
+    }
+    fn primary(&self) -> Input {
+        Input::weak_of::<A>()
+    }
+    fn secondary(&self) -> Vec<Input> {
+        vec![Input::weak_of::<C>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    fn concurrency(&self) -> usize {
+        2
+    }
+    async fn map_input(
+        &self,
+        _state: &ControllerState,
+        resource: &SharedResource,
+    ) -> Result<Vec<Pointer>> {
+        self.log.push(format!(
+            "map {} {}",
+            resource.metadata().resource_type(),
+            resource.metadata().id()
+        ));
+        Ok(vec![])
+    }
+    async fn reconcile(&self, state: &ControllerState, item: &Pointer) -> Result<Reconciled> {
+        let waits = item.id() == "a2" && self.switches.lock().unwrap().contains_key("a2");
+        if waits {
+            self.gate.notified().await;
+        }
+        let switch = self.switches.lock().unwrap().remove(item.id());
+        if let Some(inputs) = switch {
+            match state.set_inputs(inputs).await {
+                Ok(()) => self.log.push(format!("{} switched", item.id())),
+                Err(_) => self.log.push(format!("{} failed to switch", item.id())),
+            }
+        }
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_controller_changing_its_inputs_while_its_runner_watches_the_lost_ones_again_watches_exactly_the_new_ones(
+) {
+    // Given a queue controller on A and C, whose item a1 switches to A and B while the store
+    // cannot watch A: watching A and B fails, so does watching A and C again, and the runner's
+    // first attempt at watching them again (1 s restart backoff)
+    let h = Harness::with_options(EngineOptions {
+        restart_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(8)),
+        ..EngineOptions::default()
+    });
+    h.expect_errors("QueueSwitcher");
+    let switches = Arc::new(Mutex::new(HashMap::new()));
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let log = Arc::new(Log::default());
+    h.register_queue(QueueSwitcher {
+        switches: switches.clone(),
+        gate: gate.clone(),
+        log: log.clone(),
+    })
+    .unwrap();
+    h.start().await;
+    let a_and_b = vec![Input::weak_of::<A>(), Input::weak_of::<B>()];
+    switches.lock().unwrap().extend([
+        ("a1".to_string(), a_and_b.clone()),
+        ("a2".to_string(), a_and_b.clone()),
+    ]);
+    h.faults().fail_watches(A::kind());
+    create(&h.state(), "a1", A { value: 1 }).await;
+    create(&h.state(), "a2", A { value: 2 }).await;
+    h.quiesce().await;
+    assert_eq!(log.events(), ["a1 failed to switch"]);
+    assert_eq!(h.engine().watched_kinds(), []);
+
+    // When the store recovers, the runner's next attempt is held in the middle (A watched, C
+    // not yet), and meanwhile item a2 switches to A and B
+    h.faults().clear();
+    h.faults().hold_watches(C::kind());
+    h.advance_quiesce(Duration::from_secs(1)).await;
+    assert_eq!(h.faults().held_watches(), 1);
+    gate.notify_one();
+    h.quiesce().await;
+    h.faults().release_watches();
+    h.settle().await;
+
+    // Then the controller watches exactly A and B, as it asked last: not C any more
+    assert_eq!(
+        log.events(),
+        ["a1 failed to switch", "a2 switched"],
+        "a2's switch succeeded"
+    );
+    assert_eq!(h.engine().graph().inputs("QueueSwitcher").unwrap(), a_and_b);
+    assert_eq!(h.engine().watched_kinds(), [A::kind(), B::kind()]);
+    create(&h.state(), "c1", C { value: 1 }).await;
+    create(&h.state(), "b1", B { value: 1 }).await;
+    h.settle().await;
+    let maps: Vec<String> = log
+        .events()
+        .into_iter()
+        .filter(|e| e.starts_with("map"))
+        .collect();
+    assert_eq!(maps, [format!("map {} b1", B::TYPE)]);
 }
 
 /// C/x = A/x for each A/x; destroys C/x when its reconcile finds A/x gone. Watches its
