@@ -261,7 +261,9 @@ impl ControllerState {
     /// Changes of inputs made at once (by several items of a queue controller, or by a task of
     /// the controller's own holding a clone of this handle) take turns, with each other and
     /// with the engine's subscribing them again: the inputs watched are always the inputs
-    /// declared, those of the last change that succeeded.
+    /// declared, those of the last change that succeeded. A change dropped before it returns
+    /// (its caller stopped waiting) is undone: the old inputs stay declared, and are watched
+    /// again as after a failed restore.
     pub async fn set_inputs(&self, inputs: Vec<Input>) -> Result<()> {
         self.shared
             .registry

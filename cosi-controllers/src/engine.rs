@@ -194,7 +194,7 @@ impl InputRegistry for Shared {
         // The runner subscribing meanwhile (again, after the inputs were lost) would read the
         // inputs before this changes them and leave them watched beside the new ones: it waits
         // for its turn, and then finds them watched.
-        let mut watched = slot.watched.lock().await;
+        let watched = slot.watched.lock().await;
         let previous = slot
             .access
             .read()
@@ -204,6 +204,14 @@ impl InputRegistry for Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .set_inputs(controller, &inputs)?;
+        let mut change = Change {
+            graph: &self.graph,
+            feeds: &self.feeds,
+            slot: &slot,
+            previous: &previous.inputs,
+            watched,
+            finished: false,
+        };
         self.feeds.unsubscribe(slot.id);
         if let Err(error) = self
             .feeds
@@ -220,18 +228,18 @@ impl InputRegistry for Shared {
                 .subscribe(slot.id, &previous.inputs, slot.target.clone())
                 .await
             {
-                Ok(()) => *watched = true,
+                Ok(()) => change.finish(true),
                 Err(restore) => {
                     // The old inputs are declared again but watched no more: the runner
                     // subscribes to them again, with backoff, before the controller runs on.
                     tracing::warn!(controller, error = %error, restore_error = %restore, "changing inputs failed and so did watching the old ones again; the runner watches them again before the controller runs on");
-                    *watched = false;
+                    change.finish(false);
                     slot.target.unsubscribed();
                 }
             }
             return Err(error);
         }
-        *watched = true;
+        change.finish(true);
         *slot.access.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Access {
             inputs,
             outputs: previous.outputs.clone(),
@@ -239,6 +247,49 @@ impl InputRegistry for Shared {
         // The new inputs may hold state the controller has not seen yet.
         slot.target.resync();
         Ok(())
+    }
+}
+
+/// A change of one controller's inputs under way, holding its turn ([`Watched`]). Dropped
+/// before it finished (its caller stopped waiting: a timeout, a `select!`), it puts the
+/// controller back as it was: the old inputs declared, and, as the feeds may then hold part of
+/// either set or nothing, none of them watched, its runner told to watch them again.
+struct Change<'a> {
+    graph: &'a Mutex<DependencyGraph>,
+    feeds: &'a KindFeeds,
+    slot: &'a Slot,
+    previous: &'a [Input],
+    watched: tokio::sync::MutexGuard<'a, bool>,
+    finished: bool,
+}
+
+impl Change<'_> {
+    /// Records whether the controller's inputs are watched now.
+    fn finish(&mut self, watched: bool) {
+        *self.watched = watched;
+        self.finished = true;
+    }
+}
+
+impl Drop for Change<'_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let name = &self.slot.name;
+        // Cannot fail: the graph held these inputs before.
+        if let Err(error) = self
+            .graph
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_inputs(name, self.previous)
+        {
+            tracing::error!(controller = %name, %error, "declaring the old inputs again failed");
+        }
+        self.feeds.unsubscribe(self.slot.id);
+        *self.watched = false;
+        tracing::warn!(controller = %name, "a change of inputs was given up half-way; the runner watches the old inputs again before the controller runs on");
+        self.slot.target.unsubscribed();
     }
 }
 

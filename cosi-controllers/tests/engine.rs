@@ -1512,6 +1512,69 @@ async fn a_controller_changing_its_inputs_while_its_runner_watches_the_lost_ones
     assert_eq!(runs.load(Ordering::SeqCst), before + 1, "B is one");
 }
 
+/// A controller on A that changes its inputs to those in `request`, but gives up waiting for
+/// the change after 1 ms; counts its reconciles.
+struct Impatient {
+    request: Arc<Mutex<Option<Vec<Input>>>>,
+    runs: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Controller for Impatient {
+    fn name(&self) -> &str {
+        "Impatient"
+    }
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::weak_of::<A>()]
+    }
+    fn outputs(&self) -> Vec<Output> {
+        vec![]
+    }
+    async fn reconcile(&mut self, state: &ControllerState) -> Result<Reconciled> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        let request = self.request.lock().unwrap().take();
+        if let Some(inputs) = request {
+            let change = state.set_inputs(inputs);
+            let _ = tokio::time::timeout(Duration::from_millis(1), change).await;
+        }
+        Ok(Reconciled::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_change_of_inputs_given_up_half_way_leaves_the_old_inputs_declared_and_watched() {
+    // Given a controller on A, and a store slow to watch C
+    let h = Harness::with_options(test_options());
+    let request = Arc::new(Mutex::new(None));
+    let runs = Arc::new(AtomicUsize::new(0));
+    h.register(Impatient {
+        request: request.clone(),
+        runs: runs.clone(),
+    })
+    .unwrap();
+    h.start().await;
+    h.faults().hold_watches(C::kind());
+
+    // When it changes its inputs to C and A, and gives up waiting while C is being watched
+    *request.lock().unwrap() = Some(vec![Input::weak_of::<C>(), Input::weak_of::<A>()]);
+    create(&h.state(), "a1", A { value: 1 }).await;
+    h.quiesce().await;
+    assert_eq!(h.faults().held_watches(), 1);
+    h.advance(Duration::from_millis(1)).await;
+    assert_eq!(h.faults().held_watches(), 0, "the change was dropped");
+
+    // Then it still declares and watches A, and hears it
+    assert_eq!(
+        h.engine().graph().inputs("Impatient").unwrap(),
+        vec![Input::weak_of::<A>()]
+    );
+    assert_eq!(h.engine().watched_kinds(), [A::kind()]);
+    let before = runs.load(Ordering::SeqCst);
+    create(&h.state(), "a2", A { value: 2 }).await;
+    h.settle().await;
+    assert_eq!(runs.load(Ordering::SeqCst), before + 1);
+}
+
 /// A `deaf_retargeter` whose store recovered, its runner held in the middle of watching B
 /// again. Returns the harness and its reconcile count (2).
 async fn retargeter_held_watching_again() -> (Harness, Arc<AtomicUsize>) {
