@@ -606,6 +606,14 @@ impl Engine {
             .unwrap_or_else(|e| e.into_inner()) = Some(sink);
     }
 
+    /// The inputs the shared watches deliver to `controller`, one entry per subscription;
+    /// `None` for an unknown controller.
+    #[cfg(feature = "testing")]
+    pub(crate) fn subscribed_inputs(&self, controller: &str) -> Option<Vec<Input>> {
+        let slot = self.shared.slot(controller)?;
+        Some(self.shared.feeds.inputs_of(slot.id))
+    }
+
     /// The kinds the engine watches (one shared watch each).
     pub fn watched_kinds(&self) -> Vec<cosi_core::Kind> {
         self.shared.feeds.kinds()

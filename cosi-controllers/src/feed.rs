@@ -252,6 +252,25 @@ impl KindFeeds {
         Ok(())
     }
 
+    /// The inputs subscribed for `owner`, one entry per subscription (a repeated entry is a
+    /// change delivered twice), sorted by kind and id.
+    #[cfg(feature = "testing")]
+    pub(crate) fn inputs_of(&self, owner: usize) -> Vec<Input> {
+        let mut inputs: Vec<Input> = self
+            .lock()
+            .values()
+            .flat_map(|feed| {
+                feed.snapshot()
+                    .iter()
+                    .filter(|s| s.owner == owner)
+                    .map(|s| s.input.clone())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        inputs.sort_by(|a, b| (&a.kind, &a.id).cmp(&(&b.kind, &b.id)));
+        inputs
+    }
+
     /// The feed tasks started so far (they end on the engine's shutdown signal).
     pub(crate) fn take_tasks(&self) -> Vec<JoinHandle<()>> {
         std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()))

@@ -1503,6 +1503,7 @@ async fn a_controller_changing_its_inputs_while_its_runner_watches_the_lost_ones
         a_and_b
     );
     assert_eq!(h.engine().watched_kinds(), [A::kind(), B::kind()]);
+    assert_eq!(h.subscribed_inputs("BackgroundSwitcher"), a_and_b);
     let before = runs.load(Ordering::SeqCst);
     create(&h.state(), "c1", C { value: 1 }).await;
     h.settle().await;
@@ -1568,7 +1569,7 @@ async fn a_change_of_inputs_given_up_half_way_leaves_the_old_inputs_declared_and
         h.engine().graph().inputs("Impatient").unwrap(),
         vec![Input::weak_of::<A>()]
     );
-    assert_eq!(h.engine().watched_kinds(), [A::kind()]);
+    assert_eq!(h.subscribed_inputs("Impatient"), [Input::weak_of::<A>()]);
     let before = runs.load(Ordering::SeqCst);
     create(&h.state(), "a2", A { value: 2 }).await;
     h.settle().await;

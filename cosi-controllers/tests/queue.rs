@@ -1021,6 +1021,7 @@ async fn a_queue_controller_changing_its_inputs_while_its_runner_watches_the_los
     );
     assert_eq!(h.engine().graph().inputs("QueueSwitcher").unwrap(), a_and_b);
     assert_eq!(h.engine().watched_kinds(), [A::kind(), B::kind()]);
+    assert_eq!(h.subscribed_inputs("QueueSwitcher"), a_and_b);
     create(&h.state(), "c1", C { value: 1 }).await;
     create(&h.state(), "b1", B { value: 1 }).await;
     h.settle().await;
@@ -1030,6 +1031,49 @@ async fn a_queue_controller_changing_its_inputs_while_its_runner_watches_the_los
         .filter(|e| e.starts_with("map"))
         .collect();
     assert_eq!(maps, [format!("map {} b1", B::TYPE)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_controller_that_changed_its_inputs_while_its_runner_waited_to_watch_the_lost_ones_again_is_subscribed_once(
+) {
+    // Given a queue controller on A and C, whose item a1 switches to A and B while the store
+    // cannot watch A: watching A and B fails, so does watching A and C again, and the runner's
+    // first attempt at watching them again; it retries after 1 s
+    let h = Harness::with_options(EngineOptions {
+        restart_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(8)),
+        ..EngineOptions::default()
+    });
+    h.expect_errors("QueueSwitcher");
+    let switches = Arc::new(Mutex::new(HashMap::new()));
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let log = Arc::new(Log::default());
+    h.register_queue(QueueSwitcher {
+        switches: switches.clone(),
+        gate: gate.clone(),
+        log: log.clone(),
+    })
+    .unwrap();
+    h.start().await;
+    let a_and_b = vec![Input::weak_of::<A>(), Input::weak_of::<B>()];
+    switches.lock().unwrap().extend([
+        ("a1".to_string(), a_and_b.clone()),
+        ("a2".to_string(), a_and_b.clone()),
+    ]);
+    h.faults().fail_watches(A::kind());
+    create(&h.state(), "a1", A { value: 1 }).await;
+    create(&h.state(), "a2", A { value: 2 }).await;
+    h.quiesce().await;
+    assert_eq!(h.subscribed_inputs("QueueSwitcher"), []);
+
+    // When the store recovers and item a2 switches to A and B before the runner retries
+    h.faults().clear();
+    gate.notify_one();
+    h.quiesce().await;
+    assert_eq!(log.events(), ["a1 failed to switch", "a2 switched"]);
+    h.advance(Duration::from_secs(1)).await;
+
+    // Then the retry finds them watched, and each input is subscribed once
+    assert_eq!(h.subscribed_inputs("QueueSwitcher"), a_and_b);
 }
 
 /// C/x = A/x for each A/x; destroys C/x when its reconcile finds A/x gone. Watches its

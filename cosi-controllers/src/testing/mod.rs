@@ -260,6 +260,16 @@ impl Harness {
         &self.engine
     }
 
+    /// The inputs the engine's shared watches deliver to `controller`: one entry per
+    /// subscription (an input listed twice has each of its changes delivered twice), sorted by
+    /// kind and id like [`crate::DependencyGraph::inputs`], so a test can check that they are
+    /// exactly the inputs the controller declares. Empty for an unknown controller.
+    pub fn subscribed_inputs(&self, controller: &str) -> Vec<crate::Input> {
+        self.engine
+            .subscribed_inputs(controller)
+            .unwrap_or_default()
+    }
+
     /// Registers a level-triggered controller.
     pub fn register<C: Controller>(&self, controller: C) -> Result<(), RegistrationError> {
         self.engine.register(controller)
