@@ -1076,6 +1076,51 @@ async fn a_queue_controller_that_changed_its_inputs_while_its_runner_waited_to_w
     assert_eq!(h.subscribed_inputs("QueueSwitcher"), a_and_b);
 }
 
+#[tokio::test(start_paused = true)]
+async fn changes_of_inputs_made_at_once_take_turns_and_the_last_is_watched_exactly() {
+    // Given a queue controller on A and C whose item a1 switches to A and B, held while the
+    // store watches B, and whose item a2 waits to switch back to A and C
+    let h = Harness::new();
+    let switches = Arc::new(Mutex::new(HashMap::new()));
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let log = Arc::new(Log::default());
+    h.register_queue(QueueSwitcher {
+        switches: switches.clone(),
+        gate: gate.clone(),
+        log: log.clone(),
+    })
+    .unwrap();
+    h.start().await;
+    let a_and_c = vec![Input::weak_of::<A>(), Input::weak_of::<C>()];
+    switches.lock().unwrap().extend([
+        (
+            "a1".to_string(),
+            vec![Input::weak_of::<A>(), Input::weak_of::<B>()],
+        ),
+        ("a2".to_string(), a_and_c.clone()),
+    ]);
+    h.faults().hold_watches(B::kind());
+    create(&h.state(), "a1", A { value: 1 }).await;
+    create(&h.state(), "a2", A { value: 2 }).await;
+    h.quiesce().await;
+    assert_eq!(h.faults().held_watches(), 1);
+
+    // When a2 switches while a1's switch is under way, and then the store watches B
+    gate.notify_one();
+    h.quiesce().await;
+    h.faults().release_watches();
+    h.settle().await;
+
+    // Then the controller watches exactly what it declares: what a2 asked for, as a2's
+    // switch waited for a1's
+    assert_eq!(
+        h.subscribed_inputs("QueueSwitcher"),
+        h.engine().graph().inputs("QueueSwitcher").unwrap()
+    );
+    assert_eq!(log.events(), ["a1 switched", "a2 switched"]);
+    assert_eq!(h.subscribed_inputs("QueueSwitcher"), a_and_c);
+}
+
 /// C/x = A/x for each A/x; destroys C/x when its reconcile finds A/x gone. Watches its
 /// outputs (a destroy-ready secondary input, each output mapped to its item) if
 /// `watch_outputs`, else nothing but A.
