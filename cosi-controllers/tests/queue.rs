@@ -969,12 +969,12 @@ impl QueueController for QueueSwitcher {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_queue_controller_changing_its_inputs_while_its_runner_watches_the_lost_ones_again_watches_exactly_the_new_ones(
-) {
-    // Given a queue controller on A and C, whose item a1 switches to A and B while the store
-    // cannot watch A: watching A and B fails, so does watching A and C again, and the runner's
-    // first attempt at watching them again (1 s restart backoff)
+/// A queue controller on A and C whose items a1 and a2 each switch it to A and B, started; a1
+/// has run while the store could not watch A, so its switch failed, restoring A and C failed
+/// too, and the runner's first attempt at watching them again as well (1 s restart backoff).
+/// a2 waits for the gate. Returns the harness, the gate, the log and the inputs A and B.
+async fn switcher_whose_first_switch_failed(
+) -> (Harness, Arc<tokio::sync::Notify>, Arc<Log>, Vec<Input>) {
     let h = Harness::with_options(EngineOptions {
         restart_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(8)),
         ..EngineOptions::default()
@@ -999,6 +999,16 @@ async fn a_queue_controller_changing_its_inputs_while_its_runner_watches_the_los
     create(&h.state(), "a1", A { value: 1 }).await;
     create(&h.state(), "a2", A { value: 2 }).await;
     h.quiesce().await;
+    (h, gate, log, a_and_b)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_controller_changing_its_inputs_while_its_runner_watches_the_lost_ones_again_watches_exactly_the_new_ones(
+) {
+    // Given a queue controller on A and C, whose item a1 switches to A and B while the store
+    // cannot watch A: watching A and B fails, so does watching A and C again, and the runner's
+    // first attempt at watching them again (1 s restart backoff)
+    let (h, gate, log, a_and_b) = switcher_whose_first_switch_failed().await;
     assert_eq!(log.events(), ["a1 failed to switch"]);
     assert_eq!(h.engine().watched_kinds(), []);
 
@@ -1039,30 +1049,7 @@ async fn a_queue_controller_that_changed_its_inputs_while_its_runner_waited_to_w
     // Given a queue controller on A and C, whose item a1 switches to A and B while the store
     // cannot watch A: watching A and B fails, so does watching A and C again, and the runner's
     // first attempt at watching them again; it retries after 1 s
-    let h = Harness::with_options(EngineOptions {
-        restart_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(8)),
-        ..EngineOptions::default()
-    });
-    h.expect_errors("QueueSwitcher");
-    let switches = Arc::new(Mutex::new(HashMap::new()));
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let log = Arc::new(Log::default());
-    h.register_queue(QueueSwitcher {
-        switches: switches.clone(),
-        gate: gate.clone(),
-        log: log.clone(),
-    })
-    .unwrap();
-    h.start().await;
-    let a_and_b = vec![Input::weak_of::<A>(), Input::weak_of::<B>()];
-    switches.lock().unwrap().extend([
-        ("a1".to_string(), a_and_b.clone()),
-        ("a2".to_string(), a_and_b.clone()),
-    ]);
-    h.faults().fail_watches(A::kind());
-    create(&h.state(), "a1", A { value: 1 }).await;
-    create(&h.state(), "a2", A { value: 2 }).await;
-    h.quiesce().await;
+    let (h, gate, log, a_and_b) = switcher_whose_first_switch_failed().await;
     assert_eq!(h.subscribed_inputs("QueueSwitcher"), []);
 
     // When the store recovers and item a2 switches to A and B before the runner retries
