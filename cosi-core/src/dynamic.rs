@@ -28,9 +28,11 @@
 //! 2262-04-11T23:47:16.854775807Z, the last [`Metadata`] keeps, is an error too, not read as
 //! another time. Spec fields are written in key order
 //! (the spec passes through [`serde_json::Value`]). A float spec field holding NaN or an infinity
-//! is written as `null` (JSON has no such numbers) and does not decode back. An integer beyond
-//! 64 bits is refused in either form, naming its field, not read as the nearest float (see
-//! [`json`]); a number written as a float stays a float, however large.
+//! cannot be written (JSON has no such numbers, and a `null` would not decode back): writing it
+//! is an error naming the field, as storing it is (see [`spec_encode`](crate::spec_encode)),
+//! and `.nan` or `.inf` in a document is refused on the way in. An integer beyond 64 bits is
+//! refused in either form, naming its field, not read as the nearest float (see [`json`]); a
+//! number written as a float stays a float, however large.
 //!
 //! # Decoding
 //!

@@ -39,6 +39,9 @@
 //!   serde_json would read other than as written (integers beyond 64 bits);
 //!   [`Columns`] turns a resource into the cells of its definition's print columns, and (with
 //!   the `table` feature) `table` prints resources as a text table.
+//! - [`spec_encode`] refuses a spec that its stored forms cannot carry exactly (a NaN or
+//!   infinite float, an integer beyond 64 bits), naming the field, on every write to every
+//!   store, instead of storing a `null` that no longer decodes.
 //! - [`spec_decode`] draws the line between outside input, where an unknown spec field is an
 //!   error naming its path, and what this project's own stores and servers wrote, which is read
 //!   tolerantly so an older reader keeps working with a newer writer.
@@ -60,6 +63,7 @@ pub mod registry;
 mod resource;
 pub mod selector;
 pub mod spec_decode;
+pub mod spec_encode;
 mod state;
 mod state_ext;
 #[cfg(feature = "table")]

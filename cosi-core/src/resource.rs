@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::spec_encode::{self, Exact};
 use crate::{Error, Kind, Metadata, ResourceDefinition, Result};
 
 /// A spec type with its static definition. Implement it for every resource type.
@@ -130,8 +131,36 @@ pub trait AnyResource: Debug + Send + Sync + 'static {
     fn metadata_mut(&mut self) -> &mut Metadata;
     /// The spec as `Any`, for checked downcasts.
     fn spec_any(&self) -> &dyn Any;
-    /// The spec in dynamic form.
+    /// The spec in dynamic form. A spec holding what that form cannot carry exactly (NaN, an
+    /// infinity, an integer beyond 64 bits) is an error naming the field, not a `null`; see
+    /// [`spec_encode`](crate::spec_encode).
     fn spec_value(&self) -> Result<serde_json::Value>;
+    /// Refuses a spec its stored forms cannot carry exactly — a float that is NaN or infinite,
+    /// an integer beyond 64 bits — with an [`Error::InvalidArgument`] naming the resource and
+    /// the field ([`spec_encode`](crate::spec_encode) says why). Every store runs it, or an
+    /// encoder that does the same, before it changes anything.
+    ///
+    /// ```
+    /// use cosi_core::{AnyResource, Resource, ResourceSpec};
+    /// # use serde::{Deserialize, Serialize};
+    /// #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+    /// struct Load { ratio: f64 }
+    /// impl ResourceSpec for Load {
+    ///     const TYPE: &'static str = "Loads.test.cosi.dev";
+    ///     const DEFAULT_NAMESPACE: &'static str = "test";
+    /// }
+    /// assert!(Resource::new("l", Load { ratio: 0.5 }).check_spec().is_ok());
+    /// let err = Resource::new("l", Load { ratio: f64::NAN }).check_spec().unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "test/Loads.test.cosi.dev/l: invalid spec.ratio: NaN cannot be stored; a spec's \
+    ///      floats must be finite (JSON, the form stores and the remote API keep specs in, has \
+    ///      no NaN or infinity)"
+    /// );
+    /// ```
+    fn check_spec(&self) -> Result<()> {
+        self.spec_value().map(drop)
+    }
     /// Appends the spec as JSON to `out`: the JSON of [`spec_value`](Self::spec_value), written
     /// straight from the typed value where there is one (the wire form of a spec, without the
     /// cost of building the dynamic form first). Map keys come in the spec's own order.
@@ -172,9 +201,7 @@ pub trait AnyResource: Debug + Send + Sync + 'static {
         let value = self.spec_value()?;
         crate::yaml::to_string(&value).map_err(|e| spec_write_error(self.metadata(), "YAML", e))
     }
-    /// Whether both specs are equal (same type and equal values, or equal dynamic forms). A
-    /// spec holding NaN equals a copy of itself (NaN equals NaN here, unlike in `==`), so
-    /// the no-op rule of [`modify`](crate::StateExt::modify) holds for it.
+    /// Whether both specs are equal (same type and equal values, or equal dynamic forms).
     fn spec_eq(&self, other: &dyn AnyResource) -> bool;
     /// A deep copy.
     fn clone_boxed(&self) -> Box<dyn AnyResource>;
@@ -198,19 +225,35 @@ impl<S: ResourceSpec> AnyResource for Resource<S> {
         &self.spec
     }
     fn spec_value(&self) -> Result<serde_json::Value> {
-        serde_json::to_value(&self.spec)
-            .map_err(|e| Error::invalid(self.metadata.pointer().to_string(), "spec", e.to_string()))
+        serde_json::to_value(Exact(&self.spec)).map_err(|e| {
+            spec_encode::refused_or(&self.metadata, &self.spec, || {
+                Error::invalid(self.metadata.pointer().to_string(), "spec", e.to_string())
+            })
+        })
+    }
+    fn check_spec(&self) -> Result<()> {
+        spec_encode::check_resource(&self.metadata, &self.spec)
     }
     fn write_spec_json(&self, out: &mut Vec<u8>) -> Result<()> {
-        serde_json::to_writer(out, &self.spec)
-            .map_err(|e| spec_write_error(&self.metadata, "JSON", e))
+        let start = out.len();
+        serde_json::to_writer(&mut *out, &Exact(&self.spec)).map_err(|e| {
+            // What was written before the refusal is no spec.
+            out.truncate(start);
+            spec_encode::refused_or(&self.metadata, &self.spec, || {
+                spec_write_error(&self.metadata, "JSON", e)
+            })
+        })
     }
     fn spec_yaml(&self) -> Result<String> {
-        crate::yaml::to_string(&self.spec).map_err(|e| spec_write_error(&self.metadata, "YAML", e))
+        crate::yaml::to_string(&Exact(&self.spec)).map_err(|e| {
+            spec_encode::refused_or(&self.metadata, &self.spec, || {
+                spec_write_error(&self.metadata, "YAML", e)
+            })
+        })
     }
     fn spec_eq(&self, other: &dyn AnyResource) -> bool {
         match other.spec_any().downcast_ref::<S>() {
-            Some(spec) => *spec == self.spec || both_hold_nan_and_read_alike(&self.spec, spec),
+            Some(spec) => *spec == self.spec,
             None => matches!((self.spec_value(), other.spec_value()), (Ok(a), Ok(b)) if a == b),
         }
     }
@@ -223,24 +266,6 @@ impl<S: ResourceSpec> AnyResource for Resource<S> {
     fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
     }
-}
-
-/// Whether two specs that `==` calls unequal are the same but for NaN, which is unequal to
-/// itself: a spec holding NaN would otherwise never equal its own copy, and every
-/// [`modify`](crate::StateExt::modify) of it would write a new version. Such specs are
-/// compared by their YAML form, which writes every NaN as `.nan` (and floats exactly).
-/// `a != a` is the cheap test that a spec holds something unequal to itself; it runs only on
-/// the way to a write.
-fn both_hold_nan_and_read_alike<S: ResourceSpec>(a: &S, b: &S) -> bool {
-    #[allow(clippy::eq_op)] // The point: NaN is the value unequal to itself.
-    let unequal_to_itself = |spec: &S| spec != spec;
-    if !unequal_to_itself(a) || !unequal_to_itself(b) {
-        return false;
-    }
-    matches!(
-        (crate::yaml::to_string(a), crate::yaml::to_string(b)),
-        (Ok(a), Ok(b)) if a == b
-    )
 }
 
 /// A resource whose spec is held in dynamic form: a type not known to this process (kept by
@@ -265,6 +290,10 @@ impl AnyResource for DynamicResource {
     }
     fn spec_value(&self) -> Result<serde_json::Value> {
         Ok(self.spec.clone())
+    }
+    fn check_spec(&self) -> Result<()> {
+        // A `serde_json::Value` holds only finite floats and 64-bit integers.
+        Ok(())
     }
     fn write_spec_json(&self, out: &mut Vec<u8>) -> Result<()> {
         serde_json::to_writer(out, &self.spec)

@@ -10,7 +10,8 @@ use cosi_core::{
 };
 
 use super::fixture::{
-    create_ok, expect_err, expect_ok, ids, widget, widget_pointer, widgets, Gadget, Widget,
+    create_ok, expect_err, expect_events, expect_ok, ids, widget, widget_pointer, widgets, Gadget,
+    Seen, Widget,
 };
 use super::Subject;
 
@@ -101,7 +102,13 @@ pub async fn create_get_list_destroy(subject: &Subject) {
         created.metadata(),
         "{RULE}: listed metadata"
     );
-    let gadget = Resource::new("g1", Gadget { name: "g".into() });
+    let gadget = Resource::new(
+        "g1",
+        Gadget {
+            name: "g".into(),
+            ratio: 0.5,
+        },
+    );
     expect_ok(
         RULE,
         "create of another kind",
@@ -742,4 +749,138 @@ pub async fn a_long_run_of_calls_answers_every_call(subject: &Subject) {
         (1000..1000 + n).collect::<Vec<_>>(),
         "{RULE}: listed values"
     );
+}
+
+/// Checks that `result` is the refusal of a spec no store can keep exactly: an invalid argument
+/// naming `pointer` and the field `spec.ratio`, whose message starts with `value`.
+fn assert_refused_spec<T: std::fmt::Debug>(
+    rule: &str,
+    step: &str,
+    result: Result<T, Error>,
+    pointer: &cosi_core::Pointer,
+    value: &str,
+) {
+    match expect_err(rule, step, result) {
+        Error::InvalidArgument {
+            subject,
+            field,
+            message,
+        } => {
+            assert_eq!(
+                (subject.as_str(), field.as_str()),
+                (pointer.to_string().as_str(), "spec.ratio"),
+                "{rule}: {step}: the refusal names the resource and the field"
+            );
+            let expected = format!("{value} cannot be stored; a spec's floats must be finite");
+            assert!(
+                message.starts_with(&expected),
+                "{rule}: {step}: message {message:?} does not start with {expected:?}"
+            );
+        }
+        other => panic!("{rule}: {step}: expected an invalid argument, got {other:?}"),
+    }
+}
+
+/// A write of a spec holding a float no store can keep exactly (NaN, an infinity: JSON has
+/// neither) is refused — create, update and modify alike, on every backend — with an invalid
+/// argument naming the resource and the field; nothing is stored and no event is sent.
+pub async fn a_spec_no_store_can_keep_exactly_is_refused(subject: &Subject) {
+    const RULE: &str = "a_spec_no_store_can_keep_exactly_is_refused";
+    let state = subject.state();
+    let gadget = |ratio: f64| {
+        Resource::new(
+            "g",
+            Gadget {
+                name: "g".into(),
+                ratio,
+            },
+        )
+    };
+    let pointer = Gadget::kind().pointer("g");
+    let bootstrap = cosi_core::WatchKindOptions {
+        bootstrap: true,
+        ..Default::default()
+    };
+    let mut watch = expect_ok(
+        RULE,
+        "watch_kind",
+        state.watch_kind(&Gadget::kind(), bootstrap).await,
+    );
+
+    assert_refused_spec(
+        RULE,
+        "create with NaN",
+        state
+            .create(gadget(f64::NAN).into_shared(), CreateOptions::default())
+            .await,
+        &pointer,
+        "NaN",
+    );
+    let err = expect_err(
+        RULE,
+        "get after the refused create",
+        state.get(&pointer).await,
+    );
+    assert!(
+        matches!(err, Error::NotFound { .. }),
+        "{RULE}: a refused create stores nothing: got {err:?}"
+    );
+
+    let stored = expect_ok(
+        RULE,
+        "create with a finite ratio",
+        state
+            .create(gadget(0.5).into_shared(), CreateOptions::default())
+            .await,
+    );
+    let mut next = gadget(f64::INFINITY);
+    next.metadata = stored.metadata().clone();
+    assert_refused_spec(
+        RULE,
+        "update with +inf",
+        state
+            .update(next.into_shared(), UpdateOptions::default())
+            .await,
+        &pointer,
+        "inf",
+    );
+    assert_refused_spec(
+        RULE,
+        "modify to -inf",
+        state
+            .modify(gadget(0.0), UpdateOptions::default(), |r| {
+                r.spec.ratio = f64::NEG_INFINITY;
+                Ok(())
+            })
+            .await,
+        &pointer,
+        "-inf",
+    );
+    let kept = expect_ok(
+        RULE,
+        "typed get after the refusals",
+        state.get_typed::<Gadget>(&pointer).await,
+    );
+    assert_eq!(
+        (kept.metadata.version(), kept.spec.ratio),
+        (Version::FIRST, 0.5),
+        "{RULE}: refused updates leave the stored resource as it was"
+    );
+
+    expect_ok(
+        RULE,
+        "destroy",
+        state.destroy(&pointer, DestroyOptions::default()).await,
+    );
+    expect_events(
+        RULE,
+        &mut watch,
+        &[
+            Seen::bootstrapped(),
+            Seen::created("g", 1),
+            Seen::destroyed("g", 1),
+        ],
+        "refused writes send no event",
+    )
+    .await;
 }

@@ -29,12 +29,15 @@ impl ResourceSpec for Widget {
     const DEFAULT_NAMESPACE: &'static str = "conformance";
 }
 
-/// A second fixture type: `Gadgets.conformance.cosi.dev`, used to check that kinds are separate
-/// and that a typed read of the wrong type is an error.
-#[derive(Clone, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
+/// A second fixture type: `Gadgets.conformance.cosi.dev`, used to check that kinds are separate,
+/// that a typed read of the wrong type is an error, and that a spec no store can keep exactly
+/// (a NaN float) is refused.
+#[derive(Clone, PartialEq, Debug, Default, Serialize, Deserialize)]
 pub struct Gadget {
     /// A name, so the spec is not shaped like [`Widget`]'s.
     pub name: String,
+    /// A float, which JSON (the stores' and the wire's form) holds only when finite.
+    pub ratio: f64,
 }
 
 impl ResourceSpec for Gadget {

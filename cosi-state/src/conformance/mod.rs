@@ -146,6 +146,7 @@ macro_rules! conformance_tests {
             update_cannot_change_owner,
             timestamps_are_set_by_the_store,
             typed_downcast_mismatch_is_an_error,
+            a_spec_no_store_can_keep_exactly_is_refused,
             finalizers_are_changed_without_owner_in_any_phase,
             destroy_with_finalizers_conflicts,
             teardown_is_idempotent_and_ready_only_without_finalizers,

@@ -4,7 +4,9 @@
 //! `{"metadata": {"namespace", "type", "id", ...}, "spec": ...}`: the record codec of this crate
 //! (`crate::record`, which the disk backend uses too), with the identity repeated in the value
 //! so that a record found under another key is refused rather than served as the wrong resource.
-//! Timestamps are nanoseconds since the Unix epoch.
+//! Timestamps are nanoseconds since the Unix epoch. A spec JSON cannot hold exactly (a NaN or
+//! infinite float) is refused by the encoder, naming its field (`cosi_core::spec_encode`),
+//! before anything is sent to etcd.
 //!
 //! This module knows nothing of etcd keys or transactions: it only converts bytes and resources.
 

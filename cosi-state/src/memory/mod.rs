@@ -4,6 +4,11 @@
 //! the live resources in id order, an exact history window of its latest changes, and destroy
 //! markers. Stored values are `Arc`s; reads, lists and events hand out `Arc` clones.
 //!
+//! Stored values keep their Rust type, so this store could hold a spec its durable peers
+//! cannot (a NaN or infinite float): it refuses it all the same
+//! ([`AnyResource::check_spec`](cosi_core::AnyResource::check_spec), before the kind lock), so
+//! that what a writer may store does not depend on the backend (`cosi_core::spec_encode`).
+//!
 //! # Sized by demand
 //!
 //! A kind's window starts at [`MemoryOptions::history_min`] changes and grows, doubling, up to
@@ -228,6 +233,8 @@ impl MemoryState {
         resource: SharedResource,
         options: CreateOptions,
     ) -> Result<SharedResource> {
+        // Before the lock: a spec the durable stores could not keep is refused here too.
+        resource.check_spec()?;
         self.collections
             .with_resource(resource, |c, resource| c.create(resource, options))
     }
@@ -238,6 +245,7 @@ impl MemoryState {
         resource: SharedResource,
         options: UpdateOptions,
     ) -> Result<SharedResource> {
+        resource.check_spec()?;
         match self.collections.find(resource.metadata().kind()) {
             Some(collection) => collection.update(resource, options),
             None => Err(cosi_core::Error::NotFound {
