@@ -16,13 +16,12 @@ mod support;
 
 use std::ffi::OsStr;
 use std::io::{BufRead, Write};
-use std::time::{Duration, Instant};
 
 use cosi_api::client::{channel, ClientSecurity};
 use cosi_api::proto::resource::{self as pb, state_client::StateClient};
 use cosi_api::server::OMIT_YAML_HEADER;
 use cosi_core::{CreateOptions, Resource, ResourceSpec, State, StateExt, UpdateOptions};
-use support::memory::{serve_or_test, status_kib, ServerChild};
+use support::memory::{serve_or_test, settled_rss_kib, ServerChild};
 use support::Blob;
 
 /// Watches of the resource, each of which receives its one large update.
@@ -34,23 +33,6 @@ const IDLE_STREAM_BYTES: usize = 64 << 10;
 /// Room for what else moves in the server's resident memory between the two measurements
 /// (the client's connection, the tasks' stacks and the allocator's small-object pools).
 const SLACK_MIB: u64 = 8;
-
-/// The resident memory once it has stopped falling (the server's tasks finish dropping what
-/// they sent): its lowest figure, taken when it has not fallen for half a second.
-async fn settled_rss_kib() -> u64 {
-    let started = Instant::now();
-    let (mut low, mut since) = (status_kib("VmRSS"), Instant::now());
-    while since.elapsed() < Duration::from_millis(500)
-        && started.elapsed() < Duration::from_secs(30)
-    {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let now = status_kib("VmRSS");
-        if now < low {
-            (low, since) = (now, Instant::now());
-        }
-    }
-    low
-}
 
 fn blob(data: String) -> Resource<Blob> {
     Resource::new("large", Blob { data })

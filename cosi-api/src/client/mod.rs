@@ -8,6 +8,7 @@ mod machine;
 mod raw_answer;
 mod remote_state;
 mod watch;
+mod watch_body;
 mod watch_frame;
 
 pub use channel::{channel, channel_with, ChannelOptions, ClientSecurity};

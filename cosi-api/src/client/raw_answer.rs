@@ -1,5 +1,6 @@
 //! Calls whose answers are kept as the bytes received ([`RawCodec`]), for the client to read in
-//! place: a watch response's events one at a time ([`super::watch_frame`]), the resource of a
+//! place: a watch response's events one at a time ([`super::watch_frame`], its messages cut
+//! out by [`super::watch_body`]), the resource of a
 //! Get, Create or Update answer straight from its bytes ([`resource_of`]). The generated
 //! message would be built first, a heap value for each repeated entry on the wire: a message of
 //! 2-byte empty entries cost the client some 20 times its size before it could look at it.
@@ -10,7 +11,7 @@ use std::marker::PhantomData;
 use bytes::{Buf, Bytes};
 use prost::encoding::{decode_key, decode_varint, skip_field, DecodeContext, WireType};
 use prost::Message;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder, Streaming};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 use tonic::Status;
 
@@ -33,12 +34,12 @@ impl Method {
         Method { name, path }
     }
 
-    fn path(self) -> http::uri::PathAndQuery {
+    pub(super) fn path(self) -> http::uri::PathAndQuery {
         http::uri::PathAndQuery::from_static(self.path)
     }
 
     /// `request`, named as the generated client names it.
-    fn named<T>(self, mut request: tonic::Request<T>) -> tonic::Request<T> {
+    pub(super) fn named<T>(self, mut request: tonic::Request<T>) -> tonic::Request<T> {
         request
             .extensions_mut()
             .insert(tonic::GrpcMethod::new("cosi.resource.State", self.name));
@@ -94,8 +95,12 @@ impl<Request, Frame: From<Bytes>> Decoder for RawCodec<Request, Frame> {
 }
 
 /// A client of the State service on `channel`, as the generated one is set up.
-async fn ready(channel: &Channel) -> Result<tonic::client::Grpc<Channel>, Status> {
-    let mut grpc = tonic::client::Grpc::new(channel.clone())
+pub(super) async fn ready<T>(channel: T) -> Result<tonic::client::Grpc<T>, Status>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError> + std::fmt::Display,
+{
+    let mut grpc = tonic::client::Grpc::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
     grpc.ready()
@@ -111,29 +116,10 @@ pub(super) async fn unary<Request: Message + Send + 'static>(
     method: Method,
     request: tonic::Request<Request>,
 ) -> Result<Bytes, Status> {
-    let mut grpc = ready(channel).await?;
+    let mut grpc = ready(channel.clone()).await?;
     let codec = RawCodec::<Request, Bytes>::default();
     Ok(grpc
         .unary(method.named(request), method.path(), codec)
-        .await?
-        .into_inner())
-}
-
-/// Calls the State service's server-streaming `method`, as the generated client does; each
-/// response as its bytes, made a `Frame`.
-pub(super) async fn server_streaming<Request, Frame>(
-    channel: &Channel,
-    method: Method,
-    request: tonic::Request<Request>,
-) -> Result<Streaming<Frame>, Status>
-where
-    Request: Message + Send + 'static,
-    Frame: From<Bytes> + Send + Sync + 'static,
-{
-    let mut grpc = ready(channel).await?;
-    let codec = RawCodec::<Request, Frame>::default();
-    Ok(grpc
-        .server_streaming(method.named(request), method.path(), codec)
         .await?
         .into_inner())
 }

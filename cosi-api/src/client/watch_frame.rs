@@ -17,7 +17,8 @@ use tonic::Status;
 use crate::proto::encoded;
 use crate::proto::resource as pb;
 
-use super::raw_answer::{self, Method};
+use super::raw_answer::Method;
+use super::watch_body;
 
 /// One received `WatchResponse`, undecoded.
 #[derive(Clone, Debug, Default)]
@@ -86,7 +87,7 @@ pub(super) async fn call(
     channel: &Channel,
     request: tonic::Request<pb::WatchRequest>,
 ) -> Result<Streaming<WatchFrame>, Status> {
-    raw_answer::server_streaming(channel, Method::WATCH, request).await
+    watch_body::server_streaming(channel, Method::WATCH, request).await
 }
 
 #[cfg(test)]

@@ -113,3 +113,20 @@ impl ServerChild {
         self.child.wait().unwrap();
     }
 }
+
+/// This process's resident memory once it has stopped falling (its tasks finish dropping
+/// what they held): its lowest figure, taken when it has not fallen for half a second.
+pub async fn settled_rss_kib() -> u64 {
+    let started = std::time::Instant::now();
+    let (mut low, mut since) = (status_kib("VmRSS"), std::time::Instant::now());
+    while since.elapsed() < std::time::Duration::from_millis(500)
+        && started.elapsed() < std::time::Duration::from_secs(30)
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let now = status_kib("VmRSS");
+        if now < low {
+            (low, since) = (now, std::time::Instant::now());
+        }
+    }
+    low
+}
