@@ -24,20 +24,21 @@
 //!   service, for other crates' tests.
 //!
 //! What a remote caller can make the server spend is bounded: messages of 32 MiB each way
-//! ([`server::MAX_MESSAGE_SIZE`]; a watch event that would not fit goes without its YAML
-//! copies, then without its old resource), 512 open connections
-//! ([`server::DEFAULT_MAX_CONNECTIONS`]; more wait in the listen queue) and 64 per caller
-//! ([`server::DEFAULT_MAX_CONNECTIONS_PER_CALLER`]; more are closed after the handshake), 256
-//! open calls per caller over all its connections, a watch or log follow holding its place until
-//! it ends ([`server::DEFAULT_MAX_CALLS_PER_CALLER`]; more are refused with `ResourceExhausted`),
-//! 64 MiB of responses per caller held in the server at once, over all its streams
-//! ([`server::DEFAULT_MAX_BYTES_PER_CALLER`]; past it the caller's streams wait for it to read,
-//! a watch falling behind in the store and caught up from it as any lagging watcher), 1,024 streams per connection ([`server::MAX_CONCURRENT_STREAMS`]), 64 handshakes at once of at
-//! most 10 s; and a request past these is refused with an error naming the bound: id query
-//! patterns of 4 KiB ([`cosi_core::id_query`]), label queries of 64 × 64 × 1,024 terms and
-//! 4,096 values in all ([`request_bounds::MAX_LABEL_QUERIES`] and the next three), 1,024
-//! finalizers and 4,096 labels and annotations each in a created or updated resource, 256 patches in an ApplyConfiguration; these
-//! repeated entries are counted on the request's bytes before its message is built
+//! ([`server::MAX_MESSAGE_SIZE`]; a watch event that would not fit goes without its YAML copies,
+//! then without its old resource), 512 open connections ([`server::DEFAULT_MAX_CONNECTIONS`]; more
+//! wait in the listen queue) and 64 per caller ([`server::DEFAULT_MAX_CONNECTIONS_PER_CALLER`];
+//! more are closed after the handshake), 256 open calls per caller over all its connections, a
+//! watch or log follow holding its place until it ends ([`server::DEFAULT_MAX_CALLS_PER_CALLER`];
+//! more are refused with `ResourceExhausted`), 64 MiB of responses per caller held in the server at
+//! once, over all its streams and unary answers ([`server::DEFAULT_MAX_BYTES_PER_CALLER`]; past it
+//! the caller's streams and answers wait for it to read, a watch falling behind in the store and
+//! caught up from it as any lagging watcher), 1,024 streams per connection
+//! ([`server::MAX_CONCURRENT_STREAMS`]), 64 handshakes at once of at most 10 s; and a request past
+//! these is refused with an error naming the bound: id query patterns of 4 KiB
+//! ([`cosi_core::id_query`]), label queries of 64 × 64 × 1,024 terms and 4,096 values in all
+//! ([`request_bounds::MAX_LABEL_QUERIES`] and the next three), 1,024 finalizers and 4,096 labels
+//! and annotations each in a created or updated resource, 256 patches in an ApplyConfiguration;
+//! these repeated entries are counted on the request's bytes before its message is built
 //! ([`request_bounds`]); status texts are cut at 1 KiB ([`status::MAX_STATUS_TEXT`]).
 //!
 //! A server over an in-memory store and a client, on a loopback port (the `remote` program in

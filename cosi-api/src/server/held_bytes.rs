@@ -1,8 +1,9 @@
 //! What one caller's responses hold in the server, in bytes: a budget per caller over all its
-//! streams (watches, lists, log follows, event streams), so that a caller that reads slowly or
-//! not at all pins at most its budget, however many calls it holds and however large the
-//! resources they carry. Counting calls alone ([`super::per_caller`]) let 256 unread watches of
-//! 1 MiB resources hold a gigabyte.
+//! streams (watches, lists, log follows, event streams) and the answers of its unary calls, so
+//! that a caller that reads slowly or not at all pins at most its budget, however many calls
+//! it holds and however large the resources they carry. Counting calls alone
+//! ([`super::per_caller`]) let 256 unread watches of 1 MiB resources hold a gigabyte, and 256
+//! unread Gets of a 32 MiB resource eight.
 //!
 //! A response is counted from the moment its stream makes it until HTTP/2 has written it to
 //! the caller's socket and dropped it: a stream [`StreamBytes::admit`]s each response before it
@@ -15,12 +16,32 @@
 //! resync, DESIGN §4), and nothing is ended. What a stream still holds while it waits is the
 //! store's own values it was handed (shared with the store) and its small fixed parts.
 //!
+//! A unary call's answer counts the same way, from when its service builds it until HTTP/2 has
+//! written it: a Get, Create or Update answer (a resource), an ApplyConfiguration answer (a
+//! diff and warnings) and the service list are admitted after the store or machine call and
+//! before the answer is built, then [`counted`] at their size (the ledger is the call's own).
+//! Until HTTP/2 can write it, the built answer sits in the call's response body (HTTP/2 flow
+//! control: a client that gives no window gets nothing more), counted. Answers of a few bytes
+//! whatever the call (Destroy, Teardown, TeardownAndDestroy, service actions, Version) are not
+//! counted: 256 of them hold a few KiB.
+//!
+//! A unary call with no room waits, as a stream does, rather than being refused: the room is
+//! held by the caller's own unread answers and streams, so a client that reads is only slowed,
+//! while a refusal would fail the large Gets of a client that reads them at its own pace, and
+//! would misreport a write the store has already applied. While it waits a call keeps its place
+//! among the caller's calls, and: a Get nothing of the resource (it lets go of what it read and
+//! reads again once it has room, [`StreamBytes::try_admit`] first), a write the resource it
+//! stored (the store's own while it is current), a machine call its outcome. The wait ends when
+//! the caller cancels the call, or when the server stops ([`StreamBytes::admit_or_stop`]), with
+//! `Unavailable` and the stop's reason (a write's says that it was applied), so that a caller
+//! that never reads cannot hold a graceful stop.
+//!
 //! A stream holds no encoding buffer between responses: the State service frames its watch and
 //! list responses itself ([`super::framing`]), each frame a fresh allocation that HTTP/2 frees
 //! once written (tonic's encoder kept each stream's largest message allocated while it lived).
 //!
-//! The bytes a stream has charged and not yet seen written are given back when its ledger drops
-//! (its body and its producer gone, and every frame HTTP/2 held), so a cancelled or ended stream
+//! The bytes a call has charged and not yet seen written are given back when its ledger drops
+//! (its body and its producer gone, and every frame HTTP/2 held), so a cancelled or ended call
 //! leaves nothing counted. A caller past its budget waits on itself only: other callers have
 //! budgets of their own, and trusted plaintext callers (loopback) are not counted.
 
@@ -30,7 +51,9 @@ use std::sync::{Arc, Mutex, Weak};
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-/// The largest response a stream sends: one message at the limit with its gRPC frame header.
+use super::stop::{stopped, StopSignal};
+
+/// The largest response a call sends: one message at the limit with its gRPC frame header.
 pub(crate) const LARGEST_RESPONSE: usize = super::MAX_MESSAGE_SIZE + FRAME_HEADER;
 
 /// The gRPC frame header before each message (a flag and a 4-byte length).
@@ -130,7 +153,8 @@ impl CallerBytes {
     }
 }
 
-/// One stream's bytes, counted against its caller's budget.
+/// One call's bytes (a stream's responses, or a unary call's answer), counted against its
+/// caller's budget.
 #[derive(Debug)]
 pub(crate) struct StreamBytes {
     caller: Arc<CallerBytes>,
@@ -139,25 +163,51 @@ pub(crate) struct StreamBytes {
 }
 
 impl StreamBytes {
-    /// Waits until the caller has room for one more response of any size (it holds at most its
-    /// budget less [`LARGEST_RESPONSE`]), and reserves that much until the response is charged.
-    /// Cancel-safe: a wait dropped reserves nothing.
+    /// Reserves room for one more response of any size if the caller has it now (it holds at
+    /// most its budget less [`LARGEST_RESPONSE`]), until the response is charged.
+    pub(crate) fn try_admit(self: &Arc<Self>) -> Option<Admission> {
+        let mut held = self.caller.lock();
+        if *held + LARGEST_RESPONSE > self.caller.limit {
+            return None;
+        }
+        *held += LARGEST_RESPONSE;
+        drop(held);
+        Some(Admission {
+            stream: Some(self.clone()),
+        })
+    }
+
+    /// Waits until the caller has room for one more response of any size, and reserves it
+    /// ([`StreamBytes::try_admit`]). Cancel-safe: a wait dropped reserves nothing.
     pub(crate) async fn admit(self: &Arc<Self>) -> Admission {
+        if let Some(admission) = self.try_admit() {
+            return admission;
+        }
         loop {
             let released = self.caller.released.notified();
             tokio::pin!(released);
             // Registered before the check, so a release between the check and the wait wakes it.
             released.as_mut().enable();
-            {
-                let mut held = self.caller.lock();
-                if *held + LARGEST_RESPONSE <= self.caller.limit {
-                    *held += LARGEST_RESPONSE;
-                    return Admission {
-                        stream: Some(self.clone()),
-                    };
-                }
+            if let Some(admission) = self.try_admit() {
+                return admission;
             }
             released.await;
+        }
+    }
+
+    /// [`StreamBytes::admit`], unless `shutdown` fires first: then the stop's reason (a call
+    /// waiting for room must not hold the server's stop for as long as its caller does not read).
+    pub(crate) async fn admit_or_stop(
+        self: &Arc<Self>,
+        shutdown: &StopSignal,
+    ) -> Result<Admission, Arc<str>> {
+        if let Some(admission) = self.try_admit() {
+            return Ok(admission);
+        }
+        let mut shutdown = shutdown.clone();
+        tokio::select! {
+            admission = self.admit() => Ok(admission),
+            reason = stopped(&mut shutdown) => Err(reason),
         }
     }
 
@@ -234,6 +284,19 @@ impl Drop for Admission {
             stream.caller.give_back(LARGEST_RESPONSE);
         }
     }
+}
+
+/// A unary call's `answer`, counted against its caller's budget in place of `admission` (none:
+/// a caller that is not counted).
+#[inline]
+pub(crate) fn counted<M: prost::Message>(
+    admission: Option<Admission>,
+    answer: M,
+) -> tonic::Response<M> {
+    if let Some(admission) = admission {
+        admission.charge(framed_len(&answer));
+    }
+    tonic::Response::new(answer)
 }
 
 /// A frame's bytes in HTTP/2's hands: dropping them gives their count back.

@@ -2,7 +2,9 @@
 //! bounded: a few responses are buffered, then the node's stream is read only as fast as the
 //! client takes them; a log response holds at most [`MAX_LOG_CHUNK`] bytes of whole lines. A
 //! counted caller's stream reads its next response only while the caller's byte budget has room
-//! for it ([`super::held_bytes`]). A server shutting down ends open streams with `Unavailable`.
+//! for it ([`super::held_bytes`]), and so do the answers of ApplyConfiguration and ServiceList
+//! (the others are a few bytes). A server shutting down ends open streams, and answers waiting
+//! for room, with `Unavailable`.
 
 use std::sync::Arc;
 
@@ -18,7 +20,7 @@ use crate::machine::{
 use crate::proto::machine::{self as pb, machine_service_server};
 use crate::status::{to_status, Call};
 
-use super::held_bytes::{framed_len, StreamBytes};
+use super::held_bytes::{counted, framed_len, Admission, StreamBytes};
 
 /// Bytes of log lines per response.
 pub const MAX_LOG_CHUNK: usize = 64 * 1024;
@@ -97,6 +99,7 @@ impl machine_service_server::MachineService for MachineService {
         request: Request<pb::ApplyConfigurationRequest>,
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
         let actor = crate::auth::caller_of(&request)?.describe();
+        let bytes = request.extensions().get::<Arc<StreamBytes>>().cloned();
         let r = request.into_inner();
         if !r.data.is_empty() && !r.patches.is_empty() {
             return Err(err(cosi_core::Error::invalid(
@@ -141,21 +144,26 @@ impl machine_service_server::MachineService for MachineService {
             })
             .await
             .map_err(err)?;
-        Ok(Response::new(pb::ApplyConfigurationResponse {
+        let applied = (!r.dry_run).then_some(outcome.version);
+        let admission = self.room(bytes.as_ref(), applied).await?;
+        let answer = pb::ApplyConfigurationResponse {
             mode: outcome.mode.to_wire() as i32,
             mode_details: outcome.details,
             warnings: outcome.warnings,
             diff: outcome.diff,
             version: outcome.version,
-        }))
+        };
+        Ok(counted(admission, answer))
     }
 
     async fn service_list(
         &self,
-        _request: Request<pb::ServiceListRequest>,
+        request: Request<pb::ServiceListRequest>,
     ) -> Result<Response<pb::ServiceListResponse>, Status> {
+        let bytes = request.extensions().get::<Arc<StreamBytes>>().cloned();
         let services = self.machine.services().await.map_err(err)?;
-        Ok(Response::new(pb::ServiceListResponse {
+        let admission = self.room(bytes.as_ref(), None).await?;
+        let answer = pb::ServiceListResponse {
             services: services
                 .into_iter()
                 .map(|s| pb::ServiceInfo {
@@ -178,7 +186,8 @@ impl machine_service_server::MachineService for MachineService {
                         .collect(),
                 })
                 .collect(),
-        }))
+        };
+        Ok(counted(admission, answer))
     }
 
     async fn service_start(
@@ -321,6 +330,29 @@ impl machine_service_server::MachineService for MachineService {
 }
 
 impl MachineService {
+    /// Room in the caller's byte budget for an answer (none for a caller that is not counted),
+    /// taken once the caller has it; a server that stops first ends the call with
+    /// `Unavailable` and the stop's reason, saying which configuration was `applied`, if any.
+    async fn room(
+        &self,
+        bytes: Option<&Arc<StreamBytes>>,
+        applied: Option<u64>,
+    ) -> Result<Option<Admission>, Status> {
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        match bytes.admit_or_stop(&self.shutdown).await {
+            Ok(admission) => Ok(Some(admission)),
+            Err(reason) => Err(Status::unavailable(match applied {
+                None => reason.to_string(),
+                Some(version) => format!(
+                    "{reason}: the configuration was applied (version {version}); its answer was \
+                     not sent"
+                ),
+            })),
+        }
+    }
+
     async fn action(
         &self,
         request: Request<pb::ServiceRequest>,

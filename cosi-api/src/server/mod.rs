@@ -58,10 +58,11 @@ pub const DEFAULT_MAX_CONNECTIONS_PER_CALLER: usize = 64;
 /// ([`ApiServer::with_max_calls_per_caller`]): a watch, a list or a log follow holds its place
 /// until its stream ends; a remote controller engine needs one watch per kind it reads.
 pub const DEFAULT_MAX_CALLS_PER_CALLER: usize = 256;
-/// Bytes of responses one caller's streams hold in the server at once by default
-/// ([`ApiServer::with_max_bytes_per_caller`]): two messages at the 32 MiB limit, so a caller's
-/// next response may be as large as a message whenever it holds at most 32 MiB; 256 unread
-/// watches of 1 MiB resources pin 64 MiB, not the gigabyte they did with calls counted alone.
+/// Bytes of responses one caller's streams and unary answers hold in the server at once by
+/// default ([`ApiServer::with_max_bytes_per_caller`]): two messages at the 32 MiB limit, so a
+/// caller's next response may be as large as a message whenever it holds at most 32 MiB; 256
+/// unread watches of 1 MiB resources pin 64 MiB, not the gigabyte they did with calls counted
+/// alone, and 256 unread Gets of a 32 MiB resource 64 MiB, not eight gigabytes.
 pub const DEFAULT_MAX_BYTES_PER_CALLER: usize = 64 * 1024 * 1024;
 
 /// How the server secures connections.
@@ -181,21 +182,24 @@ impl ApiServer {
         self
     }
 
-    /// Lets one caller's streams (watches, lists, log follows, event streams) hold at most
-    /// `max` bytes of responses in the server at once (at least one message of
-    /// [`MAX_MESSAGE_SIZE`] and its frame header; default [`DEFAULT_MAX_BYTES_PER_CALLER`]),
-    /// counted as calls are (per client certificate name; maintenance callers per address;
-    /// plaintext callers not at all). A response counts from when its stream makes it until it
-    /// has been written to the caller's socket. A stream makes its next response only while
-    /// the caller holds at most `max` less one largest message; until then it waits, holding no
-    /// encoded response: a watch stops reading the store, which serves it as any lagging
-    /// watcher (exactly from its window, or a compacted catch-up or a resync beyond it) once
-    /// the caller reads again. Nothing is ended or refused. So a caller that never reads pins
-    /// at most `max` bytes of encoded responses, however many calls it holds (beside them a
-    /// waiting stream keeps only what it was handed to send: a watch the store's events, a
-    /// list the listed resources, a log stream one chunk); without it, 256 unread watches of
-    /// 1 MiB resources held about a gigabyte. A caller waits on its own unread streams only:
-    /// one that stops reading one stream until another delivers must keep them within `max`.
+    /// Lets one caller's streams (watches, lists, log follows, event streams) and the answers of
+    /// its unary calls (Get, Create, Update, ApplyConfiguration, ServiceList) hold at most `max`
+    /// bytes of responses in the server at once (default [`DEFAULT_MAX_BYTES_PER_CALLER`]), counted
+    /// as calls are (per client certificate name; maintenance callers per address; plaintext
+    /// callers not at all; at least one message of [`MAX_MESSAGE_SIZE`] and its frame header). A
+    /// response counts from when it is made until it has been written to the caller's socket. A
+    /// stream makes its next response, and a unary call its answer, only while the caller holds at
+    /// most `max` less one largest message; until then it waits, holding no encoded response: a
+    /// watch stops reading the store, which serves it as any lagging watcher (exactly from its
+    /// window, or a compacted catch-up or a resync beyond it) once the caller reads again; a Get
+    /// reads its resource again once it has room. No call is refused for want of room; a wait ends
+    /// when the caller cancels or the server stops (`Unavailable`). So a caller that never reads
+    /// pins at most `max` bytes of encoded responses, however many calls it holds (beside them a
+    /// waiting call keeps only what it was handed to send: a watch the store's events, a list the
+    /// listed resources, a log stream one chunk, a write the resource it stored); without it, 256
+    /// unread watches of 1 MiB resources held about a gigabyte, and 256 unread Gets of a 2 MiB
+    /// resource over 512 MiB. A caller waits on its own unread responses only: one that stops
+    /// reading one stream until another call answers must keep them within `max`.
     ///
     /// ```
     /// use cosi_api::server::{ApiServer, Security};

@@ -8,9 +8,11 @@
 //! watch filtered to that id, which every backend supports. `bootstrap_bookmark` is served by
 //! reading the kind's head position first (the initial event of a watch on an id that is never
 //! stored) and resuming after it. A server shutting down ends every watch with `Unavailable`,
-//! which clients treat as "reconnect and resume". An event larger than one message (an update
-//! of a resource over half the limit carries two copies) goes without its YAML copies, then
-//! without its old resource; a resource too large alone ends the watch with an error naming it.
+//! which clients treat as "reconnect and resume", and so every unary answer waiting for room
+//! in its caller's byte budget ([`super::held_bytes`]). An event larger than one
+//! message (an update of a resource over half the limit carries two copies) goes without its
+//! YAML copies, then without its old resource; a resource too large alone ends the watch with
+//! an error naming it.
 //!
 //! Lists and watches send each resource as its encoded bytes (the `cosi_rs.encoded` twins of
 //! the responses, the same on the wire), and the watches of one service share those bytes
@@ -33,7 +35,7 @@ use crate::proto::encoded;
 use crate::proto::resource::{self as pb, state_server};
 
 use super::encodings::{SharedEncodings, DEFAULT_BUDGET};
-use super::held_bytes::{framed_len, Admission, StreamBytes};
+use super::held_bytes::{counted, framed_len, Admission, StreamBytes};
 use crate::query::{decode_bookmark, decode_ids, decode_labels, exact_id};
 use crate::status::{to_status, Call};
 
@@ -197,6 +199,26 @@ impl StateService {
             .encode(resource, yaml)
             .map_err(|e| to_status(&e, call))
     }
+
+    /// Room in the caller's byte budget for a unary answer, taken now if the caller has it,
+    /// else once it has ([`StreamBytes::admit_or_stop`]); a server that stops first ends the
+    /// call with `Unavailable` and the stop's reason, saying what the call had `applied` (a
+    /// write and its resource) so that the caller does not take it for undone.
+    async fn room(
+        &self,
+        bytes: &Arc<StreamBytes>,
+        applied: Option<(&str, &Pointer)>,
+    ) -> Result<Admission, Status> {
+        bytes
+            .admit_or_stop(&self.shutdown)
+            .await
+            .map_err(|reason| match applied {
+                None => Status::unavailable(reason.to_string()),
+                Some((write, pointer)) => Status::unavailable(format!(
+                    "{reason}: the {write} of {pointer} was applied; its answer was not sent"
+                )),
+            })
+    }
 }
 
 fn wants_yaml<T>(request: &Request<T>) -> bool {
@@ -219,6 +241,7 @@ impl state_server::State for StateService {
     ) -> Result<Response<pb::GetResponse>, Status> {
         let caller = caller_of(&request)?.clone();
         let yaml = wants_yaml(&request);
+        let bytes = request.extensions().get::<Arc<StreamBytes>>().cloned();
         let r = request.into_inner();
         let pointer = self
             .codec()
@@ -231,9 +254,27 @@ impl state_server::State for StateService {
             .get(&pointer)
             .await
             .map_err(err(Call::Get))?;
-        Ok(Response::new(pb::GetResponse {
+        let (stored, admission) = match bytes.as_ref().map(|bytes| (bytes, bytes.try_admit())) {
+            None => (stored, None),
+            Some((_, Some(admission))) => (stored, Some(admission)),
+            Some((bytes, None)) => {
+                // No room: wait holding nothing of the resource, and read it again once there
+                // is (see `held_bytes`).
+                drop(stored);
+                let admission = self.room(bytes, None).await?;
+                let stored = self
+                    .shared
+                    .state
+                    .get(&pointer)
+                    .await
+                    .map_err(err(Call::Get))?;
+                (stored, Some(admission))
+            }
+        };
+        let answer = pb::GetResponse {
             resource: Some(self.encode(&*stored, yaml, Call::Get)?),
-        }))
+        };
+        Ok(counted(admission, answer))
     }
 
     /// Encodes each listed resource as the stream is read: a caller that does not read holds
@@ -303,6 +344,7 @@ impl state_server::State for StateService {
     ) -> Result<Response<pb::CreateResponse>, Status> {
         let caller = caller_of(&request)?.clone();
         let yaml = wants_yaml(&request);
+        let bytes = request.extensions().get::<Arc<StreamBytes>>().cloned();
         let r = request.into_inner();
         let resource = self
             .codec()
@@ -321,9 +363,14 @@ impl state_server::State for StateService {
             .create(resource, CreateOptions { owner })
             .await
             .map_err(err(Call::Create))?;
-        Ok(Response::new(pb::CreateResponse {
+        let admission = match &bytes {
+            Some(bytes) => Some(self.room(bytes, Some(("create", &pointer))).await?),
+            None => None,
+        };
+        let answer = pb::CreateResponse {
             resource: Some(self.encode(&*stored, yaml, Call::Create)?),
-        }))
+        };
+        Ok(counted(admission, answer))
     }
 
     async fn update(
@@ -332,6 +379,7 @@ impl state_server::State for StateService {
     ) -> Result<Response<pb::UpdateResponse>, Status> {
         let caller = caller_of(&request)?.clone();
         let yaml = wants_yaml(&request);
+        let bytes = request.extensions().get::<Arc<StreamBytes>>().cloned();
         let r = request.into_inner();
         let resource = self
             .codec()
@@ -367,9 +415,14 @@ impl state_server::State for StateService {
             )
             .await
             .map_err(err(Call::Update))?;
-        Ok(Response::new(pb::UpdateResponse {
+        let admission = match &bytes {
+            Some(bytes) => Some(self.room(bytes, Some(("update", &pointer))).await?),
+            None => None,
+        };
+        let answer = pb::UpdateResponse {
             resource: Some(self.encode(&*stored, yaml, Call::Update)?),
-        }))
+        };
+        Ok(counted(admission, answer))
     }
 
     async fn destroy(
@@ -857,6 +910,7 @@ mod tests {
     use super::*;
     use crate::events::{decode_event, API_EXTENDED};
     use crate::server::held_bytes::{BytesPerCaller, LARGEST_RESPONSE};
+    use crate::server::stop::Stop;
     use cosi_core::{Resource, ResourceSpec, Version};
     use cosi_state::{MemoryOptions, MemoryState};
     use serde::{Deserialize, Serialize};
@@ -1016,5 +1070,89 @@ mod tests {
         })
         .await
         .expect("the watch gave its queued update back when its client cancelled");
+    }
+
+    /// A read by the trusted caller, counted as a caller's call whose ledger is `call`.
+    fn read_request<T>(message: T, call: &Arc<StreamBytes>) -> Request<T> {
+        let mut request = Request::new(message);
+        request.extensions_mut().insert(Caller::trusted());
+        request.extensions_mut().insert(call.clone());
+        request
+    }
+
+    fn get_request(call: &Arc<StreamBytes>) -> Request<pb::GetRequest> {
+        let message = pb::GetRequest {
+            namespace: "test".into(),
+            r#type: Note::TYPE.into(),
+            id: "n".into(),
+            ..pb::GetRequest::default()
+        };
+        read_request(message, call)
+    }
+
+    /// A service over `store` that ends its calls when `stop` fires, a budget of one largest
+    /// response, and the caller's other stream, which holds a byte of it until it is dropped:
+    /// no room.
+    async fn no_room(
+        store: Arc<MemoryState>,
+    ) -> (StateService, Stop, BytesPerCaller, Arc<StreamBytes>) {
+        let (stop, signal) = Stop::new();
+        let service =
+            StateService::new(store, codec(), StatePolicy::default()).with_shutdown(signal);
+        let budgets = BytesPerCaller::new(LARGEST_RESPONSE);
+        let other = budgets.stream("reader");
+        other.admit().await.charge(1);
+        (service, stop, budgets, other)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_get_waiting_for_room_ends_with_unavailable_when_the_server_stops() {
+        let store = Arc::new(MemoryState::default());
+        write(&store, "0").await;
+        let (service, stop, budgets, _other) = no_room(store).await;
+        let request = get_request(&budgets.stream("reader"));
+        let get = tokio::spawn(async move { state_server::State::get(&service, request).await });
+        // The paused clock advances only once every task waits.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!get.is_finished(), "answered with no room");
+
+        stop.fire("moving to 192.0.2.7");
+        let ended = tokio::time::timeout(Duration::from_secs(60), get)
+            .await
+            .expect("the Get ended when the server stopped")
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(
+            (ended.code(), ended.message()),
+            (tonic::Code::Unavailable, "moving to 192.0.2.7")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_get_waits_for_room_then_answers_the_resource_as_it_is_and_counts_it() {
+        let store = Arc::new(MemoryState::default());
+        write(&store, "0").await;
+        let (service, _stop, budgets, other) = no_room(store.clone()).await;
+        let call = budgets.stream("reader");
+        let request = get_request(&call);
+        let get = tokio::spawn(async move { state_server::State::get(&service, request).await });
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!get.is_finished(), "answered with no room");
+        // Changed while the Get waits: it answers what the store holds once it has room.
+        let current = write(&store, "1").await;
+
+        drop(other);
+        let answer = tokio::time::timeout(Duration::from_secs(60), get)
+            .await
+            .expect("the Get was answered once its caller had room")
+            .unwrap()
+            .unwrap()
+            .into_inner();
+        let resource = codec()
+            .decode(answer.resource.clone().unwrap(), Reader::Client)
+            .unwrap();
+        assert_eq!(resource.metadata().version(), current);
+        // Counted until HTTP/2 writes it (here: never), at its framed size exactly.
+        assert_eq!(call.caller_holds(), framed_len(&answer));
     }
 }
