@@ -34,7 +34,7 @@
 //! stored (the store's own while it is current), a machine call its outcome. The wait ends when
 //! the caller cancels the call, or when the server stops ([`StreamBytes::admit_or_stop`]), with
 //! `Unavailable` and the stop's reason (a write's says that it was applied), so that a caller
-//! that never reads cannot hold a graceful stop.
+//! that never reads cannot hold a graceful stop; a list waiting for room ends the same way.
 //!
 //! A stream holds no encoding buffer between responses: the State service frames its watch and
 //! list responses itself ([`super::framing`]), each frame a fresh allocation that HTTP/2 frees

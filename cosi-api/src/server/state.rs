@@ -8,8 +8,8 @@
 //! watch filtered to that id, which every backend supports. `bootstrap_bookmark` is served by
 //! reading the kind's head position first (the initial event of a watch on an id that is never
 //! stored) and resuming after it. A server shutting down ends every watch with `Unavailable`,
-//! which clients treat as "reconnect and resume", and so every unary answer waiting for room
-//! in its caller's byte budget ([`super::held_bytes`]). An event larger than one
+//! which clients treat as "reconnect and resume", and so every list and unary answer waiting
+//! for room in its caller's byte budget ([`super::held_bytes`]). An event larger than one
 //! message (an update of a resource over half the limit carries two copies) goes without its
 //! YAML copies, then without its old resource; a resource too large alone ends the watch with
 //! an error naming it.
@@ -324,12 +324,17 @@ impl state_server::State for StateService {
                 tokio_stream::StreamExt::map(tokio_stream::iter(listed), move |r| encode(&r));
             return Ok(Response::new(Box::pin(responses)));
         };
-        // A counted caller's resource is encoded once its byte budget has room for it.
+        // A counted caller's resource is encoded once its byte budget has room for it; a
+        // server that stops first ends the list.
         let encode = Arc::new(encode);
+        let shutdown = self.shutdown.clone();
         let responses = futures::StreamExt::then(futures::stream::iter(listed), move |r| {
-            let (bytes, encode) = (bytes.clone(), encode.clone());
+            let (bytes, encode, shutdown) = (bytes.clone(), encode.clone(), shutdown.clone());
             async move {
-                let admission = bytes.admit().await;
+                let admission = bytes
+                    .admit_or_stop(&shutdown)
+                    .await
+                    .map_err(|reason| Status::unavailable(reason.to_string()))?;
                 let response = encode(&r)?;
                 admission.charge(framed_len(&response));
                 Ok(response)
@@ -1103,6 +1108,39 @@ mod tests {
         let other = budgets.stream("reader");
         other.admit().await.charge(1);
         (service, stop, budgets, other)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_list_waiting_for_room_ends_with_unavailable_when_the_server_stops() {
+        let store = Arc::new(MemoryState::default());
+        write(&store, "0").await;
+        let (service, stop, budgets, _other) = no_room(store).await;
+        let request = read_request(
+            pb::ListRequest {
+                namespace: "test".into(),
+                r#type: Note::TYPE.into(),
+                ..pb::ListRequest::default()
+            },
+            &budgets.stream("reader"),
+        );
+        let mut listed = state_server::State::list(&service, request)
+            .await
+            .unwrap()
+            .into_inner();
+        // The paused clock advances only once every task waits: the list sends nothing.
+        let waited = tokio::time::timeout(Duration::from_secs(60), listed.next()).await;
+        assert!(waited.is_err(), "listed with no room: {waited:?}");
+
+        stop.fire("moving to 192.0.2.7");
+        let ended = tokio::time::timeout(Duration::from_secs(60), listed.next())
+            .await
+            .expect("the list ended when the server stopped")
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(
+            (ended.code(), ended.message()),
+            (tonic::Code::Unavailable, "moving to 192.0.2.7")
+        );
     }
 
     #[tokio::test(start_paused = true)]
