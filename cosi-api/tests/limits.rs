@@ -1,6 +1,7 @@
 //! What a caller sends is bounded: messages up to 32 MiB pass both ways, a larger one is
 //! refused with an error and stores nothing; an unregistered type is refused by name before
-//! anything is created for it.
+//! anything is created for it. A server is not started with a byte budget per caller too small
+//! for one such message.
 
 mod support;
 
@@ -500,4 +501,33 @@ async fn a_list_past_the_client_s_bound_is_an_error_naming_the_bound() {
         )
     );
     assert!(!error.is_retryable());
+}
+
+#[tokio::test]
+async fn a_byte_budget_per_caller_below_one_message_is_refused_naming_the_least() {
+    use cosi_api::server::{ApiServer, Security, ServeError, MIN_BYTES_PER_CALLER};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let refused = ApiServer::new(Security::Plaintext)
+        .with_max_bytes_per_caller(16 << 20)
+        .serve(listener)
+        .unwrap_err();
+    assert!(
+        matches!(refused, ServeError::BytesPerCallerBelowMessage { max } if max == 16 << 20),
+        "{refused:?}"
+    );
+    assert_eq!(
+        refused.to_string(),
+        "max bytes per caller: 16777216 is less than one message at the limit with its frame \
+         header (33554437 bytes), so a caller's largest responses could never be sent; give at \
+         least that"
+    );
+    assert_eq!(MIN_BYTES_PER_CALLER, (32 << 20) + 5);
+
+    // The least is taken.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = ApiServer::new(Security::Plaintext)
+        .with_max_bytes_per_caller(MIN_BYTES_PER_CALLER)
+        .serve(listener)
+        .unwrap();
+    server.shutdown().await.unwrap();
 }

@@ -936,7 +936,7 @@ async fn a_counted_caller_s_streams_deliver_through_the_smallest_byte_budget() {
     // The smallest budget: a response is made only once every earlier one of the caller has
     // been written, so each stream moves only if the bytes it sent are given back.
     let node = Node::start_serving(StatePolicy::new([MACHINE_CONFIG_TYPE]), |server| {
-        server.with_max_bytes_per_caller(0)
+        server.with_max_bytes_per_caller(cosi_api::server::MIN_BYTES_PER_CALLER)
     })
     .await;
     let (reader, machine) = node.client(Role::Reader);

@@ -80,8 +80,9 @@ struct Callers {
 }
 
 impl BytesPerCaller {
-    /// Budgets of `limit` bytes per caller (at least [`LARGEST_RESPONSE`], so that any one
-    /// response fits).
+    /// Budgets of `limit` bytes per caller, taken as at least [`LARGEST_RESPONSE`] so that any
+    /// one response fits (a server refuses a smaller budget, [`super::MIN_BYTES_PER_CALLER`];
+    /// tests give 0 for the smallest).
     pub(crate) fn new(limit: usize) -> Self {
         BytesPerCaller {
             limit: limit.max(LARGEST_RESPONSE),

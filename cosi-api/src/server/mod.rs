@@ -64,6 +64,9 @@ pub const DEFAULT_MAX_CALLS_PER_CALLER: usize = 256;
 /// unread watches of 1 MiB resources pin 64 MiB, not the gigabyte they did with calls counted
 /// alone, and 256 unread Gets of a 32 MiB resource 64 MiB, not eight gigabytes.
 pub const DEFAULT_MAX_BYTES_PER_CALLER: usize = 64 * 1024 * 1024;
+/// The smallest byte budget per caller a server takes ([`ApiServer::with_max_bytes_per_caller`]):
+/// one message at the limit with its 5-byte gRPC frame header, so that any one response fits.
+pub const MIN_BYTES_PER_CALLER: usize = held_bytes::LARGEST_RESPONSE;
 
 /// How the server secures connections.
 #[derive(Clone)]
@@ -106,6 +109,17 @@ pub enum ServeError {
     /// The listener has no address.
     #[error("listener: {0}")]
     Io(#[from] std::io::Error),
+    /// The byte budget per caller ([`ApiServer::with_max_bytes_per_caller`]) is below
+    /// [`MIN_BYTES_PER_CALLER`]: a response of a message at the limit could never be sent.
+    #[error(
+        "max bytes per caller: {max} is less than one message at the limit with its frame \
+         header ({MIN_BYTES_PER_CALLER} bytes), so a caller's largest responses could never be \
+         sent; give at least that"
+    )]
+    BytesPerCallerBelowMessage {
+        /// The budget given.
+        max: usize,
+    },
 }
 
 /// The services to serve and how.
@@ -186,20 +200,22 @@ impl ApiServer {
     /// its unary calls (Get, Create, Update, ApplyConfiguration, ServiceList) hold at most `max`
     /// bytes of responses in the server at once (default [`DEFAULT_MAX_BYTES_PER_CALLER`]), counted
     /// as calls are (per client certificate name; maintenance callers per address; plaintext
-    /// callers not at all; at least one message of [`MAX_MESSAGE_SIZE`] and its frame header). A
-    /// response counts from when it is made until it has been written to the caller's socket. A
-    /// stream makes its next response, and a unary call its answer, only while the caller holds at
-    /// most `max` less one largest message; until then it waits, holding no encoded response: a
-    /// watch stops reading the store, which serves it as any lagging watcher (exactly from its
-    /// window, or a compacted catch-up or a resync beyond it) once the caller reads again; a Get
-    /// reads its resource again once it has room. No call is refused for want of room; a wait ends
-    /// when the caller cancels or the server stops (`Unavailable`). So a caller that never reads
-    /// pins at most `max` bytes of encoded responses, however many calls it holds (beside them a
-    /// waiting call keeps only what it was handed to send: a watch the store's events, a list the
-    /// listed resources, a log stream one chunk, a write the resource it stored); without it, 256
-    /// unread watches of 1 MiB resources held about a gigabyte, and 256 unread Gets of a 2 MiB
-    /// resource over 512 MiB. A caller waits on its own unread responses only: one that stops
-    /// reading one stream until another call answers must keep them within `max`.
+    /// callers not at all). `max` must be at least [`MIN_BYTES_PER_CALLER`] (one message at the
+    /// limit and its frame header): a smaller one is refused by [`ApiServer::serve`] with
+    /// [`ServeError::BytesPerCallerBelowMessage`], not raised behind the caller's back. A response
+    /// counts from when it is made until it has been written to the caller's socket. A stream makes
+    /// its next response, and a unary call its answer, only while the caller holds at most `max`
+    /// less one largest message; until then it waits, holding no encoded response: a watch stops
+    /// reading the store, which serves it as any lagging watcher (exactly from its window, or a
+    /// compacted catch-up or a resync beyond it) once the caller reads again; a Get reads its
+    /// resource again once it has room. No call is refused for want of room; a wait ends when the
+    /// caller cancels or the server stops (`Unavailable`). So a caller that never reads pins at
+    /// most `max` bytes of encoded responses, however many calls it holds (beside them a waiting
+    /// call keeps only what it was handed to send: a watch the store's events, a list the listed
+    /// resources, a log stream one chunk, a write the resource it stored); without it, 256 unread
+    /// watches of 1 MiB resources held about a gigabyte, and 256 unread Gets of a 2 MiB resource
+    /// over 512 MiB. A caller waits on its own unread responses only: one that stops reading one
+    /// stream until another call answers must keep them within `max`.
     ///
     /// ```
     /// use cosi_api::server::{ApiServer, Security};
@@ -225,6 +241,11 @@ impl ApiServer {
 
     /// Starts serving on `listener`.
     pub fn serve(self, listener: TcpListener) -> Result<ServerHandle, ServeError> {
+        if self.max_bytes_per_caller < MIN_BYTES_PER_CALLER {
+            return Err(ServeError::BytesPerCallerBelowMessage {
+                max: self.max_bytes_per_caller,
+            });
+        }
         let local_addr = listener.local_addr()?;
         let acceptor = match &self.security {
             Security::Plaintext => Acceptor::Plain,
