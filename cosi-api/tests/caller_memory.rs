@@ -13,10 +13,9 @@
 
 mod support;
 
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use cosi_api::auth::{Role, StatePolicy};
 use cosi_api::client::{channel_with, ChannelOptions, ClientSecurity};
@@ -27,7 +26,7 @@ use cosi_api::server::{
 };
 use cosi_core::{CreateOptions, Resource, ResourceSpec, State, StateExt, UpdateOptions};
 use cosi_state::{MemoryOptions, MemoryState};
-use support::memory::{serve_or_test, status_kib, ServerChild};
+use support::memory::{report_peak_then_serve, serve_or_test, status_kib, ServerChild};
 use support::Blob;
 
 /// Resources of the kind, each of [`BLOB_BYTES`].
@@ -96,20 +95,7 @@ async fn server_process(dir: &Path) {
                 .unwrap();
         }
     }
-    // The watches' tasks run on: wait until the resident memory has not grown for a second.
-    let started = Instant::now();
-    let (mut last, mut since) = (status_kib("VmRSS") / 1024, Instant::now());
-    while since.elapsed() < Duration::from_secs(1) && started.elapsed() < Duration::from_secs(60) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let now = status_kib("VmRSS") / 1024;
-        if now > last {
-            (last, since) = (now, Instant::now());
-        }
-    }
-    println!("PEAK {}", status_kib("VmHWM") / 1024);
-    std::io::stdout().flush().unwrap();
-    // Serve until the parent is done.
-    let _ = std::io::stdin().lock().read_line(&mut line);
+    report_peak_then_serve().await;
 }
 
 fn main() {

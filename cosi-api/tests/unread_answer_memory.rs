@@ -16,10 +16,9 @@
 
 mod support;
 
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use cosi_api::auth::{Role, StatePolicy};
@@ -32,7 +31,7 @@ use cosi_api::server::{
 use cosi_core::{CreateOptions, Resource, ResourceSpec, State};
 use cosi_state::MemoryState;
 use prost::Message;
-use support::memory::{serve_or_test, status_kib, ServerChild};
+use support::memory::{report_peak_then_serve, serve_or_test, status_kib, ServerChild};
 use support::Blob;
 
 /// The size of the resource every Get reads (its spec's one string).
@@ -74,20 +73,7 @@ async fn server_process(dir: &Path) {
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "measure");
-    // The calls' tasks run on: wait until the resident memory has not grown for a second.
-    let started = Instant::now();
-    let (mut last, mut since) = (status_kib("VmRSS") / 1024, Instant::now());
-    while since.elapsed() < Duration::from_secs(1) && started.elapsed() < Duration::from_secs(60) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let now = status_kib("VmRSS") / 1024;
-        if now > last {
-            (last, since) = (now, Instant::now());
-        }
-    }
-    println!("PEAK {}", status_kib("VmHWM") / 1024);
-    std::io::stdout().flush().unwrap();
-    // Serve until the parent is done.
-    let _ = std::io::stdin().lock().read_line(&mut line);
+    report_peak_then_serve().await;
 }
 
 fn main() {

@@ -130,3 +130,24 @@ pub async fn settled_rss_kib() -> u64 {
     }
     low
 }
+
+/// The end of a server child that measures its peak: once its calls' tasks have stopped
+/// growing its resident memory (no growth for a second, at most a minute), prints `PEAK <MiB>`
+/// for the parent, then serves until the parent says it is done (a line on stdin, or stdin
+/// closed).
+pub async fn report_peak_then_serve() {
+    let started = std::time::Instant::now();
+    let (mut last, mut since) = (status_kib("VmRSS") / 1024, std::time::Instant::now());
+    while since.elapsed() < std::time::Duration::from_secs(1)
+        && started.elapsed() < std::time::Duration::from_secs(60)
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let now = status_kib("VmRSS") / 1024;
+        if now > last {
+            (last, since) = (now, std::time::Instant::now());
+        }
+    }
+    println!("PEAK {}", status_kib("VmHWM") / 1024);
+    std::io::stdout().flush().unwrap();
+    let _ = std::io::stdin().lock().read_line(&mut String::new());
+}
