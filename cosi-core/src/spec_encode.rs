@@ -348,47 +348,34 @@ compound!(SerializeTuple, serialize_element());
 compound!(SerializeTupleStruct, serialize_field());
 compound!(SerializeTupleVariant, serialize_field());
 
-impl<S: ser::SerializeStruct> ser::SerializeStruct for Exact<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
+/// Implements a struct-like serializer of `Exact<S>`: named fields, some of them skipped.
+macro_rules! structure {
+    ($trait:ident) => {
+        impl<S: ser::$trait> ser::$trait for Exact<S> {
+            type Ok = S::Ok;
+            type Error = S::Error;
 
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> std::result::Result<(), S::Error> {
-        self.0.serialize_field(key, &Exact(value))
-    }
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> std::result::Result<(), S::Error> {
+                self.0.serialize_field(key, &Exact(value))
+            }
 
-    fn skip_field(&mut self, key: &'static str) -> std::result::Result<(), S::Error> {
-        self.0.skip_field(key)
-    }
+            fn skip_field(&mut self, key: &'static str) -> std::result::Result<(), S::Error> {
+                self.0.skip_field(key)
+            }
 
-    fn end(self) -> std::result::Result<S::Ok, S::Error> {
-        self.0.end()
-    }
+            fn end(self) -> std::result::Result<S::Ok, S::Error> {
+                self.0.end()
+            }
+        }
+    };
 }
 
-impl<S: ser::SerializeStructVariant> ser::SerializeStructVariant for Exact<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> std::result::Result<(), S::Error> {
-        self.0.serialize_field(key, &Exact(value))
-    }
-
-    fn skip_field(&mut self, key: &'static str) -> std::result::Result<(), S::Error> {
-        self.0.skip_field(key)
-    }
-
-    fn end(self) -> std::result::Result<S::Ok, S::Error> {
-        self.0.end()
-    }
-}
+structure!(SerializeStruct);
+structure!(SerializeStructVariant);
 
 impl<S: ser::SerializeMap> ser::SerializeMap for Exact<S> {
     type Ok = S::Ok;
