@@ -3,7 +3,8 @@
 //! formats written through redb 2 (1 and 2) are refused with an error that says why — among
 //! them a real format 2 file written by the last build on redb 2
 //! (`tests/fixtures/format2-redb2.redb`). These pin the on-disk contract independently of the
-//! code that writes it.
+//! code that writes it. A format 3 file written through `DiskState` by an earlier build
+//! (`tests/fixtures/format3-before-single-encoding.redb`) must keep reading the same.
 
 mod disk_common;
 
@@ -336,5 +337,118 @@ async fn a_checkpoint_past_any_reachable_sequence_is_refused_at_open() {
             u64::MAX,
             u64::MAX / 2
         )
+    );
+}
+
+/// A store written through `DiskState` by the build before change-log entries reused the
+/// record bytes (`tests/fixtures/format3-before-single-encoding.redb`, made by
+/// [`write_the_format_3_fixture`] on commit e8fa87b): `a` created with a label, an annotation
+/// and a finalizer, `b` created, `a` updated, `b` destroyed, then closed (so the resources table
+/// holds the checkpoint and the log every change).
+const FORMAT_3_FIXTURE: &str = "tests/fixtures/format3-before-single-encoding.redb";
+
+/// Writes the fixture above to `$COSI_WRITE_FIXTURE`; run by hand (`--ignored`) on the build
+/// whose files the fixture keeps.
+#[tokio::test]
+#[ignore = "writes the fixture; run by hand"]
+async fn write_the_format_3_fixture() {
+    let path = std::env::var("COSI_WRITE_FIXTURE").expect("COSI_WRITE_FIXTURE names the file");
+    let state = open(Path::new(&path)).await.unwrap();
+    let mut a = cosi_core::Resource::new("a", Widget { size: 1 });
+    a.metadata.labels_mut().insert("app".into(), "web".into());
+    a.metadata
+        .annotations_mut()
+        .insert("note".into(), "quote \" and \\ and é".into());
+    a.metadata.finalizers_mut().insert("keep".into());
+    let a = state
+        .create(std::sync::Arc::new(a), Default::default())
+        .await
+        .unwrap();
+    let b = cosi_core::Resource::new("b", Widget { size: 2 });
+    state
+        .create(std::sync::Arc::new(b), Default::default())
+        .await
+        .unwrap();
+    let mut a = cosi_core::downcast_ref::<Widget>(&*a).unwrap().clone();
+    a.spec.size = 3;
+    state
+        .update(std::sync::Arc::new(a), Default::default())
+        .await
+        .unwrap();
+    state
+        .destroy(&Widget::kind().pointer("b"), Default::default())
+        .await
+        .unwrap();
+    state.close().await;
+}
+
+#[tokio::test]
+async fn a_store_written_before_entries_reused_the_record_bytes_reads_the_same() {
+    let (_dir, path) = temp_store();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(FORMAT_3_FIXTURE),
+        &path,
+    )
+    .unwrap();
+    let origin = {
+        let db = redb::Database::open(&path).unwrap();
+        let read = db.begin_read().unwrap();
+        let meta = read.open_table(META).unwrap();
+        let origin = meta.get("origin").unwrap().unwrap().value();
+        kind_origin(origin, &Widget::kind())
+    };
+    let state = open(&path).await.unwrap();
+
+    let a = state
+        .get_typed::<Widget>(&Widget::kind().pointer("a"))
+        .await
+        .unwrap();
+    assert_eq!((a.metadata.version().get(), a.spec.size), (2, 3));
+    assert_eq!(
+        a.metadata.labels().get("app").map(String::as_str),
+        Some("web")
+    );
+    assert_eq!(
+        a.metadata.annotations().get("note").map(String::as_str),
+        Some("quote \" and \\ and é")
+    );
+    assert!(a.metadata.finalizers().contains("keep"));
+    assert_eq!(widgets(&state).await, [("a".to_string(), 2, 3)]);
+
+    let options = WatchKindOptions {
+        since: Some(Bookmark::at(origin, 0)),
+        ..WatchKindOptions::default()
+    };
+    let mut watch = state.watch_kind(&Widget::kind(), options).await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let event = tokio::time::timeout(Duration::from_secs(10), watch.recv())
+            .await
+            .expect("an event within the guard")
+            .expect("the watch is live");
+        let size = |r: &cosi_core::SharedResource| {
+            let w = cosi_core::downcast_ref::<Widget>(&**r).unwrap();
+            (w.metadata.version().get(), w.spec.size)
+        };
+        let old = match &event {
+            Event::Updated { old, .. } => old.as_ref().map(size),
+            _ => None,
+        };
+        seen.push((
+            event.type_name(),
+            event.resource().unwrap().metadata().id().to_string(),
+            event.bookmark().unwrap().position_in(origin).unwrap(),
+            size(event.resource().unwrap()),
+            old,
+        ));
+    }
+    assert_eq!(
+        seen,
+        [
+            ("created", "a".to_string(), 1, (1, 1), None),
+            ("created", "b".to_string(), 2, (1, 2), None),
+            ("updated", "a".to_string(), 3, (2, 3), Some((1, 1))),
+            ("destroyed", "b".to_string(), 4, (1, 2), None),
+        ]
     );
 }
