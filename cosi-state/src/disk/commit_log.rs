@@ -24,7 +24,7 @@ use cosi_core::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use super::file::{self, Change, StoreFile};
+use super::file::{Change, StoreFile};
 use super::record::{self, ChangeOp};
 use super::DiskOptions;
 use crate::memory::Collections;
@@ -192,11 +192,16 @@ impl Committer {
                 (ChangeOp::Destroyed, stored, None)
             }
         };
-        let record = match op {
-            ChangeOp::Destroyed => Vec::new(),
-            _ => record::encode_resource(&*resource)?,
-        };
-        let entry = file::encode_entry(op, &resource, old.as_ref())?;
+        // Each state is encoded once: the change-log entry nests the record bytes (a destroy
+        // logs the last state, whose record is then not stored).
+        let record = record::encode_resource(&*resource)?;
+        let old_record = old.as_deref().map(record::encode_resource).transpose()?;
+        let entry = record::encode_change(
+            op,
+            resource.metadata().pointer(),
+            &record,
+            old_record.as_deref(),
+        )?;
         let pointer = resource.metadata().pointer().clone();
         let collection = self.collections.get_or_create(pointer.kind());
         let seq = pending.next_seq(&collection);

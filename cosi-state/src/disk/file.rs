@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cosi_core::{Error, Kind, Pointer, Result, SharedResource};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::record::{self, ChangeEntry, ChangeOp};
+use super::record::{self, ChangeOp};
 use super::{DiskDurability, DiskOptions};
 use cosi_core::Registry;
 
@@ -55,7 +55,7 @@ pub(crate) struct Change {
     pub(crate) op: ChangeOp,
     /// The new state, or the last state for a destroy.
     pub(crate) resource: SharedResource,
-    /// Record bytes of `resource` (unused for a destroy); [`StoreFile::commit`] moves them out
+    /// Record bytes of `resource` (not stored for a destroy); [`StoreFile::commit`] moves them out
     /// into its checkpoint bookkeeping.
     pub(crate) record: Vec<u8>,
     /// Change-log entry bytes.
@@ -823,19 +823,4 @@ fn redb_durability(durability: DiskDurability) -> redb::Durability {
         DiskDurability::Immediate => redb::Durability::Immediate,
         DiskDurability::Eventual => redb::Durability::None,
     }
-}
-
-/// Encodes a change-log entry for `change`.
-pub(crate) fn encode_entry(
-    op: ChangeOp,
-    resource: &SharedResource,
-    old: Option<&SharedResource>,
-) -> Result<Vec<u8>> {
-    let entry = ChangeEntry {
-        op,
-        id: resource.metadata().id().to_string(),
-        resource: record::RecordBody::of(&**resource)?,
-        old: old.map(|o| record::RecordBody::of(&**o)).transpose()?,
-    };
-    record::encode_change(&entry, resource.metadata().pointer())
 }

@@ -7,7 +7,7 @@
 //! resources of types it does not know, and lets a newer spec decode an older record through
 //! serde defaults. This module owns the bytes only: it knows nothing of tables or transactions.
 
-use cosi_core::{AnyResource, Pointer, Result, SharedResource};
+use cosi_core::{AnyResource, Error, Pointer, Result, SharedResource};
 use serde::{Deserialize, Serialize};
 
 use crate::record::{self, StoredMetadata};
@@ -78,9 +78,63 @@ pub(crate) struct ChangeEntry {
     pub(crate) old: Option<RecordBody>,
 }
 
-/// Encodes a change-log entry.
-pub(crate) fn encode_change(entry: &ChangeEntry, subject: &Pointer) -> Result<Vec<u8>> {
-    record::encode(entry, subject)
+impl ChangeOp {
+    /// The name serde gives the operation in a change-log entry.
+    fn name(self) -> &'static str {
+        match self {
+            ChangeOp::Created => "created",
+            ChangeOp::Updated => "updated",
+            ChangeOp::Destroyed => "destroyed",
+        }
+    }
+}
+
+/// Encodes the change-log entry of `op` on the resource at `subject` from the record bytes of
+/// the resource (`record`, from [`encode_resource`]) and of its previous state (`old`, an update
+/// only), without encoding either resource again.
+///
+/// The bytes are exactly what serde_json writes for the [`ChangeEntry`] of the same change (the
+/// tag byte, then `{"op":…,"id":…,"resource":<body>,"old":<body>}`, `old` left out when absent):
+/// a record's payload is the JSON of its [`RecordBody`], which is what the entry nests, so the
+/// entry is that JSON spliced between the entry's own keys. `entry_bytes_are_what_serde_writes_for_the_entry`
+/// checks the two agree.
+pub(crate) fn encode_change(
+    op: ChangeOp,
+    subject: &Pointer,
+    record: &[u8],
+    old: Option<&[u8]>,
+) -> Result<Vec<u8>> {
+    fn body<'a>(record: &'a [u8], subject: &Pointer) -> Result<&'a [u8]> {
+        match record.split_first() {
+            Some((&record::FORMAT_V1, json)) => Ok(json),
+            _ => Err(Error::Backend {
+                subject: subject.to_string(),
+                message: "encoding the change: the given bytes are not a record".into(),
+                retryable: false,
+                source: None,
+            }),
+        }
+    }
+    let resource = body(record, subject)?;
+    let old = old.map(|old| body(old, subject)).transpose()?;
+    let id = subject.id();
+    // Keys, punctuation and the op name are 40 bytes at most; the id may grow by its escapes.
+    let capacity = 48 + id.len() + resource.len() + old.map_or(0, |old| old.len() + 7);
+    let mut bytes = Vec::with_capacity(capacity);
+    bytes.push(record::FORMAT_V1);
+    bytes.extend_from_slice(b"{\"op\":\"");
+    bytes.extend_from_slice(op.name().as_bytes());
+    bytes.extend_from_slice(b"\",\"id\":");
+    serde_json::to_writer(&mut bytes, id)
+        .map_err(|e| Error::invalid(subject.to_string(), "id", e.to_string()))?;
+    bytes.extend_from_slice(b",\"resource\":");
+    bytes.extend_from_slice(resource);
+    if let Some(old) = old {
+        bytes.extend_from_slice(b",\"old\":");
+        bytes.extend_from_slice(old);
+    }
+    bytes.push(b'}');
+    Ok(bytes)
 }
 
 /// Decodes a change-log entry; `subject` names it in errors.
@@ -131,6 +185,108 @@ mod tests {
         let dynamic = decoded.as_any().downcast_ref::<DynamicResource>().unwrap();
         assert_eq!(dynamic.metadata, original.metadata);
         assert_eq!(dynamic.spec, serde_json::json!({"size": 3}));
+    }
+
+    /// The entry of `op` on `resource` (and `old`) as serde_json writes the [`ChangeEntry`]:
+    /// how entries were encoded before they reused the record bytes.
+    fn entry_through_serde(
+        op: ChangeOp,
+        resource: &dyn AnyResource,
+        old: Option<&dyn AnyResource>,
+    ) -> Vec<u8> {
+        let entry = ChangeEntry {
+            op,
+            id: resource.metadata().id().to_string(),
+            resource: RecordBody::of(resource).unwrap(),
+            old: old.map(|old| RecordBody::of(old).unwrap()),
+        };
+        record::encode(&entry, resource.metadata().pointer()).unwrap()
+    }
+
+    #[test]
+    fn entry_bytes_are_what_serde_writes_for_the_entry() {
+        let old = stored_widget();
+        let mut new = stored_widget();
+        new.spec.size = 4;
+        let mut escaped = cosi_core::Resource::new("quote \" back \\ tab \t é", Widget { size: 1 });
+        escaped
+            .metadata
+            .labels_mut()
+            .insert("k\"".into(), "v\n".into());
+        let cases: [(ChangeOp, &dyn AnyResource, Option<&dyn AnyResource>); 4] = [
+            (ChangeOp::Created, &old, None),
+            (ChangeOp::Updated, &new, Some(&old)),
+            (ChangeOp::Destroyed, &new, None),
+            (ChangeOp::Created, &escaped, None),
+        ];
+        for (op, resource, previous) in cases {
+            let record = encode_resource(resource).unwrap();
+            let old_record = previous.map(|p| encode_resource(p).unwrap());
+            let pointer = resource.metadata().pointer();
+
+            let entry = encode_change(op, pointer, &record, old_record.as_deref()).unwrap();
+
+            let expected = entry_through_serde(op, resource, previous);
+            assert_eq!(
+                String::from_utf8(entry).unwrap(),
+                String::from_utf8(expected).unwrap(),
+                "{op:?} of {pointer}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_update_entry_has_the_documented_bytes() {
+        // docs/disk-format.md, "Records": the change record nests the resource bodies.
+        let old = stored_widget();
+        let mut new = stored_widget();
+        new.spec.size = 4;
+        let (record, old_record) = (
+            encode_resource(&new).unwrap(),
+            encode_resource(&old).unwrap(),
+        );
+        let entry = encode_change(
+            ChangeOp::Updated,
+            new.metadata.pointer(),
+            &record,
+            Some(&old_record),
+        )
+        .unwrap();
+        let body = |size: u32| {
+            format!(
+                concat!(
+                    r#"{{"version":4,"owner":"ctrl","phase":"tearingDown","finalizers":["f"],"#,
+                    r#""labels":{{"app":"web"}},"annotations":{{"note":"x"}},"#,
+                    r#""created":1000000007,"updated":2000000009,"spec":{{"size":{}}}}}"#
+                ),
+                size
+            )
+        };
+        let expected = format!(
+            "\u{1}{{\"op\":\"updated\",\"id\":\"w\",\"resource\":{},\"old\":{}}}",
+            body(4),
+            body(3)
+        );
+        assert_eq!(String::from_utf8(entry).unwrap(), expected);
+    }
+
+    #[test]
+    fn an_entry_is_refused_for_bytes_that_are_not_a_record() {
+        let pointer = stored_widget().metadata.pointer().clone();
+        for bytes in [&b""[..], &b"\x02{}"[..]] {
+            let error = encode_change(ChangeOp::Created, &pointer, bytes, None).unwrap_err();
+            let Error::Backend {
+                subject, message, ..
+            } = &error
+            else {
+                panic!("a backend error, got {error:?}");
+            };
+            assert_eq!(subject, &pointer.to_string());
+            assert_eq!(
+                message,
+                "encoding the change: the given bytes are not a record"
+            );
+        }
     }
 
     #[test]
