@@ -66,7 +66,8 @@ impl StoredMetadata {
     }
 }
 
-fn to_nanos(time: SystemTime) -> u64 {
+/// Nanoseconds since the Unix epoch, as a record stores a timestamp.
+pub(crate) fn to_nanos(time: SystemTime) -> u64 {
     // Times before the epoch cannot be set by the store; clamp rather than fail.
     let nanos = time
         .duration_since(UNIX_EPOCH)
