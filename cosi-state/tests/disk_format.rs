@@ -8,7 +8,7 @@
 
 mod disk_common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cosi_core::{
@@ -342,18 +342,15 @@ async fn a_checkpoint_past_any_reachable_sequence_is_refused_at_open() {
 
 /// A store written through `DiskState` by the build before change-log entries reused the
 /// record bytes (`tests/fixtures/format3-before-single-encoding.redb`, made by
-/// [`write_the_format_3_fixture`] on commit e8fa87b): `a` created with a label, an annotation
+/// [`a_store_written_by_this_build_reads_as_the_fixture_does`] on commit e8fa87b): `a` created with a label, an annotation
 /// and a finalizer, `b` created, `a` updated, `b` destroyed, then closed (so the resources table
 /// holds the checkpoint and the log every change).
 const FORMAT_3_FIXTURE: &str = "tests/fixtures/format3-before-single-encoding.redb";
 
-/// Writes the fixture above to `$COSI_WRITE_FIXTURE`; run by hand (`--ignored`) on the build
-/// whose files the fixture keeps.
-#[tokio::test]
-#[ignore = "writes the fixture; run by hand"]
-async fn write_the_format_3_fixture() {
-    let path = std::env::var("COSI_WRITE_FIXTURE").expect("COSI_WRITE_FIXTURE names the file");
-    let state = open(Path::new(&path)).await.unwrap();
+/// Writes the fixture's history through `DiskState` into a new store at `path`: `a` created
+/// with a label, an annotation and a finalizer, `b` created, `a` updated, `b` destroyed, closed.
+async fn write_format_3_history(path: &Path) {
+    let state = open(path).await.unwrap();
     let mut a = cosi_core::Resource::new("a", Widget { size: 1 });
     a.metadata.labels_mut().insert("app".into(), "web".into());
     a.metadata
@@ -390,14 +387,31 @@ async fn a_store_written_before_entries_reused_the_record_bytes_reads_the_same()
         &path,
     )
     .unwrap();
+    reads_as_the_format_3_history(&path).await;
+}
+
+/// The same history written by this build reads the same as the fixture. With
+/// `COSI_WRITE_FIXTURE` naming a new file, the store is written there instead of a temporary
+/// directory: how the fixture was made (on commit e8fa87b), and how a later format's is made.
+#[tokio::test]
+async fn a_store_written_by_this_build_reads_as_the_fixture_does() {
+    let (_dir, temporary) = temp_store();
+    let path = std::env::var_os("COSI_WRITE_FIXTURE").map_or(temporary, PathBuf::from);
+    write_format_3_history(&path).await;
+    reads_as_the_format_3_history(&path).await;
+}
+
+/// Checks that the store at `path` holds the fixture's history: its resources, and every
+/// change replayed from the log with its old state.
+async fn reads_as_the_format_3_history(path: &Path) {
     let origin = {
-        let db = redb::Database::open(&path).unwrap();
+        let db = redb::Database::open(path).unwrap();
         let read = db.begin_read().unwrap();
         let meta = read.open_table(META).unwrap();
         let origin = meta.get("origin").unwrap().unwrap().value();
         kind_origin(origin, &Widget::kind())
     };
-    let state = open(&path).await.unwrap();
+    let state = open(path).await.unwrap();
 
     let a = state
         .get_typed::<Widget>(&Widget::kind().pointer("a"))
