@@ -1,6 +1,5 @@
-//! What one caller's responses and requests hold in the server, in bytes: a budget per caller
-//! over all its streams (watches, lists, log follows, event streams), the answers of its unary
-//! calls and the request bodies of its calls, so
+//! What one caller's responses hold in the server, in bytes: a budget per caller over all its
+//! streams (watches, lists, log follows, event streams) and the answers of its unary calls, so
 //! that a caller that reads slowly or not at all pins at most its budget, however many calls
 //! it holds and however large the resources they carry. Counting calls alone
 //! ([`super::per_caller`]) let 256 unread watches of 1 MiB resources hold a gigabyte, and 256
@@ -41,22 +40,6 @@
 //! list responses itself ([`super::framing`]), each frame a fresh allocation that HTTP/2 frees
 //! once written (tonic's encoder kept each stream's largest message allocated while it lived).
 //!
-//! A call's request counts too, in the same budget: its body is read from HTTP/2 only while
-//! the caller has room for a message of any size ([`StreamBytes::try_admit_request`], as for a
-//! response), and the message its header announces is counted whole from when that header is
-//! read ([`Admission::charge_request`]), so that what tonic buffers and decodes is counted
-//! before it is read. A call waiting for room reads nothing more (HTTP/2 flow control then
-//! holds the client back; no error). The request's bytes are given back when tonic lets go of
-//! the body: for every call of this API (all take one request message) right after it has
-//! decoded the message, before the service runs, or when the call ends or is cancelled before
-//! that. That is the simplest point that cannot deadlock: a call's answer never waits on its
-//! own request, nor a stream's responses on the requests of the caller's other open streams.
-//! The decoded message is not counted while the service holds it (as the resources a waiting
-//! call holds are not, below): tonic's buffer of the arriving body is what grew with the
-//! number of calls. A request larger than what the caller has left waits for its other calls
-//! to give theirs back, and the budget holds any one message. The body's end is read without
-//! waiting: the message's own bytes may fill the budget until tonic lets go of the body.
-//!
 //! The bytes a call has charged and not yet seen written are given back when its ledger drops
 //! (its body and its producer gone, and every frame HTTP/2 held), so a cancelled or ended call
 //! leaves nothing counted. A caller past its budget waits on itself only: other callers have
@@ -74,7 +57,7 @@ use super::stop::{stopped, StopSignal};
 pub(crate) const LARGEST_RESPONSE: usize = super::MAX_MESSAGE_SIZE + FRAME_HEADER;
 
 /// The gRPC frame header before each message (a flag and a 4-byte length).
-pub(crate) const FRAME_HEADER: usize = 5;
+const FRAME_HEADER: usize = 5;
 
 /// The bytes a response takes in its frame: the message and the gRPC frame header.
 pub(crate) fn framed_len(message: &impl prost::Message) -> usize {
@@ -195,40 +178,6 @@ impl StreamBytes {
         })
     }
 
-    /// Reserves room for the call's request message if the caller has room for one of any size
-    /// now, as for a response ([`StreamBytes::try_admit`]), until the message's size is known
-    /// ([`Admission::charge_request`]).
-    pub(crate) fn try_admit_request(self: &Arc<Self>) -> Option<Admission> {
-        self.try_admit()
-    }
-
-    /// Waits until the caller has room for a request message of any size, and reserves it
-    /// ([`StreamBytes::try_admit_request`]). Cancel-safe: a wait dropped reserves nothing.
-    pub(crate) async fn admit_request(self: Arc<Self>) -> Admission {
-        loop {
-            let released = self.caller.released.notified();
-            tokio::pin!(released);
-            released.as_mut().enable();
-            if let Some(admission) = self.try_admit_request() {
-                return admission;
-            }
-            released.await;
-        }
-    }
-
-    /// Counts `bytes` of the call's request read without an admission (bytes past the end of
-    /// the message a request's header announced: a well-formed unary request has none). The
-    /// request's reader gives them back ([`StreamBytes::give_back_request`]).
-    pub(crate) fn charge_request(&self, bytes: usize) {
-        *self.caller.lock() += bytes;
-    }
-
-    /// Gives back `bytes` of the call's request, counted by [`Admission::charge_request`] and
-    /// [`StreamBytes::charge_request`], once the request is done with.
-    pub(crate) fn give_back_request(&self, bytes: usize) {
-        self.caller.give_back(bytes);
-    }
-
     /// Waits until the caller has room for one more response of any size, and reserves it
     /// ([`StreamBytes::try_admit`]). Cancel-safe: a wait dropped reserves nothing.
     pub(crate) async fn admit(self: &Arc<Self>) -> Admission {
@@ -324,23 +273,6 @@ impl Admission {
             *held = held.saturating_sub(LARGEST_RESPONSE) + bytes;
         }
         *stream.lock_outstanding() += bytes;
-        if bytes < LARGEST_RESPONSE {
-            stream.caller.released.notify_waiters();
-        }
-    }
-}
-
-impl Admission {
-    /// Counts a request message of `bytes` (with its gRPC frame header) in place of the
-    /// reservation; the request's reader gives them back ([`StreamBytes::give_back_request`]).
-    pub(crate) fn charge_request(mut self, bytes: usize) {
-        let Some(stream) = self.stream.take() else {
-            return;
-        };
-        {
-            let mut held = stream.caller.lock();
-            *held = held.saturating_sub(LARGEST_RESPONSE) + bytes;
-        }
         if bytes < LARGEST_RESPONSE {
             stream.caller.released.notify_waiters();
         }

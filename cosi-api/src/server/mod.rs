@@ -58,8 +58,8 @@ pub const DEFAULT_MAX_CONNECTIONS_PER_CALLER: usize = 64;
 /// ([`ApiServer::with_max_calls_per_caller`]): a watch, a list or a log follow holds its place
 /// until its stream ends; a remote controller engine needs one watch per kind it reads.
 pub const DEFAULT_MAX_CALLS_PER_CALLER: usize = 256;
-/// Bytes of responses (its streams' and unary answers) and of request bodies one caller holds
-/// in the server at once by default ([`ApiServer::with_max_bytes_per_caller`]): two messages at the 32 MiB limit, so a
+/// Bytes of responses one caller's streams and unary answers hold in the server at once by
+/// default ([`ApiServer::with_max_bytes_per_caller`]): two messages at the 32 MiB limit, so a
 /// caller's next response may be as large as a message whenever it holds at most 32 MiB; 256
 /// unread watches of 1 MiB resources pin 64 MiB, not the gigabyte they did with calls counted
 /// alone, and 256 unread Gets of a 32 MiB resource 64 MiB, not eight gigabytes.
@@ -67,25 +67,6 @@ pub const DEFAULT_MAX_BYTES_PER_CALLER: usize = 64 * 1024 * 1024;
 /// The smallest byte budget per caller a server takes ([`ApiServer::with_max_bytes_per_caller`]):
 /// one message at the limit with its 5-byte gRPC frame header, so that any one response fits.
 pub const MIN_BYTES_PER_CALLER: usize = held_bytes::LARGEST_RESPONSE;
-
-/// The flow-control window of each call's request body: what a client may send on one call
-/// before the server reads it. A counted caller's call waiting for room in its byte budget
-/// reads nothing of its body, so its window's worth stays in HTTP/2's buffers: at most this
-/// times [`DEFAULT_MAX_CALLS_PER_CALLER`] (16 MiB) per caller, beside its budget.
-pub const REQUEST_STREAM_WINDOW: u32 = 64 * 1024;
-
-/// The flow-control window of a connection: room for the windows of as many calls as one
-/// caller may hold open, and one more, so that the unread bodies of a caller's waiting calls
-/// never take all of it and the calls it is reading can always receive theirs (otherwise they
-/// could never end and give the waiting ones room).
-fn connection_window(max_calls_per_caller: usize) -> u32 {
-    let calls = u32::try_from(max_calls_per_caller).unwrap_or(u32::MAX);
-    // HTTP/2 windows are at most 2^31 - 1.
-    calls
-        .saturating_add(1)
-        .saturating_mul(REQUEST_STREAM_WINDOW)
-        .min((1 << 31) - 1)
-}
 
 /// How the server secures connections.
 #[derive(Clone)]
@@ -236,15 +217,6 @@ impl ApiServer {
     /// over 512 MiB. A caller waits on its own unread responses only: one that stops reading one
     /// stream until another call answers must keep them within `max`.
     ///
-    /// The same budget counts the caller's request bodies, from when the server reads a
-    /// message's header until it has decoded the message (or the call ends before that): a
-    /// body is read only while the caller holds at most `max` less one largest message, and
-    /// otherwise waits, unread (HTTP/2 flow control holds the client back; no error), until the
-    /// caller's other calls give room back. Without it, 256 calls each sending a 32 MiB
-    /// Create were each buffered whole before any service saw them: up to 8 GiB. Beside the
-    /// budget, the waiting calls' bodies hold at most [`REQUEST_STREAM_WINDOW`] each in
-    /// HTTP/2's buffers.
-    ///
     /// ```
     /// use cosi_api::server::{ApiServer, Security};
     /// let server = ApiServer::new(Security::Plaintext).with_max_bytes_per_caller(128 << 20);
@@ -317,8 +289,6 @@ impl ApiServer {
         let mut signal = stop_signal.clone();
         let server = tonic::transport::Server::builder()
             .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-            .initial_stream_window_size(REQUEST_STREAM_WINDOW)
-            .initial_connection_window_size(connection_window(self.max_calls_per_caller))
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(20)))
             .layer(EndArriving::new(stop_signal.clone()))

@@ -11,9 +11,8 @@
 //! the stream ends or the client cancels it — so a caller past its limit is refused with
 //! `ResourceExhausted` before its call reaches a service. It also gives each counted call a
 //! ledger of the bytes its responses hold ([`super::held_bytes`]), in the request's extensions
-//! for the service, counts every frame of the response body against it until HTTP/2 drops
-//! the frame, and reads the request body only while the caller has room for its message
-//! ([`Reading`]). Uncounted (plaintext) calls pass through as they are.
+//! for the service, and counts every frame of the response body against it until HTTP/2 drops
+//! the frame.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -27,7 +26,7 @@ use tonic::Status;
 
 use crate::auth::{Caller, Transport};
 
-use super::held_bytes::{Admission, BytesPerCaller, StreamBytes, FRAME_HEADER, LARGEST_RESPONSE};
+use super::held_bytes::{BytesPerCaller, StreamBytes};
 
 /// Places held per counted caller.
 #[derive(Debug, Default)]
@@ -135,9 +134,9 @@ pub(crate) struct CallLimitService<S> {
 
 type BoxFuture<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
-impl<S> tower::Service<http::Request<Body>> for CallLimitService<S>
+impl<S, B> tower::Service<http::Request<B>> for CallLimitService<S>
 where
-    S: tower::Service<http::Request<Body>, Response = http::Response<Body>>,
+    S: tower::Service<http::Request<B>, Response = http::Response<Body>>,
     S::Future: Send + 'static,
 {
     type Response = http::Response<Body>;
@@ -148,7 +147,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         // A request without an identity never gets here: the method gate refuses it first.
         let claim = match request.extensions().get::<Caller>() {
             Some(caller) => match self.limit.open.claim(caller, self.limit.limit) {
@@ -174,7 +173,6 @@ where
             return Box::pin(self.inner.call(request));
         };
         let bytes = self.limit.bytes.stream(key);
-        let mut request = request.map(|body| Body::new(Reading::new(body, bytes.clone())));
         request.extensions_mut().insert(bytes.clone());
         let answer = self.inner.call(request);
         Box::pin(async move {
@@ -225,151 +223,6 @@ impl http_body::Body for Held {
     }
 }
 
-/// A counted call's request body: read from HTTP/2 only while the caller has room for the
-/// message it carries, whose bytes count against the caller's budget from when its header is
-/// read until the body is dropped (see [`super::held_bytes`]).
-/// While it waits for room nothing more of the body is read, so HTTP/2 flow control holds the
-/// client back.
-struct Reading {
-    body: Body,
-    bytes: Arc<StreamBytes>,
-    /// Body bytes read so far.
-    read: usize,
-    /// Body bytes counted so far: through the end of the request's message once its header
-    /// has been read.
-    counted: usize,
-    /// Bytes charged to the caller's budget, given back when the body is dropped.
-    charged: usize,
-    /// The message's gRPC frame header, as much of it as has been read.
-    header: [u8; FRAME_HEADER],
-    header_read: usize,
-    /// Bytes came after the message (a unary call's request has one message; tonic reads and
-    /// drops what follows): each further frame waits for room of its own.
-    past_message: bool,
-    /// Room reserved for what the next frame brings, before it is read.
-    room: Option<Admission>,
-    /// The wait for that room, while the caller has none.
-    waiting: Option<BoxFuture<Admission>>,
-}
-
-impl Reading {
-    fn new(body: Body, bytes: Arc<StreamBytes>) -> Self {
-        Reading {
-            body,
-            bytes,
-            read: 0,
-            counted: 0,
-            charged: 0,
-            header: [0; FRAME_HEADER],
-            header_read: 0,
-            past_message: false,
-            room: None,
-            waiting: None,
-        }
-    }
-
-    /// Whether the next frame may bring bytes nothing counts yet: the message's, before its
-    /// header has told its size, or bytes past it. Right after the message it may not (that
-    /// poll sees the body's end, which must not wait: the message's own bytes may fill the
-    /// budget until tonic drops the body); if it brings bytes after all, they are counted as
-    /// read, a frame's worth, and every frame after them waits for room.
-    fn needs_room(&self) -> bool {
-        self.read >= self.counted && (self.header_read < FRAME_HEADER || self.past_message)
-    }
-
-    /// Counts the frame's `data`, just read.
-    fn count(&mut self, data: &Bytes) {
-        let start = self.read;
-        self.read += data.len();
-        if self.header_read < FRAME_HEADER {
-            let take = (FRAME_HEADER - self.header_read).min(data.len());
-            self.header[self.header_read..self.header_read + take].copy_from_slice(&data[..take]);
-            self.header_read += take;
-            if self.header_read < FRAME_HEADER {
-                // The header's first bytes: the reservation still stands for the message.
-                return;
-            }
-            let announced = u32::from_be_bytes([
-                self.header[1],
-                self.header[2],
-                self.header[3],
-                self.header[4],
-            ]) as usize;
-            // Past the message limit tonic refuses the call once it has the header.
-            let message = FRAME_HEADER.saturating_add(announced).min(LARGEST_RESPONSE);
-            self.counted = message;
-            self.charged += message;
-            match self.room.take() {
-                Some(room) => room.charge_request(message),
-                None => self.bytes.charge_request(message),
-            }
-        }
-        if self.read > self.counted {
-            let beyond = self.read - self.counted.max(start);
-            self.counted = self.read;
-            self.past_message = true;
-            self.charged += beyond;
-            match self.room.take() {
-                Some(room) => room.charge_request(beyond),
-                None => self.bytes.charge_request(beyond),
-            }
-        }
-    }
-}
-
-impl Drop for Reading {
-    fn drop(&mut self) {
-        self.bytes.give_back_request(self.charged);
-    }
-}
-
-impl http_body::Body for Reading {
-    type Data = Bytes;
-    type Error = Status;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        let this = &mut *self;
-        if this.room.is_none() && this.needs_room() {
-            if this.waiting.is_none() {
-                match this.bytes.try_admit_request() {
-                    Some(room) => this.room = Some(room),
-                    None => this.waiting = Some(Box::pin(this.bytes.clone().admit_request())),
-                }
-            }
-            if let Some(waiting) = &mut this.waiting {
-                let Poll::Ready(room) = waiting.as_mut().poll(cx) else {
-                    return Poll::Pending;
-                };
-                this.waiting = None;
-                this.room = Some(room);
-            }
-        }
-        let polled = Pin::new(&mut this.body).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    this.count(data);
-                }
-            }
-            // Ended: no more to reserve room for.
-            Poll::Ready(_) => this.room = None,
-            Poll::Pending => {}
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,20 +233,20 @@ mod tests {
         Caller::from_certificate(name, ["os:reader"])
     }
 
-    fn request(caller: Caller) -> http::Request<Body> {
-        let mut request = http::Request::new(Body::empty());
+    fn request(caller: Caller) -> http::Request<()> {
+        let mut request = http::Request::new(());
         request.extensions_mut().insert(caller);
         request
     }
 
     fn answering() -> impl Service<
-        http::Request<Body>,
+        http::Request<()>,
         Response = http::Response<Body>,
         Error = Infallible,
         Future = impl Send + 'static,
     > + Clone {
         // A body with a frame still to send, as a stream's is (an empty one ends at once).
-        tower::service_fn(|_: http::Request<Body>| async {
+        tower::service_fn(|_: http::Request<()>| async {
             let body = http_body_util::Full::new(Bytes::from_static(b"frame"));
             Ok::<_, Infallible>(http::Response::new(Body::new(body)))
         })
@@ -445,155 +298,6 @@ mod tests {
         assert_eq!(limit.open.held(&caller), 0);
         let served = service.ready().await.unwrap().call(request(caller.clone()));
         assert_eq!(served.await.unwrap().headers().get("grpc-status"), None);
-    }
-
-    /// A request body of `frames`, counting how often it is polled.
-    struct Frames {
-        frames: std::collections::VecDeque<Bytes>,
-        polls: Arc<std::sync::atomic::AtomicUsize>,
-    }
-
-    impl http_body::Body for Frames {
-        type Data = Bytes;
-        type Error = Infallible;
-        fn poll_frame(
-            mut self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-            self.polls
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Poll::Ready(self.frames.pop_front().map(|data| Ok(Frame::data(data))))
-        }
-    }
-
-    /// A gRPC frame header announcing a message of `len` bytes.
-    fn header(len: usize) -> Bytes {
-        let mut header = vec![0];
-        header.extend_from_slice(&(len as u32).to_be_bytes());
-        Bytes::from(header)
-    }
-
-    /// `call`'s request body of `frames`, and how often the body under it has been polled.
-    fn reading(
-        call: &Arc<StreamBytes>,
-        frames: Vec<Bytes>,
-    ) -> (Reading, Arc<std::sync::atomic::AtomicUsize>) {
-        let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let body = Frames {
-            frames: frames.into(),
-            polls: polls.clone(),
-        };
-        (Reading::new(Body::new(body), call.clone()), polls)
-    }
-
-    fn polls(polls: &std::sync::atomic::AtomicUsize) -> usize {
-        polls.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// The body's next frame's data, if it has one ready.
-    fn next(body: &mut Reading) -> Option<Option<Bytes>> {
-        use http_body_util::BodyExt;
-        body.frame()
-            .now_or_never()
-            .map(|frame| frame.map(|frame| frame.unwrap().into_data().unwrap()))
-    }
-
-    use futures::FutureExt;
-
-    #[tokio::test]
-    async fn a_request_body_is_not_read_while_its_caller_has_no_room() {
-        // The smallest budget: one largest message, of which another call holds a byte.
-        let budgets = BytesPerCaller::new(0);
-        let other = budgets.stream("a");
-        other.admit().now_or_never().unwrap().charge(1);
-        let call = budgets.stream("a");
-        let (mut body, polled) = reading(&call, vec![header(3), Bytes::from_static(b"abc")]);
-
-        // No room: the body under it is not polled at all, however often it is asked.
-        assert_eq!(next(&mut body), None);
-        assert_eq!(next(&mut body), None);
-        assert_eq!(polls(&polled), 0);
-        assert_eq!(call.caller_holds(), 1);
-
-        // The other call ends: the message is read and counted, header and all.
-        let reader = tokio::spawn(async move {
-            use http_body_util::BodyExt;
-            let data = body.frame().await.unwrap().unwrap().into_data().unwrap();
-            (data, body)
-        });
-        tokio::task::yield_now().await;
-        assert!(!reader.is_finished());
-        drop(other);
-        let (data, body) = reader.await.unwrap();
-        assert_eq!(data, header(3));
-        assert_eq!(polls(&polled), 1);
-        assert_eq!(call.caller_holds(), FRAME_HEADER + 3);
-        drop(body);
-    }
-
-    #[tokio::test]
-    async fn a_request_s_bytes_are_given_back_when_its_body_is_dropped() {
-        let budgets = BytesPerCaller::new(0);
-        let call = budgets.stream("a");
-        let (mut body, _) = reading(&call, vec![header(1000), Bytes::from(vec![0; 1000])]);
-        assert_eq!(next(&mut body), Some(Some(header(1000))));
-        assert_eq!(next(&mut body), Some(Some(Bytes::from(vec![0; 1000]))));
-        assert_eq!(next(&mut body), Some(None));
-        // Read: counted until tonic, having decoded the message, drops the body.
-        assert_eq!(call.caller_holds(), 1005);
-        drop(body);
-        assert_eq!(call.caller_holds(), 0);
-    }
-
-    #[tokio::test]
-    async fn a_request_cancelled_while_it_arrives_gives_its_room_back() {
-        let budgets = BytesPerCaller::new(0);
-        let other = budgets.stream("a");
-        // Cancelled with half a header read: the room reserved for its message is given back.
-        let call = budgets.stream("a");
-        let (mut body, _) = reading(&call, vec![Bytes::from_static(&[0, 0]), header(9)]);
-        assert_eq!(next(&mut body), Some(Some(Bytes::from_static(&[0, 0]))));
-        assert_eq!(other.caller_holds(), LARGEST_RESPONSE);
-        drop(body);
-        drop(call);
-        assert_eq!(other.caller_holds(), 0);
-
-        // Cancelled while it waits for room: it had reserved nothing.
-        other.admit().now_or_never().unwrap().charge(1);
-        let call = budgets.stream("a");
-        let (mut body, _) = reading(&call, vec![header(9)]);
-        assert_eq!(next(&mut body), None);
-        drop(body);
-        drop(call);
-        assert_eq!(other.caller_holds(), 1);
-    }
-
-    #[tokio::test]
-    async fn a_request_larger_than_what_is_left_waits_for_the_caller_s_other_calls_then_completes()
-    {
-        // The smallest budget, of which another call's unwritten answer holds 1,000 bytes.
-        let budgets = BytesPerCaller::new(0);
-        let other = budgets.stream("a");
-        other.admit().now_or_never().unwrap().charge(1000);
-        let call = budgets.stream("a");
-        let largest = LARGEST_RESPONSE - FRAME_HEADER;
-        let (mut body, polled) = reading(&call, vec![header(largest), Bytes::from(vec![0; 16])]);
-        assert_eq!(next(&mut body), None);
-        assert_eq!(polls(&polled), 0);
-
-        // The other call ends: the message is read, the whole budget counted for it.
-        drop(other);
-        assert_eq!(next(&mut body), Some(Some(header(largest))));
-        assert_eq!(next(&mut body), Some(Some(Bytes::from(vec![0; 16]))));
-        assert_eq!(call.caller_holds(), LARGEST_RESPONSE);
-        assert_eq!(next(&mut body), Some(None));
-
-        // Its own answer does not wait on its request's bytes: they are given back when the
-        // body is dropped, before the service runs.
-        drop(body);
-        let admission = call.try_admit().expect("the answer has the request's room");
-        admission.charge(40);
-        assert_eq!(call.caller_holds(), 40);
     }
 
     #[tokio::test]
